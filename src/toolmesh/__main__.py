@@ -1,0 +1,3 @@
+from toolmesh.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""``toolmesh tools`` and ``toolmesh call``: look at and call tools of any host."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from toolmesh.cli.loading import parse_target
+from toolmesh.cli.serve import add_source_options, build_host
+from toolmesh.client import AsyncClient, connect_async
+from toolmesh.errors import ConfigError
+from toolmesh.models import ToolEvent
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(commands: Any) -> None:
+    tools = commands.add_parser(
+        "tools",
+        help="list or search tools",
+        description="List the tools a host serves, or search them (deferred ones included).",
+    )
+    tools.add_argument("--search", metavar="QUERY", help="rank tools by relevance to QUERY")
+    add_target_options(tools)
+    tools.add_argument("--json", action="store_true", help="print the definitions as JSON")
+    tools.set_defaults(run=run_tools)
+
+    call = commands.add_parser(
+        "call",
+        help="call one tool",
+        description="Call one tool and print its result as JSON (exit 1 if it failed).",
+    )
+    call.add_argument("name", help="the tool's name")
+    call.add_argument("--args", default="{}", metavar="JSON", help="arguments as a JSON object")
+    call.add_argument("--stream", action="store_true", help="show events as they arrive")
+    call.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+    add_target_options(call)
+    call.set_defaults(run=run_call)
+
+
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        metavar="T",
+        help="an http(s) URL, MODULE:ATTR, or a host command (e.g. 'toolmesh serve --stdio ...')",
+    )
+    parser.add_argument("--auth-token", help="bearer token / handshake token for the host")
+    add_source_options(parser)
+
+
+async def _client(args: argparse.Namespace) -> AsyncClient:
+    target = parse_target(args.target) if args.target else build_host(args, audit=None)
+    return await connect_async(target, agent_id="toolmesh-cli", auth_token=args.auth_token)
+
+
+def run_tools(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        client = await _client(args)
+        try:
+            if args.search:
+                found = await client.list_tools(args.search, include_deferred=True)
+            else:
+                found = await client.list_tools()
+        finally:
+            await client.close()
+        if args.json:
+            print(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
+            return 0
+        width = max((len(d.name) for d in found), default=4)
+        for d in found:
+            summary = d.description.strip().splitlines()[0] if d.description.strip() else ""
+            marks = " (deferred)" if d.defer_loading else ""
+            print(f"{d.name:<{width}}  {summary}{marks}")
+        if not found:
+            print(
+                "no tools" if not args.search else f"no tools match {args.search!r}",
+                file=sys.stderr,
+            )
+        return 0
+
+    return asyncio.run(main())
+
+
+def run_call(args: argparse.Namespace) -> int:
+    try:
+        arguments = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--args is not valid JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise ConfigError('--args must be a JSON object, e.g. \'{"path": "a.txt"}\'')
+
+    async def main() -> int:
+        client = await _client(args)
+        try:
+            result = await client.call_tool(
+                args.name,
+                arguments,
+                streaming=args.stream,
+                on_event=_show_event if args.stream else None,
+                timeout=args.timeout,
+            )
+        finally:
+            await client.close()
+        if args.stream:
+            print(file=sys.stderr)
+        shown = {**result.model_dump(mode="json"), "output": result.output}
+        print(json.dumps(shown, indent=2, ensure_ascii=False))
+        return 0 if result.success else 1
+
+    return asyncio.run(main())
+
+
+def _show_event(event: ToolEvent) -> None:
+    data = event.data
+    if event.kind == "progress":
+        pct = int(data.get("pct", 0))
+        filled = pct * 30 // 100
+        bar = "#" * filled + "-" * (30 - filled)
+        sys.stderr.write(f"\r[{bar}] {pct:3d}% {data.get('message', '')}"[:100])
+    else:
+        text = data.get("message") or json.dumps(data, ensure_ascii=False)
+        sys.stderr.write(f"\n{event.kind}: {text}")
+    sys.stderr.flush()

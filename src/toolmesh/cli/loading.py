@@ -1,0 +1,66 @@
+"""Turning command-line words into sources, hosts and connection targets."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from toolmesh.errors import ConfigError
+
+__all__ = ["DEFAULT_AUDIT", "load_attr", "load_sources", "parse_target"]
+
+DEFAULT_AUDIT = "toolmesh-audit.db"
+_MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def load_attr(spec: str) -> Any:
+    """Import ``MODULE:ATTR`` (the current folder is importable) and return the attribute."""
+    if not _MODULE_ATTR.match(spec):
+        raise ConfigError(f"--tools wants MODULE:ATTR (for example mytools:toolkit), not {spec!r}")
+    module_name, _, attr_path = spec.partition(":")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigError(f"{module_name!r} has no attribute {attr_path!r}") from None
+    return target
+
+
+def load_sources(specs: Sequence[str]) -> list[Any]:
+    """The objects named by ``--tools`` specs, each a plugin, toolkit, tool, function or list."""
+    return [load_attr(spec) for spec in specs]
+
+
+def parse_target(target: str) -> Any:
+    """A ``--target``: an http(s) URL, a MODULE:ATTR to serve in-process, or a command line."""
+    if target.startswith(("http://", "https://")):
+        return target
+    if _MODULE_ATTR.match(target):
+        return load_attr(target)
+    words = shlex.split(target)
+    if not words:
+        raise ConfigError("--target is empty")
+    if not Path(words[0]).exists() and not _on_path(words[0]):
+        raise ConfigError(
+            f"--target {target!r} is neither a URL, nor MODULE:ATTR, nor a command on PATH"
+        )
+    return words
+
+
+def _on_path(program: str) -> bool:
+    import shutil
+
+    return shutil.which(program) is not None

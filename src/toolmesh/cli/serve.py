@@ -1,0 +1,155 @@
+"""``toolmesh serve``: a host over stdio or HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from typing import Any
+
+from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
+from toolmesh.errors import ConfigError
+from toolmesh.host import Host
+from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
+from toolmesh.tools import busy_threads
+
+__all__ = ["add_parser"]
+
+
+def add_parser(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "serve",
+        help="serve tools to agents over stdio or HTTP",
+        description="Serve tools to agents: A2E over NDJSON on stdio, or A2E over HTTP+SSE.",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="speak NDJSON on stdin/stdout")
+    mode.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="listen for HTTP (default 127.0.0.1:8765); prints the URL as its first line",
+    )
+    add_source_options(parser)
+    parser.add_argument(
+        "--audit",
+        metavar="PATH",
+        default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
+        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none)",
+    )
+    parser.add_argument(
+        "--auth-token",
+        default=os.environ.get("TOOLMESH_AUTH_TOKEN"),
+        help="require this bearer token (HTTP) and handshake auth_token; "
+        "required to listen beyond loopback (env TOOLMESH_AUTH_TOKEN)",
+    )
+    parser.add_argument(
+        "--capability",
+        action="append",
+        default=None,
+        metavar="TAG",
+        help="a capability tag the host grants (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--capability-policy",
+        choices=["locked", "extensible"],
+        default="locked",
+        help="whether sessions may change the capability set (default locked)",
+    )
+    parser.add_argument(
+        "--max-parallel", type=int, default=8, help="calls one session may run at once (default 8)"
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help=f"largest message accepted (default {DEFAULT_MAX_MESSAGE_BYTES})",
+    )
+    parser.set_defaults(run=run)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="a ToolPlugin (class or instance), Toolkit, @tool function or list of these",
+    )
+    parser.add_argument("--config", metavar="FILE", help="a toolmesh.toml manifest")
+
+
+def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
+    sources = load_sources(args.tools)
+    if args.config:
+        raise ConfigError("--config: manifests are not supported by this build yet")
+    if not sources:
+        raise ConfigError("nothing to serve: give --tools MODULE:ATTR or --config FILE")
+    return Host(
+        *sources,
+        audit=audit,
+        capabilities=getattr(args, "capability", None),
+        capability_policy=getattr(args, "capability_policy", None),
+        max_parallel=getattr(args, "max_parallel", 8),
+        auth_token=getattr(args, "auth_token", None),
+        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    host = build_host(args, audit=args.audit)
+    if args.stdio:
+        from toolmesh.transports.stdio import serve_stdio
+
+        asyncio.run(_until_stopped(serve_stdio(host), host))
+        _leave_stuck_threads()
+        return 0
+    from toolmesh.transports.http import serve_http
+
+    def ready(url: str) -> None:
+        print(url, flush=True)
+        print(
+            f"toolmesh: serving {len(host.toolkit)} tools at {url} "
+            f"(audit: {args.audit}); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    bind = args.http or "127.0.0.1:8765"
+    asyncio.run(
+        _until_stopped(serve_http(host, bind, auth_token=args.auth_token, on_ready=ready), host)
+    )
+    _leave_stuck_threads()
+    return 0
+
+
+def _leave_stuck_threads() -> None:
+    """Exit now if tools that ignored their deadline still hold threads: Python would otherwise
+    wait for them forever at exit. The host is closed and its audit log committed by now."""
+    stuck = busy_threads()
+    if stuck:
+        print(
+            f"toolmesh: {stuck} tool thread(s) ignored their deadline and are still running; "
+            "exiting without waiting for them",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(0)
+
+
+async def _until_stopped(serving: Any, host: Host) -> None:
+    """Run ``serving`` until it ends or SIGINT/SIGTERM arrives, then close the host."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(serving)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    finally:
+        await host.close()

@@ -1,0 +1,505 @@
+"""Clients for A2E hosts, and the seed's ToolAPI over them.
+
+``connect(target)`` returns a blocking client (it runs its own event loop on a private thread);
+``await connect_async(target)`` returns the async client. A target is a ``Host`` (in-process,
+no serialization), a command list (the host runs as a child process over stdio) or an http(s)
+URL. Both clients do the handshake before they return. ``ToolAPI(client)`` and
+``AsyncToolAPI(client)`` then list and call tools exactly as seed 000 shows.
+
+The client never runs more calls at once than the host's ``max_parallel`` allows: extra calls
+wait their turn instead of being refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+from toolmesh.errors import CallTimeout, HandshakeError, ProtocolError, TransportError
+from toolmesh.host import Connection, Host
+from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
+from toolmesh.pipeline import CallSpec
+from toolmesh.protocol import (
+    CapabilityOverride,
+    ErrorMessage,
+    HandshakeRequest,
+    HandshakeResponse,
+    NegotiatedCapability,
+    Ping,
+    Pong,
+    Shutdown,
+    ToolCallRequest,
+    ToolCallResponse,
+    ToolListRequest,
+    ToolListResponse,
+)
+from toolmesh.toolkit import Toolkit
+
+__all__ = ["AsyncClient", "AsyncToolAPI", "Client", "ToolAPI", "connect", "connect_async"]
+
+T = TypeVar("T")
+EventCallback = Callable[[ToolEvent], None]
+RESPONSE_GRACE_SECONDS = 5.0
+
+
+class Channel(Protocol):
+    """How a client reaches a host: open (with callbacks for messages and closing), send, close."""
+
+    async def open(
+        self, on_message: Callable[[Any], None], on_close: Callable[[str], None]
+    ) -> None: ...
+
+    async def send(self, message: Any) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncClient:
+    """One A2E session with a host. Use it through ``AsyncToolAPI``."""
+
+    def __init__(
+        self,
+        channel: Channel | None = None,
+        *,
+        connection: Connection | None = None,
+        agent_id: str = "",
+        agent_caps: Sequence[str] = ("tools",),
+        auth_token: str | None = None,
+        capability_override: CapabilityOverride | Mapping[str, Any] | None = None,
+        session_id: str = "",
+        owned_host: Host | None = None,
+    ) -> None:
+        self._channel = channel
+        self._connection = connection
+        self._owned_host = owned_host
+        self.agent_id = agent_id
+        self.agent_caps = list(agent_caps)
+        self._auth_token = auth_token or ""
+        self._override = (
+            CapabilityOverride.model_validate(capability_override)
+            if isinstance(capability_override, Mapping)
+            else capability_override
+        )
+        self._resume = session_id
+        self.session_id = ""
+        self.accepted_caps: list[NegotiatedCapability] = []
+        self.max_parallel = 1
+        self._tools_cache: list[ToolDefinition] | None = None
+        self._pending: dict[str, asyncio.Future[Any]] = {}
+        self._listeners: dict[str, EventCallback] = {}
+        self._slots: asyncio.Semaphore | None = None
+        self._closed_reason = ""
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> AsyncClient:
+        """Open the channel and do the handshake; raise ``HandshakeError`` if refused."""
+        if self._channel is not None:
+            await self._channel.open(self._on_message, self._on_close)
+        request = HandshakeRequest(
+            agent_id=self.agent_id,
+            agent_caps=self.agent_caps,
+            auth_token=self._auth_token,
+            capability_override=self._override,
+            session_id=self._resume,
+        )
+        try:
+            response = await self.request(request, timeout=30.0)
+        except BaseException:
+            await self.close()
+            raise
+        if not isinstance(response, HandshakeResponse) or not response.ok:
+            await self.close()
+            reason = response.reason if isinstance(response, HandshakeResponse) else str(response)
+            raise HandshakeError(reason)
+        self.session_id = response.session_id
+        self.accepted_caps = response.accepted_caps
+        self.max_parallel = max(1, response.max_parallel)
+        self._slots = asyncio.Semaphore(self.max_parallel)
+        return self
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            with contextlib.suppress(ProtocolError):
+                await channel.send(Shutdown())
+            await channel.close()
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.close()
+        if self._owned_host is not None:
+            host, self._owned_host = self._owned_host, None
+            await host.close()
+        self._on_close("client closed")
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        message: Any,
+        *,
+        on_event: EventCallback | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send a request and return its response; an ``error`` answer raises ``RemoteError``."""
+        if self._connection is not None:
+            response = await self._connection.request(message, on_event)
+        else:
+            response = await self._round_trip(message, on_event, timeout)
+        if isinstance(response, ErrorMessage):
+            raise response.to_exception()
+        return response
+
+    async def _round_trip(
+        self, message: Any, on_event: EventCallback | None, timeout: float | None
+    ) -> Any:
+        if self._channel is None:
+            raise TransportError(f"not connected ({self._closed_reason or 'closed'})")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[message.id] = future
+        if on_event is not None:
+            self._listeners[message.id] = on_event
+        try:
+            await self._channel.send(message)
+            try:
+                return await asyncio.wait_for(future, timeout)
+            except TimeoutError:
+                raise CallTimeout(f"no answer to {message.type} within {timeout:g}s") from None
+        finally:
+            self._pending.pop(message.id, None)
+            self._listeners.pop(message.id, None)
+
+    def _on_message(self, message: Any) -> None:
+        if isinstance(message, ToolEvent):
+            listener = self._listeners.get(message.req_id)
+            if listener is not None:
+                listener(message)
+            return
+        future = self._pending.get(getattr(message, "req_id", ""))
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    def _on_close(self, reason: str) -> None:
+        self._closed_reason = reason
+        for future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(TransportError(f"connection to the host lost: {reason}"))
+
+    async def ping(self) -> float:
+        """Round-trip time to the host in milliseconds."""
+        started = time.perf_counter()
+        response = await self.request(Ping(), timeout=10.0)
+        if not isinstance(response, Pong):
+            raise ProtocolError("invalid_message", f"expected pong, got {response.type}")
+        return (time.perf_counter() - started) * 1000
+
+    # -- tools -----------------------------------------------------------------------------------
+
+    async def list_tools(
+        self,
+        query: str = "",
+        include_deferred: bool = False,
+        tags: Sequence[str] | None = None,
+        kind: str = "",
+    ) -> list[ToolDefinition]:
+        cacheable = not query and not tags and not kind and not include_deferred
+        if cacheable and self._tools_cache is not None:
+            return self._tools_cache
+        response = await self.request(
+            ToolListRequest(
+                query=query,
+                include_deferred=include_deferred,
+                filter_tags=list(tags or ()),
+                filter_kind=kind,
+            ),
+            timeout=60.0,
+        )
+        if not isinstance(response, ToolListResponse):
+            raise ProtocolError("invalid_message", f"expected tool/list/resp, got {response.type}")
+        if cacheable:
+            self._tools_cache = response.tools
+        return response.tools
+
+    def invalidate_tools_cache(self) -> None:
+        self._tools_cache = None
+
+    async def call_tool(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        streaming: bool = False,
+        on_event: EventCallback | None = None,
+        timeout: float = 30.0,
+        correlation_id: str | None = None,
+    ) -> ToolResult:
+        slots = self._slots
+        if slots is None:
+            raise TransportError("call start() (or use connect_async) before calling tools")
+        if self._connection is not None:
+            spec = CallSpec(
+                tool_name=tool_name,
+                arguments=dict(arguments),
+                req_id=new_id(),
+                correlation_id=correlation_id or "",
+                streaming=streaming or on_event is not None,
+                timeout=timeout,
+            )
+            async with slots:
+                return await self._connection.call_direct(spec, on_event)
+        request = ToolCallRequest(
+            session_id=self.session_id,
+            tool_name=tool_name,
+            arguments=dict(arguments),
+            correlation_id=correlation_id or "",
+            streaming=streaming or on_event is not None,
+            timeout=timeout,
+        )
+        async with slots:
+            response = await self.request(
+                request, on_event=on_event, timeout=timeout + RESPONSE_GRACE_SECONDS
+            )
+        if not isinstance(response, ToolCallResponse):
+            raise ProtocolError("invalid_message", f"expected tool/call/resp, got {response.type}")
+        return response.data
+
+
+class Client:
+    """A blocking client: the async client running on its own event-loop thread."""
+
+    def __init__(self, factory: Callable[[], Coroutine[Any, Any, AsyncClient]]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="toolmesh-client", daemon=True
+        )
+        self._thread.start()
+        try:
+            self.async_client = self.run(factory())
+        except BaseException:
+            self._stop()
+            raise
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the client's loop and wait for it."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError as exc:
+            raise TransportError("the client's request was cancelled") from exc
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    @property
+    def session_id(self) -> str:
+        return self.async_client.session_id
+
+    @property
+    def accepted_caps(self) -> list[NegotiatedCapability]:
+        return self.async_client.accepted_caps
+
+    @property
+    def max_parallel(self) -> int:
+        return self.async_client.max_parallel
+
+    @property
+    def _tools_cache(self) -> list[ToolDefinition] | None:
+        return self.async_client._tools_cache
+
+    def ping(self) -> float:
+        return self.run(self.async_client.ping())
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            try:
+                self.run(self.async_client.close())
+            finally:
+                self._stop()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ToolAPI:
+    """Seed 000's client API: ``list`` and ``call`` on a connected (blocking) client."""
+
+    def __init__(self, client: Client | AsyncClient) -> None:
+        if isinstance(client, AsyncClient):
+            raise TypeError("ToolAPI needs a blocking client (connect); use AsyncToolAPI instead")
+        self._c = client
+
+    def list(
+        self,
+        query: str = "",
+        include_deferred: bool = False,
+        tags: list[str] | None = None,
+        kind: str = "",
+    ) -> list[ToolDefinition]:
+        """Active tools (cached on the client), or a search including deferred ones."""
+        return self._c.run(self._c.async_client.list_tools(query, include_deferred, tags, kind))
+
+    def call(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        streaming: bool = False,
+        on_event: EventCallback | None = None,
+        timeout: float = 30.0,
+        correlation_id: str | None = None,
+    ) -> ToolResult:
+        return self._c.run(
+            self._c.async_client.call_tool(
+                tool_name,
+                arguments,
+                streaming=streaming,
+                on_event=on_event,
+                timeout=timeout,
+                correlation_id=correlation_id,
+            )
+        )
+
+
+class AsyncToolAPI:
+    """The async twin of ``ToolAPI``, same methods and arguments."""
+
+    def __init__(self, client: AsyncClient | Client) -> None:
+        self._c = client
+
+    async def list(
+        self,
+        query: str = "",
+        include_deferred: bool = False,
+        tags: list[str] | None = None,
+        kind: str = "",
+    ) -> list[ToolDefinition]:
+        return await self._bridge(lambda c: c.list_tools(query, include_deferred, tags, kind))
+
+    async def call(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        streaming: bool = False,
+        on_event: EventCallback | None = None,
+        timeout: float = 30.0,
+        correlation_id: str | None = None,
+    ) -> ToolResult:
+        return await self._bridge(
+            lambda c: c.call_tool(
+                tool_name,
+                arguments,
+                streaming=streaming,
+                on_event=on_event,
+                timeout=timeout,
+                correlation_id=correlation_id,
+            )
+        )
+
+    async def _bridge(self, make: Callable[[AsyncClient], Coroutine[Any, Any, T]]) -> T:
+        client = self._c
+        if isinstance(client, AsyncClient):
+            return await make(client)
+        # A blocking client lives on its own loop: run there, await here.
+        return await asyncio.wrap_future(client.submit(make(client.async_client)))
+
+
+Target = Host | Toolkit | Sequence[str] | str
+
+
+async def connect_async(
+    target: Target,
+    *,
+    agent_id: str = "",
+    agent_caps: Sequence[str] = ("tools",),
+    auth_token: str | None = None,
+    capability_override: CapabilityOverride | Mapping[str, Any] | None = None,
+    session_id: str = "",
+    headers: dict[str, str] | None = None,
+) -> AsyncClient:
+    """Connect to a Host, a stdio command or an http(s) URL and do the handshake."""
+    options: dict[str, Any] = {
+        "agent_id": agent_id,
+        "agent_caps": agent_caps,
+        "auth_token": auth_token,
+        "capability_override": capability_override,
+        "session_id": session_id,
+    }
+    if isinstance(target, Toolkit):
+        host = Host(target)
+        await host.start()
+        client = AsyncClient(connection=host.connect(_drop), owned_host=host, **options)
+    elif isinstance(target, Host):
+        await target.start()
+        client = AsyncClient(connection=target.connect(_drop), **options)
+    elif isinstance(target, str) and target.startswith(("http://", "https://")):
+        from toolmesh.transports.http import HttpChannel
+
+        channel = HttpChannel(target, auth_token=auth_token, headers=headers)
+        client = AsyncClient(channel, **options)
+    elif isinstance(target, list | tuple) and target and all(isinstance(x, str) for x in target):
+        from toolmesh.transports.stdio import StdioChannel
+
+        client = AsyncClient(StdioChannel(list(target)), **options)
+    else:
+        raise TransportError(
+            f"cannot connect to {target!r}: give a Host, a command list or an http(s) URL"
+        )
+    return await client.start()
+
+
+def connect(
+    target: Target,
+    *,
+    agent_id: str = "",
+    agent_caps: Sequence[str] = ("tools",),
+    auth_token: str | None = None,
+    capability_override: CapabilityOverride | Mapping[str, Any] | None = None,
+    session_id: str = "",
+    headers: dict[str, str] | None = None,
+) -> Client:
+    """The blocking form of ``connect_async``: returns a client for ``ToolAPI(client)``."""
+    return Client(
+        lambda: connect_async(
+            target,
+            agent_id=agent_id,
+            agent_caps=agent_caps,
+            auth_token=auth_token,
+            capability_override=capability_override,
+            session_id=session_id,
+            headers=headers,
+        )
+    )
+
+
+def _drop(_message: Any) -> None:
+    """In-process connections answer directly; nothing arrives unasked."""

@@ -1,0 +1,459 @@
+"""The Host: a toolkit served to agents over A2E.
+
+A transport opens a ``Connection`` per peer and feeds it messages; the connection answers through
+the transport's ``deliver`` callback, which queues messages in order (so a call's events always
+precede its response). The first message must be a handshake: it authenticates the agent,
+negotiates the ``tools`` capability and fixes the session's capability tags. Every call then goes
+through the pipeline; ``max_parallel`` calls may run at once per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
+from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
+from toolmesh.models import ToolEvent, ToolResult, new_id
+from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook
+from toolmesh.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ErrorCode,
+    ErrorMessage,
+    HandshakeRequest,
+    HandshakeResponse,
+    NegotiatedCapability,
+    Ping,
+    Pong,
+    Shutdown,
+    ToolCallRequest,
+    ToolCallResponse,
+    ToolListRequest,
+    ToolListResponse,
+    decode,
+    request_id_of,
+)
+from toolmesh.session import Session
+from toolmesh.state import StateManager
+from toolmesh.store import Store, open_store
+from toolmesh.store.base import SessionRecord
+from toolmesh.toolkit import SourceLike, Toolkit
+
+__all__ = ["Connection", "Host"]
+
+
+def _spec(request: ToolCallRequest, *, streaming: bool) -> CallSpec:
+    return CallSpec(
+        tool_name=request.tool_name,
+        arguments=request.arguments,
+        req_id=request.id,
+        correlation_id=request.correlation_id,
+        streaming=request.streaming and streaming,
+        timeout=request.timeout,
+    )
+
+
+logger = logging.getLogger("toolmesh.host")
+
+Deliver = Callable[[Any], None]
+SUPPORTED_A2E_CAPS = frozenset({"tools"})
+
+
+class Host:
+    """Serves sources (plugins, toolkits, @tool functions) to agents over any transport."""
+
+    def __init__(
+        self,
+        *sources: SourceLike | Sequence[SourceLike],
+        audit: Store | str | Path | None = None,
+        store: Store | str | Path | None = None,
+        capabilities: Sequence[str] | None = None,
+        capability_policy: CapabilityPolicy | None = None,
+        max_parallel: int = 8,
+        auth_token: str | None = None,
+        limits: Limits | None = None,
+        hooks: Sequence[PolicyHook] = (),
+        host_id: str = "",
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        if audit is not None and store is not None:
+            raise ConfigError("give either audit= (a SQLite path) or store=, not both")
+        if max_parallel < 1:
+            raise ConfigError("max_parallel must be at least 1")
+        if len(sources) == 1 and isinstance(sources[0], Toolkit):
+            self.toolkit = sources[0]
+            self._owns_toolkit = False
+        else:
+            self.toolkit = Toolkit(*sources)
+            self._owns_toolkit = True
+        chosen = audit if audit is not None else store
+        self.store = open_store(chosen) if chosen is not None else self.toolkit.store
+        self.capabilities = (
+            CapabilitySet(capabilities) if capabilities is not None else self.toolkit.capabilities
+        )
+        self.capability_policy: CapabilityPolicy = (
+            capability_policy or self.toolkit.capability_policy
+        )
+        if self.capability_policy not in ("locked", "extensible"):
+            raise ConfigError("capability_policy must be 'locked' or 'extensible'")
+        self.max_parallel = max_parallel
+        self.auth_token = auth_token or None
+        self.host_id = host_id or new_id()[:12]
+        self.max_message_bytes = max_message_bytes
+        base = self.toolkit.pipeline
+        self.state = (
+            StateManager(self.store, allowed_prefixes=self.toolkit.state.allowed_prefixes)
+            if self.store is not self.toolkit.store
+            else self.toolkit.state
+        )
+        self.pipeline = Pipeline(
+            self.toolkit,
+            store=self.store,
+            state=self.state,
+            limits=limits or base.limits,
+            hooks=[*base.hooks, *hooks],
+            host_id=self.host_id,
+        )
+        self.sessions: dict[str, Session] = {}
+        self.started_at = time.monotonic()
+        self._connections: set[Connection] = set()
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> Host:
+        if not self._started:
+            self._started = True
+            await self.store.open()
+            if self._owns_toolkit:
+                await self.toolkit.start()
+            elif self.store is not self.toolkit.store:
+                await self.toolkit.store.open()
+        return self
+
+    async def close(self) -> None:
+        for connection in list(self._connections):
+            await connection.close()
+        await self.pipeline.drain()
+        if self._owns_toolkit:
+            await self.toolkit.close()
+        if self.store is not self.toolkit.store or not self._owns_toolkit:
+            await self.store.close()
+        self._started = False
+
+    async def __aenter__(self) -> Host:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def healthy(self) -> bool:
+        """False once an audit entry could not be stored (it was logged instead)."""
+        return self.pipeline.audit_failures == 0
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok" if self.healthy else "degraded",
+            "tools": len(self.toolkit),
+            "sessions": len(self.sessions),
+            "audit_failures": self.pipeline.audit_failures,
+            "uptime_seconds": round(time.monotonic() - self.started_at, 3),
+        }
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def connect(
+        self, deliver: Deliver, *, transport: str = "inprocess", session_id: str = ""
+    ) -> Connection:
+        """A connection for one peer; ``deliver`` gets every outgoing message, in order.
+
+        ``session_id`` is the id the session takes at handshake (the HTTP binding's own id);
+        a fresh one is made when it is empty.
+        """
+        connection = Connection(self, deliver, transport=transport, session_id=session_id)
+        self._connections.add(connection)
+        return connection
+
+    def _forget(self, connection: Connection) -> None:
+        self._connections.discard(connection)
+        if connection.session is not None:
+            self.sessions.pop(connection.session.id, None)
+
+    async def _open_session(self, request: HandshakeRequest, connection: Connection) -> Session:
+        """A new (or resumed) session for a handshake, or CapabilityError/ProtocolError."""
+        if self.auth_token is not None and not hmac.compare_digest(
+            request.auth_token.encode(), self.auth_token.encode()
+        ):
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, "auth_token is missing or wrong")
+        override = request.capability_override
+        held = session_capabilities(
+            self.capabilities,
+            self.capability_policy,
+            override.strategy if override else "inherit",
+            override.capabilities if override else (),
+        )
+        session_id = connection.preferred_id or new_id()
+        if request.session_id:
+            record = await self.store.load_session(request.session_id)
+            if record is None:
+                raise ProtocolError(
+                    ErrorCode.SESSION_MISMATCH, f"unknown session {request.session_id!r}"
+                )
+            if record.agent_id and record.agent_id != request.agent_id:
+                raise ProtocolError(
+                    ErrorCode.SESSION_MISMATCH,
+                    f"session {request.session_id!r} belongs to another agent",
+                )
+            session_id = request.session_id
+        session = Session(
+            capabilities=held,
+            agent_id=request.agent_id,
+            id=session_id,
+            max_parallel=self.max_parallel,
+            transport=connection.transport,
+            a2e_caps=frozenset(request.agent_caps) & SUPPORTED_A2E_CAPS,
+        )
+        await self.store.save_session(
+            SessionRecord(
+                session_id=session.id,
+                agent_id=session.agent_id,
+                capabilities=sorted(held.tags),
+                created_at=session.created_at,
+                metadata={"transport": connection.transport, "host_id": self.host_id},
+            )
+        )
+        self.sessions[session.id] = session
+        return session
+
+
+class Connection:
+    """One peer's conversation with the host: handshake first, then tool/* messages."""
+
+    def __init__(self, host: Host, deliver: Deliver, *, transport: str, session_id: str) -> None:
+        self.host = host
+        self.transport = transport
+        self.preferred_id = session_id
+        self.session: Session | None = None
+        self._deliver = deliver
+        self._calls: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
+
+    # -- wire entry points -----------------------------------------------------------------------
+
+    async def receive_line(self, line: bytes | str) -> None:
+        """Handle one raw NDJSON line; malformed input is answered with an ``error`` message."""
+        try:
+            message = decode(line, max_bytes=self.host.max_message_bytes)
+        except ProtocolError as exc:
+            self._deliver(ErrorMessage.from_exception(exc, request_id_of(line)))
+            return
+        await self.receive(message)
+
+    async def receive(self, message: Any) -> None:
+        """Handle one decoded message; answers go out through ``deliver``."""
+        if isinstance(message, ToolCallRequest):
+            self._start_call(message)
+            return
+        if isinstance(message, Shutdown):
+            await self.drain(message.timeout)
+            return
+        if isinstance(message, ErrorMessage):
+            logger.warning("peer reported an error: [%s] %s", message.code, message.message)
+            return
+        try:
+            response = await self._answer(message)
+        except ProtocolError as exc:
+            response = ErrorMessage.from_exception(exc, message.id)
+        self._deliver(response)
+
+    async def request(
+        self, message: Any, on_event: Callable[[ToolEvent], None] | None = None
+    ) -> Any:
+        """The in-process path: handle a request and return its response directly."""
+        try:
+            if isinstance(message, ToolCallRequest):
+                return await self._call(message, on_event)
+            return await self._answer(message)
+        except ProtocolError as exc:
+            return ErrorMessage.from_exception(exc, message.id)
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    async def _answer(self, message: Any) -> Any:
+        if isinstance(message, HandshakeRequest):
+            return await self._handshake(message)
+        if isinstance(message, Ping):
+            uptime = time.monotonic() - self.host.started_at
+            return Pong(req_id=message.id, uptime_seconds=round(uptime, 3))
+        if isinstance(message, ToolListRequest):
+            return self._list(message)
+        raise ProtocolError(
+            ErrorCode.INVALID_MESSAGE, f"a host does not accept {message.type!r} messages"
+        )
+
+    async def _handshake(self, request: HandshakeRequest) -> HandshakeResponse:
+        if self.session is not None:
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE, "the handshake was already completed")
+        try:
+            session = await self.host._open_session(request, self)
+        except (CapabilityError, ProtocolError) as exc:
+            reason = exc.message if isinstance(exc, ProtocolError) else str(exc)
+            return HandshakeResponse(req_id=request.id, ok=False, reason=reason)
+        self.session = session
+        accepted = (
+            [
+                NegotiatedCapability(
+                    capability="tools",
+                    metadata={
+                        "capabilities": sorted(session.capabilities.tags),
+                        "capability_policy": self.host.capability_policy,
+                        "tools": len(self.host.toolkit),
+                    },
+                )
+            ]
+            if "tools" in session.a2e_caps
+            else []
+        )
+        return HandshakeResponse(
+            req_id=request.id,
+            session_id=session.id,
+            accepted_caps=accepted,
+            max_parallel=session.max_parallel,
+        )
+
+    def _tools_session(self) -> Session:
+        session = self.session
+        if session is None:
+            raise ProtocolError(
+                ErrorCode.HANDSHAKE_REQUIRED, "send handshake/req before any tool/* message"
+            )
+        if "tools" not in session.a2e_caps:
+            raise ProtocolError(
+                ErrorCode.CAPABILITY_NOT_NEGOTIATED,
+                "this session did not negotiate the 'tools' capability at handshake",
+                capability_name="tools",
+            )
+        return session
+
+    def _list(self, request: ToolListRequest) -> ToolListResponse:
+        session = self._tools_session()
+        toolkit = self.host.toolkit
+        if request.query:
+            found = toolkit.search(
+                request.query,
+                capabilities=session.capabilities,
+                kind=request.filter_kind,
+                tags=request.filter_tags,
+                include_deferred=request.include_deferred,
+            )
+            definitions = [t.definition for t in found]
+        else:
+            definitions = toolkit.definitions(
+                capabilities=session.capabilities,
+                kind=request.filter_kind,
+                tags=request.filter_tags,
+            )
+        return ToolListResponse(req_id=request.id, tools=definitions)
+
+    def _start_call(self, request: ToolCallRequest) -> None:
+        try:
+            session = self._admit(request)
+        except ProtocolError as exc:
+            self._deliver(ErrorMessage.from_exception(exc, request.id))
+            return
+        task = asyncio.ensure_future(self._run_call(session, request))
+        self._calls[request.id] = task
+
+        def finished(_task: asyncio.Task[None], key: str = request.id) -> None:
+            self._calls.pop(key, None)
+
+        task.add_done_callback(finished)
+
+    async def _run_call(self, session: Session, request: ToolCallRequest) -> None:
+        try:
+            result = await self._run(session, _spec(request, streaming=True), self._deliver)
+        except asyncio.CancelledError:
+            return
+        self._deliver(ToolCallResponse(req_id=request.id, data=result))
+
+    def _admit(self, request: ToolCallRequest | None = None) -> Session:
+        """Check a call may start and count it as running (``_run`` counts it out)."""
+        session = self._tools_session()
+        if request is not None:
+            if request.session_id and request.session_id != session.id:
+                raise ProtocolError(
+                    ErrorCode.SESSION_MISMATCH,
+                    f"session_id {request.session_id!r} is not this connection's session",
+                )
+            if request.id in self._calls:
+                raise ProtocolError(
+                    ErrorCode.DUPLICATE_REQUEST,
+                    f"a call with id {request.id!r} is already running",
+                )
+        if self._closed:
+            raise ProtocolError(ErrorCode.SHUTTING_DOWN, "the session is shutting down")
+        if session.active_calls >= session.max_parallel:
+            raise ProtocolError(
+                ErrorCode.MAX_PARALLEL_EXCEEDED,
+                f"this session may run {session.max_parallel} calls at once; wait for one to end",
+                retryable=True,
+            )
+        session.active_calls += 1
+        return session
+
+    async def _call(
+        self, request: ToolCallRequest, on_event: Callable[[Any], None] | None
+    ) -> ToolCallResponse:
+        session = self._admit(request)
+        spec = _spec(request, streaming=on_event is not None)
+        result = await self._run(session, spec, on_event)
+        return ToolCallResponse(req_id=request.id, data=result)
+
+    async def call_direct(
+        self, spec: CallSpec, on_event: Callable[[ToolEvent], None] | None = None
+    ) -> ToolResult:
+        """The in-process path for a call: the same checks and pipeline, no message objects.
+
+        Protocol refusals (no handshake, max_parallel exceeded, ...) raise ``ProtocolError``."""
+        session = self._admit()
+        return await self._run(session, spec, on_event)
+
+    async def _run(
+        self, session: Session, spec: CallSpec, on_event: Callable[[Any], None] | None
+    ) -> ToolResult:
+        try:
+            return await self.host.pipeline.call(session, spec, on_event)
+        finally:
+            session.active_calls -= 1
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    async def drain(self, timeout: float | None = 10.0) -> None:
+        """Stop taking calls, let running ones finish (up to ``timeout`` s), then close."""
+        self._closed = True
+        running = list(self._calls.values())
+        if running:
+            await asyncio.wait(running, timeout=timeout)
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel running calls (each is audited as cancelled) and forget the session."""
+        self._closed = True
+        running = list(self._calls.values())
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=5.0)
+        self.host._forget(self)

@@ -1,0 +1,246 @@
+"""The A2E tools data models of seed 000, exactly as the seed tabulates them.
+
+Every model keeps the seed's field names, types and defaults. toolmesh's additions are marked
+*extension* and are left out of the wire form while they hold their default, so a message built
+from seed fields alone serializes to exactly the seed's wire examples.
+
+``Envelope`` is the part every A2E message shares (``type``, ``id``, ``version``, ``ts``). It lives
+here because ``ToolEvent`` is both a data model (collected in ``ToolResult.events``) and a message.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import time
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+__all__ = [
+    "A2E_VERSION",
+    "EVENT_KINDS",
+    "Envelope",
+    "ToolDefinition",
+    "ToolErrorCode",
+    "ToolEvent",
+    "ToolParameter",
+    "ToolResult",
+    "check_event_data",
+    "derive_output",
+    "new_id",
+]
+
+A2E_VERSION = "1.0"
+
+
+def new_id() -> str:
+    """A fresh message id: a UUID4 as 32 hex digits, the A2E SDK's own form."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _is_empty(value: object) -> bool:
+    return not value
+
+
+class ToolErrorCode(enum.StrEnum):
+    """Machine-readable reasons a call did not succeed (``ToolResult.error_code``).
+
+    The first three are seed 000's. The others are toolmesh extensions for outcomes the seed's
+    security section asks to enforce (validation, deadline) and a caller's cancellation.
+    """
+
+    UNKNOWN_TOOL = "unknown_tool"
+    TOOL_DENIED = "tool_denied"
+    TOOL_ERROR = "tool_error"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    INVALID_STATE_UPDATE = "invalid_state_update"
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call may succeed if simply tried again."""
+        return self in _RETRYABLE
+
+
+_RETRYABLE = frozenset({ToolErrorCode.TOOL_ERROR, ToolErrorCode.TIMEOUT})
+
+
+class ToolParameter(BaseModel):
+    """One input or output parameter (seed 000), recursive through ``properties`` and ``items``.
+
+    ``type`` is a JSON Schema type name: string, integer, number, boolean, object, array (or null).
+    ``enum`` holds the allowed values as strings, as the seed types it; the JSON Schema view gives
+    them back their parameter's type. ``items`` (extension) is the element of an ``array``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    type: str
+    description: str
+    required: bool = False
+    enum: list[str] | None = Field(default=None, exclude_if=_is_none)
+    properties: dict[str, ToolParameter] | None = Field(default=None, exclude_if=_is_none)
+    items: ToolParameter | None = Field(default=None, exclude_if=_is_none)
+
+
+class ToolDefinition(BaseModel):
+    """The A2E manifest of one tool (seed 000).
+
+    Extensions, sent only when set: ``capabilities`` (tags a caller must hold, seed 003),
+    ``kind`` (python, javascript, bash, mcp, a2a, ...: what ``filter_kind`` matches),
+    ``input_schema`` / ``output_schema`` (the exact JSON Schema, present only when the parameter
+    lists cannot say all of it), ``annotations`` (behaviour hints such as MCP's readOnlyHint) and
+    ``requires_approval``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    description: str
+    input_parameters: list[ToolParameter] = Field(default_factory=list)
+    output_parameters: list[ToolParameter] = Field(default_factory=list)
+    streaming: bool = True
+    idempotent: bool = False
+    tags: list[str] = Field(default_factory=list)
+    version: str = "1.0.0"
+    toolkit: str | None = None
+    defer_loading: bool = Field(default=False, exclude_if=_is_empty)
+    capabilities: list[str] = Field(default_factory=list, exclude_if=_is_empty)
+    kind: str | None = Field(default=None, exclude_if=_is_none)
+    input_schema: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
+    output_schema: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
+    annotations: dict[str, Any] | None = Field(default=None, exclude_if=_is_none)
+    requires_approval: bool = Field(default=False, exclude_if=_is_empty)
+
+
+class Envelope(BaseModel):
+    """The fields every A2E message carries."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    id: str = Field(default_factory=new_id)
+    version: str = A2E_VERSION
+    ts: float = Field(default_factory=time.time)
+
+
+EVENT_KINDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "progress": {"pct": int, "message": str},
+    "status": {"message": str},
+    "artifact": {"name": str, "mime": str, "chunk": str, "final": bool},
+    "log": {"level": str, "message": str},
+}
+"""The seed's event kinds and the fields (and types) of their ``data``. Other kinds (``state``,
+``activity``, ``approval``) are toolmesh extensions with free-form data."""
+
+
+class ToolEvent(Envelope):
+    """A streaming event during one call (seed 000): ``seq`` counts 0, 1, 2, ... per call."""
+
+    type: Literal["tool/event"] = "tool/event"
+    kind: str
+    req_id: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    seq: int = 0
+
+
+class ToolResult(BaseModel):
+    """The outcome of one call (seed 000), one type for every source and transport.
+
+    Extensions: ``output`` is the text a model sees (derived from ``data`` or ``error`` unless the
+    source gave its own), ``is_error`` mirrors ``success``, ``metadata`` carries source details
+    (an A2A task id, HTTP status, ...) and ``state_update`` is an RFC 6902 patch for the session's
+    state document (seed 003).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    success: bool
+    tool_name: str
+    data: Any = Field(default=None, exclude_if=_is_none)
+    summary: Any = Field(default=None, exclude_if=_is_none)
+    truncated: bool = Field(default=False, exclude_if=_is_empty)
+    exit_code: int | None = Field(default=None, exclude_if=_is_none)
+    error: str | None = Field(default=None, exclude_if=_is_none)
+    error_code: str | None = Field(default=None, exclude_if=_is_none)
+    duration_ms: int
+    events: list[ToolEvent] = Field(default_factory=list, exclude_if=_is_empty)
+    output: str | None = Field(default=None, exclude_if=_is_none)
+    metadata: dict[str, Any] = Field(default_factory=dict, exclude_if=_is_empty)
+    state_update: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
+
+    _derived: bool = PrivateAttr(default=False)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Keep `output` off the wire when it says nothing `data`/`error` do not already say;
+        # the receiving side derives it again.
+        if self.output is None:
+            self.output = derive_output(self.data, self.error)
+            self._derived = True
+
+    @property
+    def is_error(self) -> bool:
+        return not self.success
+
+    @model_serializer(mode="wrap")
+    def _wire_form(self, handler: SerializerFunctionWrapHandler) -> Any:
+        wire = handler(self)
+        if self._derived and isinstance(wire, dict):
+            wire.pop("output", None)
+        return wire
+
+    def raise_for_error(self) -> ToolResult:
+        """Return self, or raise ``ToolCallFailed`` when the call did not succeed."""
+        if not self.success:
+            from toolmesh.errors import ToolCallFailed
+
+            raise ToolCallFailed(self)
+        return self
+
+
+def check_event_data(kind: str, data: dict[str, Any]) -> None:
+    """Raise ValueError when ``data`` does not have the seed's shape for ``kind``."""
+    shape = EVENT_KINDS.get(kind)
+    if shape is None:
+        return
+    for field, expected in shape.items():
+        if field not in data:
+            raise ValueError(f"{kind} event data needs {field!r}")
+        value = data[field]
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise ValueError(f"{kind} event field {field!r} must be {_type_name(expected)}")
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    if isinstance(expected, tuple):
+        return " or ".join(t.__name__ for t in expected)
+    return expected.__name__
+
+
+def derive_output(data: Any, error: str | None) -> str:
+    """The text a model sees for a result that did not give its own."""
+    if error is not None:
+        return error
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return data
+    return json.dumps(data, ensure_ascii=False, default=str)

@@ -1,0 +1,410 @@
+"""The path of one call, the same for every source and every transport::
+
+    resolve tool            unknown_tool
+    -> policy               tool_denied (capabilities held by the session, then policy hooks)
+    -> validate arguments   invalid_arguments, with the JSON path of the bad field
+    -> execute under deadline   timeout / cancelled; events stream with seq 0, 1, 2, ...
+    -> shape result         output bounded (truncated flag), duration_ms, state patch applied
+    -> audit entry          written before the result is returned
+
+A tool that ignores cancellation cannot hold the caller past its deadline: the pipeline stops
+waiting at the deadline, cancels the tool, and answers with a timeout result at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import difflib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
+from toolmesh.errors import ArgumentError, SchemaError, StateError
+from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult
+from toolmesh.tools import Output, Tool, ToolContext
+
+if TYPE_CHECKING:
+    from toolmesh.session import Session
+    from toolmesh.state import StateManager
+    from toolmesh.store.base import Store
+
+__all__ = ["CallSpec", "Decision", "Limits", "Pipeline", "PolicyHook", "ToolResolver"]
+
+logger = logging.getLogger("toolmesh.pipeline")
+
+EventSink = Callable[[ToolEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy hook's verdict on one call; ``rule`` names what decided (it is audited)."""
+
+    allowed: bool
+    reason: str = ""
+    rule: str = ""
+
+
+PolicyHook = Callable[
+    ["Session", Tool, Mapping[str, Any]], "Decision | Awaitable[Decision | None] | None"
+]
+"""Called in order after the capability check; the first verdict that is not None decides."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds every call lives within."""
+
+    default_timeout: float = 30.0
+    max_timeout: float = 3600.0
+    max_output_chars: int = 200_000
+
+
+@dataclass(slots=True)
+class CallSpec:
+    """One call as any protocol asks for it."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    req_id: str = ""
+    correlation_id: str = ""
+    streaming: bool = False
+    timeout: float | None = None
+
+
+class ToolResolver:
+    """What the pipeline needs from a toolkit: look a tool up by name, list names for hints."""
+
+    def get(self, name: str) -> Tool | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def names(self) -> Sequence[str]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Pipeline:
+    """Runs calls against one toolkit, with one store, one set of limits and hooks."""
+
+    def __init__(
+        self,
+        tools: ToolResolver,
+        *,
+        store: Store,
+        state: StateManager | None = None,
+        limits: Limits | None = None,
+        hooks: Sequence[PolicyHook] = (),
+        host_id: str = "",
+    ) -> None:
+        self.tools = tools
+        self.store = store
+        self.state = state
+        self.limits = limits or Limits()
+        self.hooks = list(hooks)
+        self.host_id = host_id
+        self.audit_failures = 0
+        self._stragglers: set[asyncio.Task[Any]] = set()
+
+    async def call(
+        self, session: Session, spec: CallSpec, on_event: EventSink | None = None
+    ) -> ToolResult:
+        """Run one call through every step; always returns a result (or re-raises a
+        cancellation of the caller itself, after auditing it)."""
+        started = time.perf_counter()
+        tool = self.tools.get(spec.tool_name)
+        decision = ""
+        try:
+            if tool is None:
+                result = self._unknown(spec.tool_name)
+            else:
+                verdict = await self._decide(session, tool, spec.arguments)
+                decision = verdict.rule
+                if not verdict.allowed:
+                    result = _failure(tool.name, ToolErrorCode.TOOL_DENIED, verdict.reason)
+                    result.metadata = {"rule": verdict.rule}
+                else:
+                    result = await self._validated_run(session, tool, spec, on_event)
+        except asyncio.CancelledError:
+            result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
+            result.duration_ms = _elapsed_ms(started)
+            await self._audit(session, spec, tool, result, decision)
+            raise
+        result.duration_ms = _elapsed_ms(started)
+        await self._audit(session, spec, tool, result, decision)
+        return result
+
+    async def drain(self) -> None:
+        """Give tools that outlived their deadline a last chance to finish (at shutdown)."""
+        if self._stragglers:
+            await asyncio.wait(self._stragglers, timeout=1.0)
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _unknown(self, name: str) -> ToolResult:
+        message = f"unknown tool {name!r}"
+        names = self.tools.names()
+        if len(names) <= 5000:
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+            if close:
+                message += f"; did you mean {', '.join(repr(n) for n in close)}?"
+        return _failure(name, ToolErrorCode.UNKNOWN_TOOL, message)
+
+    async def _decide(self, session: Session, tool: Tool, arguments: Mapping[str, Any]) -> Decision:
+        missing = session.capabilities.missing(tool.definition.capabilities)
+        if missing is not None:
+            return Decision(
+                False,
+                f"tool {tool.name!r} requires capability {missing!r}, "
+                "which this session does not hold",
+                rule=f"capability:{missing}",
+            )
+        for hook in self.hooks:
+            verdict = hook(session, tool, arguments)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if verdict is not None:
+                return verdict
+        return _ALLOWED
+
+    async def _validated_run(
+        self, session: Session, tool: Tool, spec: CallSpec, on_event: EventSink | None
+    ) -> ToolResult:
+        try:
+            tool.validate(spec.arguments)
+        except ArgumentError as exc:
+            result = _failure(tool.name, ToolErrorCode.INVALID_ARGUMENTS, str(exc))
+            result.metadata = {"path": exc.path}
+            return result
+        except SchemaError as exc:
+            return _failure(tool.name, ToolErrorCode.TOOL_ERROR, f"tool schema is broken: {exc}")
+        timeout = spec.timeout if spec.timeout and spec.timeout > 0 else None
+        timeout = min(timeout or self.limits.default_timeout, self.limits.max_timeout)
+        state = None
+        if self.state is not None:
+            state = await self.state.ensure_loaded(session.id)
+        ctx = ToolContext(
+            tool_name=tool.name,
+            req_id=spec.req_id,
+            session_id=session.id,
+            agent_id=session.agent_id,
+            correlation_id=spec.correlation_id,
+            deadline=time.monotonic() + timeout,
+            capabilities=session.capabilities,
+            state=(lambda: state) if state is not None else None,
+            sink=on_event if spec.streaming else None,
+        )
+        result = await self._execute(tool, spec.arguments, ctx, timeout)
+        if ctx.events and not result.events:
+            result.events = ctx.events
+        self._bound(result)
+        if result.state_update:
+            await self._apply_state(session, result, ctx)
+        return result
+
+    async def _execute(
+        self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext, timeout: float
+    ) -> ToolResult:
+        # Start the tool eagerly: most finish without suspending, and then need neither a task
+        # nor a timer. One that suspends continues as a task under the deadline.
+        context = contextvars.copy_context()
+        coro = tool.run(arguments, ctx)
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration as done:
+            ctx._close()
+            return _shape(tool.name, done.value)
+        except Exception as exc:  # the tool's own failure becomes a result
+            ctx._close()
+            return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
+        task = asyncio.get_running_loop().create_task(_resume(coro, first), context=context)
+        try:
+            async with asyncio.timeout(timeout):
+                raw = await asyncio.shield(task)
+        except TimeoutError:
+            self._abandon(task, ctx)
+            return _failure(
+                tool.name, ToolErrorCode.TIMEOUT, f"tool {tool.name!r} timed out after {timeout:g}s"
+            )
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled() and not _being_cancelled():
+                ctx._close()  # the tool cancelled itself; the caller did not
+                return _failure(tool.name, ToolErrorCode.CANCELLED, "the tool was cancelled")
+            self._abandon(task, ctx)
+            raise
+        except Exception as exc:  # the tool's own failure becomes a result
+            ctx._close()
+            return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
+        ctx._close()
+        return _shape(tool.name, raw)
+
+    def _abandon(self, task: asyncio.Future[Any], ctx: ToolContext) -> None:
+        ctx._close(cancelled=True)
+        task.cancel()
+        if not task.done() and isinstance(task, asyncio.Task):
+            self._stragglers.add(task)
+            task.add_done_callback(self._straggler_done)
+
+    def _straggler_done(self, task: asyncio.Task[Any]) -> None:
+        self._stragglers.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug("tool finished with an error after its deadline", exc_info=True)
+
+    def _bound(self, result: ToolResult) -> None:
+        limit = self.limits.max_output_chars
+        output = result.output or ""
+        if len(output) <= limit:
+            return
+        note = f"\n[output truncated: {limit} of {len(output)} characters shown]"
+        result.output = output[:limit] + note
+        result._derived = False
+        result.truncated = True
+        if isinstance(result.data, str):
+            result.data = result.output
+        elif result.data is not None:
+            result.data = None
+            result.metadata = {**result.metadata, "data_omitted": "larger than the output limit"}
+
+    async def _apply_state(self, session: Session, result: ToolResult, ctx: ToolContext) -> None:
+        patch = result.state_update or []
+        if not result.success or self.state is None:
+            return
+        try:
+            record = await self.state.apply(session.id, patch)
+        except StateError as exc:
+            result.success = False
+            result.error_code = ToolErrorCode.INVALID_STATE_UPDATE
+            result.error = str(exc)
+            return
+        sink = ctx._sink
+        event = ToolEvent(
+            kind="state",
+            req_id=ctx.req_id,
+            data={"delta": patch, "version": record.version},
+            seq=len(result.events),
+        )
+        result.events = [*result.events, event]
+        if sink is not None:
+            sink(event)
+
+    async def _audit(
+        self,
+        session: Session,
+        spec: CallSpec,
+        tool: Tool | None,
+        result: ToolResult,
+        decision: str,
+    ) -> None:
+        input_bytes, digest = digest_arguments(spec.arguments)
+        entry = AuditEntry(
+            tool_name=spec.tool_name,
+            success=result.success,
+            error_code=result.error_code,
+            duration_ms=result.duration_ms,
+            session_id=session.id,
+            agent_id=session.agent_id,
+            req_id=spec.req_id,
+            correlation_id=spec.correlation_id,
+            source=tool.source if tool is not None else "",
+            transport=session.transport,
+            input_bytes=input_bytes,
+            output_bytes=len((result.output or "").encode()),
+            args_digest=digest,
+            decision=decision,
+            host_id=self.host_id,
+        )
+        try:
+            # In-process callers share the host's fate, so their entries may share a commit.
+            await self.store.append_audit(entry, durable=session.transport != "inprocess")
+        except Exception as exc:
+            self.audit_failures += 1
+            log_lost_entry(entry, exc)
+
+
+_ALLOWED = Decision(True)
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class _Resumed:
+    """Awaitable that carries on a coroutine which already ran to its first suspension."""
+
+    __slots__ = ("coro", "pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        self.coro = coro
+        self.pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self.coro, self.pending
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: cancellation, mostly
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _resume(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
+    return await _Resumed(coro, pending)
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def _failure(tool_name: str, code: ToolErrorCode, message: str) -> ToolResult:
+    return ToolResult(
+        success=False, tool_name=tool_name, error=message, error_code=code, duration_ms=0
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _shape(tool_name: str, raw: Any) -> ToolResult:
+    """Turn whatever a tool returned into its ToolResult."""
+    if isinstance(raw, ToolResult):
+        if not raw.tool_name:
+            raw.tool_name = tool_name
+        return raw
+    if isinstance(raw, Output):
+        return ToolResult(
+            success=True,
+            tool_name=tool_name,
+            data=jsonable(raw.value),
+            output=raw.text,
+            metadata=raw.metadata,
+            state_update=raw.state_update,
+            duration_ms=0,
+        )
+    return ToolResult(success=True, tool_name=tool_name, data=jsonable(raw), duration_ms=0)
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-compatible form of a tool's return value (models, dataclasses, enums, ...)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)

@@ -1,0 +1,291 @@
+"""The A2E wire protocol: messages, their envelope and NDJSON framing.
+
+Every message carries the envelope ``type``, ``id`` (auto UUID), ``version`` ("1.0") and ``ts``
+(auto); responses echo the request's id as ``req_id``. One message is one JSON object on one
+line. ``decode`` turns a line into a typed message or raises ``ProtocolError`` with a precise
+code from ``ErrorCode``; the connection that read the line answers with an ``error`` message and
+keeps serving.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_serializer
+
+from toolmesh.errors import ProtocolError
+from toolmesh.models import (
+    Envelope,
+    ToolDefinition,
+    ToolEvent,
+    ToolResult,
+    _is_empty,
+    _is_none,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "CapabilityOverride",
+    "ErrorCode",
+    "ErrorMessage",
+    "HandshakeRequest",
+    "HandshakeResponse",
+    "Message",
+    "NegotiatedCapability",
+    "Ping",
+    "Pong",
+    "Shutdown",
+    "ToolCallRequest",
+    "ToolCallResponse",
+    "ToolEvent",
+    "ToolListRequest",
+    "ToolListResponse",
+    "decode",
+    "encode",
+    "request_id_of",
+]
+
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class ErrorCode(enum.StrEnum):
+    """Codes of A2E ``error`` messages: protocol failures, never tool failures."""
+
+    PARSE_ERROR = "parse_error"  # not JSON
+    INVALID_MESSAGE = "invalid_message"  # JSON, but a field is missing or of the wrong type
+    UNKNOWN_MESSAGE_TYPE = "unknown_message_type"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    VERSION_MISMATCH = "version_mismatch"
+    HANDSHAKE_REQUIRED = "handshake_required"
+    SESSION_MISMATCH = "session_mismatch"
+    CAPABILITY_NOT_NEGOTIATED = "capability_not_negotiated"
+    MAX_PARALLEL_EXCEEDED = "max_parallel_exceeded"
+    DUPLICATE_REQUEST = "duplicate_request"
+    UNAUTHORIZED = "unauthorized"
+    SHUTTING_DOWN = "shutting_down"
+    RUNTIME_ERROR = "runtime_error"
+
+
+# -- handshake and lifecycle ----------------------------------------------------------------------
+
+
+class CapabilityOverride(BaseModel):
+    """How a session asks to adjust the host's capability tags (seed 003's per-session policy)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: Literal["inherit", "extend", "replace"] = "inherit"
+    capabilities: list[str] = Field(default_factory=list)
+
+
+class HandshakeRequest(Envelope):
+    """Agent -> host, once per session before any other message.
+
+    ``session_id`` (extension) resumes an earlier session and its state document.
+    """
+
+    type: Literal["handshake/req"] = "handshake/req"
+    agent_id: str = ""
+    agent_caps: list[str] = Field(default_factory=list)
+    auth_token: str = ""
+    capability_override: CapabilityOverride | None = Field(default=None, exclude_if=_is_none)
+    session_id: str = Field(default="", exclude_if=_is_empty)
+
+
+class NegotiatedCapability(BaseModel):
+    """One A2E capability the host accepted for the session (``tools`` here)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    capability: str
+    enabled: bool = True
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class HandshakeResponse(Envelope):
+    """Host -> agent: the session id, what was negotiated, and the session's limits."""
+
+    type: Literal["handshake/resp"] = "handshake/resp"
+    req_id: str = ""
+    session_id: str = ""
+    accepted_caps: list[NegotiatedCapability] = Field(default_factory=list)
+    max_parallel: int = 4
+    ok: bool = True
+    reason: str = ""
+
+
+class Ping(Envelope):
+    type: Literal["ping"] = "ping"
+
+
+class Pong(Envelope):
+    type: Literal["pong"] = "pong"
+    req_id: str = ""
+    uptime_seconds: float = 0.0
+
+
+class Shutdown(Envelope):
+    """Agent -> host: end the session after draining in-flight calls (up to ``timeout`` s)."""
+
+    type: Literal["shutdown"] = "shutdown"
+    timeout: int = 10
+
+
+class ErrorMessage(Envelope):
+    """Either side -> the other: a protocol failure, echoing the offending message's id."""
+
+    type: Literal["error"] = "error"
+    req_id: str = ""
+    code: str
+    message: str = ""
+    detail: dict[str, Any] = Field(default_factory=dict)
+    retryable: bool = False
+    capability_name: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: ProtocolError, req_id: str = "") -> ErrorMessage:
+        return cls(
+            req_id=req_id,
+            code=exc.code,
+            message=exc.message,
+            detail=exc.detail,
+            retryable=exc.retryable,
+            capability_name=exc.capability_name,
+        )
+
+    def to_exception(self) -> ProtocolError:
+        from toolmesh.errors import RemoteError
+
+        return RemoteError(
+            self.code,
+            self.message,
+            detail=self.detail,
+            retryable=self.retryable,
+            capability_name=self.capability_name,
+        )
+
+
+# -- tool/* (seed 000) ----------------------------------------------------------------------------
+
+
+class ToolListRequest(Envelope):
+    """Agent -> host: list the active tools (empty ``query``) or search them all."""
+
+    type: Literal["tool/list/req"] = "tool/list/req"
+    filter_kind: str = ""
+    filter_tags: list[str] = Field(default_factory=list)
+    query: str = Field(default="", exclude_if=_is_empty)
+    include_deferred: bool = Field(default=False, exclude_if=_is_empty)
+
+
+class ToolListResponse(Envelope):
+    type: Literal["tool/list/resp"] = "tool/list/resp"
+    req_id: str = ""
+    tools: list[ToolDefinition] = Field(default_factory=list)
+
+
+class ToolCallRequest(Envelope):
+    """Agent -> host: run one tool. ``timeout`` is the call's wall-clock limit in seconds."""
+
+    type: Literal["tool/call/req"] = "tool/call/req"
+    session_id: str = ""
+    tool_name: str
+    arguments: dict[str, Any]
+    correlation_id: str = ""
+    streaming: bool = False
+    timeout: float = 30.0
+
+    @field_serializer("timeout")
+    def _whole_seconds_as_int(self, value: float) -> float | int:
+        # The seed types timeout as int; keep whole seconds looking like one on the wire.
+        return int(value) if float(value).is_integer() else value
+
+
+class ToolCallResponse(Envelope):
+    type: Literal["tool/call/resp"] = "tool/call/resp"
+    req_id: str = ""
+    data: ToolResult
+    created_at: float = Field(default_factory=time.time)
+
+
+Message = Annotated[
+    HandshakeRequest
+    | HandshakeResponse
+    | Ping
+    | Pong
+    | Shutdown
+    | ErrorMessage
+    | ToolListRequest
+    | ToolListResponse
+    | ToolCallRequest
+    | ToolCallResponse
+    | ToolEvent,
+    Field(discriminator="type"),
+]
+"""Any A2E message toolmesh speaks."""
+
+_MESSAGE: TypeAdapter[Any] = TypeAdapter(Message)
+
+
+def encode(message: BaseModel) -> bytes:
+    """One message as one NDJSON line (newline included)."""
+    return message.__pydantic_serializer__.to_json(message) + b"\n"
+
+
+def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Any:
+    """Parse one line into a typed message; raise ``ProtocolError`` saying exactly what is wrong."""
+    if len(line) > max_bytes:
+        raise ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"message of {len(line)} bytes exceeds the limit of {max_bytes} bytes",
+            detail={"size": len(line), "limit": max_bytes},
+        )
+    try:
+        return _MESSAGE.validate_json(line, strict=True)
+    except ValidationError as exc:
+        raise _protocol_error(exc, line) from None
+
+
+def request_id_of(line: bytes | str) -> str:
+    """The ``id`` of a message that failed to decode, when it can still be read."""
+    try:
+        raw = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+        return str(raw["id"])
+    return ""
+
+
+def _protocol_error(exc: ValidationError, line: bytes | str) -> ProtocolError:
+    first = exc.errors(include_url=False)[0]
+    kind = first["type"]
+    if kind == "json_invalid":
+        return ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {first['msg']}")
+    if kind == "union_tag_invalid":
+        tag = first.get("ctx", {}).get("tag", "?")
+        return ProtocolError(
+            ErrorCode.UNKNOWN_MESSAGE_TYPE,
+            f"unknown message type {tag!r}",
+            detail={"type": tag},
+        )
+    if kind == "union_tag_not_found":
+        return ProtocolError(ErrorCode.INVALID_MESSAGE, "message has no 'type' field")
+    if kind in ("model_type", "model_attributes_type", "dict_type") and len(first["loc"]) <= 1:
+        return ProtocolError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object")
+    # loc[0] is the message type (the union branch); the rest is the field's path.
+    loc = [str(part) for part in first["loc"][1:]]
+    field = ".".join(loc) or "message"
+    reason = "is required" if kind == "missing" else first["msg"].lower()
+    errors = [
+        {"field": ".".join(str(p) for p in e["loc"][1:]), "error": e["msg"]}
+        for e in exc.errors(include_url=False)
+    ]
+    return ProtocolError(
+        ErrorCode.INVALID_MESSAGE,
+        f"field {field!r} {reason}",
+        detail={"type": str(first["loc"][0]) if first["loc"] else "", "errors": errors},
+    )

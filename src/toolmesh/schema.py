@@ -1,0 +1,303 @@
+"""ToolParameter lists <-> JSON Schema, and compiled argument validators.
+
+The seed's ``ToolParameter`` says less than JSON Schema can (no ``anyOf``, no ``$ref``, no
+numeric bounds). Conversion from parameters to a schema and back is lossless; from a schema to
+parameters it keeps what the parameter model can say, and ``is_lossless`` tells whether anything
+was dropped, so the exact schema can travel beside the parameters when it was.
+
+Validators compile a schema once (fastjsonschema generates Python code for it) and are shared by
+every tool whose schema is identical. Remote ``$ref`` targets are never fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import fastjsonschema
+
+from toolmesh.errors import ArgumentError, SchemaError
+from toolmesh.models import ToolParameter
+
+__all__ = [
+    "EMPTY_OBJECT_SCHEMA",
+    "Validator",
+    "compile_validator",
+    "is_lossless",
+    "parameter_to_schema",
+    "parameters_to_schema",
+    "schema_to_parameters",
+]
+
+JsonSchema = dict[str, Any]
+
+EMPTY_OBJECT_SCHEMA: JsonSchema = {"type": "object", "properties": {}}
+
+
+# -- parameters -> schema ------------------------------------------------------------------------
+
+
+def parameters_to_schema(parameters: Sequence[ToolParameter]) -> JsonSchema:
+    """The JSON Schema object whose properties are ``parameters``."""
+    schema: JsonSchema = {
+        "type": "object",
+        "properties": {p.name: parameter_to_schema(p) for p in parameters},
+    }
+    required = [p.name for p in parameters if p.required]
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def parameter_to_schema(parameter: ToolParameter) -> JsonSchema:
+    """The JSON Schema of one parameter (its ``required`` flag belongs to the parent)."""
+    schema: JsonSchema = {"type": parameter.type}
+    if parameter.description:
+        schema["description"] = parameter.description
+    if parameter.enum is not None:
+        schema["enum"] = [_typed_enum_value(v, parameter.type) for v in parameter.enum]
+    if parameter.properties is not None:
+        nested = parameters_to_schema(
+            [p.model_copy(update={"name": key}) for key, p in parameter.properties.items()]
+        )
+        schema["properties"] = nested["properties"]
+        if "required" in nested:
+            schema["required"] = nested["required"]
+    if parameter.items is not None:
+        schema["items"] = parameter_to_schema(parameter.items)
+    return schema
+
+
+def _typed_enum_value(value: str, type_name: str) -> Any:
+    """Give a string enum value back its parameter's JSON type, when it reads back the same."""
+    if type_name == "integer" or type_name == "number":
+        for parse in (int, float):
+            try:
+                parsed = parse(value)
+            except ValueError:
+                continue
+            if _enum_text(parsed) == value:
+                return parsed
+    if type_name == "boolean" and value in ("true", "false"):
+        return value == "true"
+    return value
+
+
+def _enum_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(value, sort_keys=True)
+
+
+# -- schema -> parameters ------------------------------------------------------------------------
+
+
+def schema_to_parameters(schema: Mapping[str, Any]) -> list[ToolParameter]:
+    """The parameters of an object schema (``$ref``s to its own ``$defs`` resolved)."""
+    resolver = _Resolver(schema)
+    root = resolver.resolve(schema)
+    properties = root.get("properties") or {}
+    required = set(root.get("required") or ())
+    return [
+        _to_parameter(name, prop, name in required, resolver, depth=0)
+        for name, prop in properties.items()
+    ]
+
+
+_MAX_DEPTH = 32  # recursive schemas stop here; the exact schema still travels beside
+
+
+def _to_parameter(
+    name: str, raw: Any, required: bool, resolver: _Resolver, *, depth: int
+) -> ToolParameter:
+    schema = resolver.resolve(raw) if isinstance(raw, Mapping) else {}
+    schema = _collapse(schema, resolver)
+    type_name = _type_of(schema)
+    enum = schema.get("enum")
+    if enum is None and "const" in schema:
+        enum = [schema["const"]]
+    properties: dict[str, ToolParameter] | None = None
+    items: ToolParameter | None = None
+    if depth < _MAX_DEPTH:
+        if "properties" in schema:
+            nested_required = set(schema.get("required") or ())
+            properties = {
+                key: _to_parameter(key, value, key in nested_required, resolver, depth=depth + 1)
+                for key, value in schema["properties"].items()
+            }
+        if isinstance(schema.get("items"), Mapping):
+            items = _to_parameter("items", schema["items"], False, resolver, depth=depth + 1)
+    return ToolParameter(
+        name=name,
+        type=type_name,
+        description=str(schema.get("description") or ""),
+        required=required,
+        enum=[_enum_text(v) for v in enum] if isinstance(enum, list) else None,
+        properties=properties,
+        items=items,
+    )
+
+
+def _collapse(schema: Mapping[str, Any], resolver: _Resolver) -> Mapping[str, Any]:
+    """Reduce ``Optional[X]`` style unions and single-branch ``allOf`` to the branch itself."""
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list):
+            resolved = [resolver.resolve(b) for b in branches if isinstance(b, Mapping)]
+            concrete = [b for b in resolved if b.get("type") != "null"]
+            if concrete:
+                merged = {k: v for k, v in schema.items() if k != key}
+                return {**_collapse(concrete[0], resolver), **merged}
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
+        merged = {k: v for k, v in schema.items() if k != "allOf"}
+        return {**_collapse(resolver.resolve(all_of[0]), resolver), **merged}
+    return schema
+
+
+def _type_of(schema: Mapping[str, Any]) -> str:
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        concrete = [t for t in declared if t != "null"]
+        declared = concrete[0] if concrete else "null"
+    if isinstance(declared, str):
+        return declared
+    if "properties" in schema:
+        return "object"
+    if "items" in schema:
+        return "array"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        return "string"
+    return "string"
+
+
+class _Resolver:
+    """Follows local ``$ref``s (``#/$defs/X``, ``#/definitions/X``) of one root schema."""
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self._root = root
+
+    def resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        seen: set[str] = set()
+        while isinstance(ref := schema.get("$ref"), str):
+            if ref in seen or not ref.startswith("#/"):
+                return {k: v for k, v in schema.items() if k != "$ref"}
+            seen.add(ref)
+            target: Any = self._root
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(part) if isinstance(target, Mapping) else None
+            if not isinstance(target, Mapping):
+                raise SchemaError(f"$ref {ref!r} does not point into the schema")
+            siblings = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = {**target, **siblings}
+        return schema
+
+
+def is_lossless(schema: Mapping[str, Any]) -> bool:
+    """True when the parameter list says everything ``schema`` says."""
+    try:
+        return parameters_to_schema(schema_to_parameters(schema)) == schema
+    except SchemaError:
+        return False
+
+
+# -- validators ----------------------------------------------------------------------------------
+
+
+def _refuse_remote_ref(uri: str) -> Any:
+    raise SchemaError(f"remote $ref {uri!r} is not fetched; inline it or use $defs")
+
+
+_NO_REMOTE_REFS = {"http": _refuse_remote_ref, "https": _refuse_remote_ref, "": _refuse_remote_ref}
+
+_cache: dict[str, Callable[[Any], Any]] = {}
+_cache_lock = threading.Lock()
+_CACHE_LIMIT = 4096
+
+
+def _compiled(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
+    key = json.dumps(schema, sort_keys=True, default=str)
+    fn = _cache.get(key)
+    if fn is not None:
+        return fn
+    try:
+        fn = fastjsonschema.compile(dict(schema), handlers=_NO_REMOTE_REFS, use_default=False)
+    except fastjsonschema.JsonSchemaDefinitionException as exc:
+        raise SchemaError(f"cannot compile schema: {exc}") from exc
+    with _cache_lock:
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = fn
+    return fn
+
+
+class Validator:
+    """Checks arguments against one JSON Schema; compiled on first use, then cached."""
+
+    __slots__ = ("_fn", "schema")
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = schema
+        self._fn: Callable[[Any], Any] | None = None
+
+    def __call__(self, arguments: Any) -> None:
+        """Raise ``ArgumentError`` naming the bad field's path when ``arguments`` do not fit."""
+        fn = self._fn
+        if fn is None:
+            fn = self._fn = _compiled(self.schema)
+        try:
+            fn(arguments)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            raise _argument_error(exc) from None
+
+
+def compile_validator(schema: Mapping[str, Any]) -> Validator:
+    """A validator for ``schema``, compiled now so schema errors surface at once."""
+    validator = Validator(schema)
+    validator._fn = _compiled(schema)
+    return validator
+
+
+def _argument_error(exc: fastjsonschema.JsonSchemaValueException) -> ArgumentError:
+    name = exc.name or "data"
+    path = "$" + name[len("data") :] if name.startswith("data") else f"$.{name}"
+    value = exc.value
+    definition = exc.definition if isinstance(exc.definition, Mapping) else {}
+    if exc.rule == "required" and isinstance(value, Mapping):
+        missing = [k for k in definition.get("required", ()) if k not in value]
+        if missing:
+            return ArgumentError(
+                f"missing required property {missing[0]!r}", path=_child(path, missing[0])
+            )
+    if exc.rule == "additionalProperties" and isinstance(value, Mapping):
+        known = set(definition.get("properties") or ())
+        extra = [k for k in value if k not in known]
+        if extra:
+            expected = ", ".join(sorted(known)) or "none"
+            return ArgumentError(
+                f"unexpected property {extra[0]!r} (expected: {expected})",
+                path=_child(path, extra[0]),
+            )
+    message = exc.message
+    if message.startswith(name):
+        message = message[len(name) :].strip()
+    return ArgumentError(message, path=path)
+
+
+def _child(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    text = str(key)
+    if text.isidentifier():
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text)}]"

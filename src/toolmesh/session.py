@@ -1,0 +1,27 @@
+"""A session: one agent's connection to a host, what it holds and how many calls it runs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolmesh.capabilities import CapabilitySet
+from toolmesh.models import new_id
+
+__all__ = ["Session"]
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    """Who is calling (``agent_id``), what they may call (``capabilities``) and their limits."""
+
+    capabilities: CapabilitySet = field(default_factory=CapabilitySet)
+    agent_id: str = ""
+    id: str = field(default_factory=new_id)
+    max_parallel: int = 8
+    transport: str = "inprocess"
+    a2e_caps: frozenset[str] = frozenset({"tools"})
+    created_at: float = field(default_factory=time.time)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    active_calls: int = 0

@@ -1,0 +1,512 @@
+"""Tools from plain Python functions: ``@tool`` and ``tool(fn, name=..., description=...)``.
+
+The input schema comes from the type hints: str, int, float, bool, None, Any, Optional and
+unions, Literal and Enum (-> enum), list/set/tuple/dict of anything, TypedDict, dataclasses and
+pydantic models (-> nested objects, through pydantic, once per type). A parameter with a default
+is not required. Descriptions come from the docstring: its summary and body for the tool, its
+Google, NumPy or Sphinx parameter sections for the parameters, ``Annotated[T, "text"]`` or
+``Field(description=...)`` beside a hint.
+
+A parameter annotated ``ToolContext`` (or named ``ctx``) receives the call's context and is left
+out of the schema. Async functions are awaited; plain functions run on a worker thread so they
+cannot block the event loop. Return values become results: str as is, models and dicts as JSON
+data, ``Output`` and ``ToolResult`` passed through; an exception becomes an error result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
+
+import docstring_parser
+from pydantic import TypeAdapter
+from pydantic.fields import FieldInfo
+
+from toolmesh.capabilities import check_tag
+from toolmesh.errors import ConfigError, SchemaError
+from toolmesh.models import ToolDefinition
+from toolmesh.sources.base import ToolSet
+from toolmesh.tools import Tool, ToolContext, run_blocking
+
+__all__ = ["FunctionTool", "function_schema", "tool"]
+
+JsonSchema = dict[str, Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PRIMITIVES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_NONE_TYPES = (None, type(None))
+
+
+class FunctionTool(Tool):
+    """A Tool made from a Python function; calling it calls the function itself."""
+
+    __slots__ = ("__wrapped__",)
+    __wrapped__: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__wrapped__(*args, **kwargs)
+
+
+@overload
+def tool(fn: F, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capabilities: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    idempotent: bool = False,
+    defer_loading: bool = False,
+    requires_approval: bool = False,
+    streaming: bool = True,
+    version: str = "1.0.0",
+    annotations: Mapping[str, Any] | None = None,
+) -> Callable[[F], FunctionTool]: ...
+
+
+@overload
+def tool(
+    fn: F,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capabilities: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    idempotent: bool = False,
+    defer_loading: bool = False,
+    requires_approval: bool = False,
+    streaming: bool = True,
+    version: str = "1.0.0",
+    annotations: Mapping[str, Any] | None = None,
+) -> FunctionTool: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capabilities: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    idempotent: bool = False,
+    defer_loading: bool = False,
+    requires_approval: bool = False,
+    streaming: bool = True,
+    version: str = "1.0.0",
+    annotations: Mapping[str, Any] | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool of a function: ``@tool``, ``@tool(name=...)`` or ``tool(fn, ...)``."""
+
+    def build(function: Callable[..., Any]) -> FunctionTool:
+        return _build(
+            function,
+            name=name,
+            description=description,
+            capabilities=capabilities,
+            tags=tags,
+            idempotent=idempotent,
+            defer_loading=defer_loading,
+            requires_approval=requires_approval,
+            streaming=streaming,
+            version=version,
+            annotations=annotations,
+        )
+
+    if fn is None:
+        return build
+    return build(fn)
+
+
+def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
+    if not callable(fn):
+        raise ConfigError(f"tool() needs a function, got {type(fn).__name__}")
+    if isinstance(fn, Tool):
+        raise ConfigError(f"{fn.name!r} is already a tool")
+    target = _unwrap(fn)
+    plan = _plan(target)
+    doc = _docstring(target)
+    tool_name = options["name"] or getattr(target, "__name__", None)
+    if not tool_name or tool_name == "<lambda>":
+        raise ConfigError("a lambda or unnamed callable needs tool(fn, name=...)")
+    input_schema, output_schema = _schemas(plan, doc)
+    definition = ToolDefinition(
+        name=tool_name,
+        description=options["description"] or _description(doc) or tool_name,
+        streaming=options["streaming"],
+        idempotent=options["idempotent"],
+        tags=list(options["tags"]),
+        version=options["version"],
+        defer_loading=options["defer_loading"],
+        capabilities=[
+            check_tag(c, where=f"tool {tool_name!r} capability") for c in options["capabilities"]
+        ],
+        annotations=dict(options["annotations"]) if options["annotations"] else None,
+        requires_approval=options["requires_approval"],
+    )
+    made = FunctionTool(
+        definition,
+        _runner(fn, plan),
+        source="python",
+        input_schema=input_schema,
+        output_schema=output_schema,
+    )
+    made.__wrapped__ = fn
+    return made
+
+
+def function_schema(fn: Callable[..., Any]) -> JsonSchema:
+    """The input JSON Schema ``@tool`` would give ``fn``."""
+    target = _unwrap(fn)
+    return _schemas(_plan(target), _docstring(target))[0]
+
+
+# -- reading the function ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class _Param:
+    name: str
+    annotation: Any
+    default: Any
+    kind: inspect._ParameterKind
+    description: str = ""
+    coerce: Callable[[Any], Any] | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    params: list[_Param]
+    context_param: str | None
+    extra_kwargs: bool
+    returns: Any
+    is_async: bool
+
+
+def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    if isinstance(fn, functools.partial):
+        return fn
+    unwrapped: Callable[..., Any] = inspect.unwrap(fn)
+    return unwrapped
+
+
+def _plan(fn: Callable[..., Any]) -> _Plan:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot read the signature of {fn!r}: {exc}") from exc
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # unresolved forward references, mostly
+        raise ConfigError(f"cannot resolve the type hints of {_qualname(fn)}: {exc}") from exc
+    params: list[_Param] = []
+    context_param = None
+    extra_kwargs = False
+    for param in signature.parameters.values():
+        annotation = hints.get(param.name, Any)
+        if _is_context(param.name, annotation):
+            context_param = param.name
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise ConfigError(f"{_qualname(fn)}: *{param.name} cannot be a tool parameter")
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            extra_kwargs = True
+            continue
+        params.append(_Param(param.name, annotation, param.default, param.kind))
+    return _Plan(
+        params=params,
+        context_param=context_param,
+        extra_kwargs=extra_kwargs,
+        returns=hints.get("return", inspect.Signature.empty),
+        is_async=inspect.iscoroutinefunction(fn),
+    )
+
+
+def _is_context(name: str, annotation: Any) -> bool:
+    base = _strip_annotated(annotation)[0]
+    if base is ToolContext:
+        return True
+    if typing.get_origin(base) in (typing.Union, types.UnionType):
+        return any(arg is ToolContext for arg in typing.get_args(base))
+    return name == "ctx" and base is Any
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+def _docstring(fn: Callable[..., Any]) -> docstring_parser.Docstring | None:
+    text = inspect.getdoc(fn)
+    if not text:
+        return None
+    try:
+        return docstring_parser.parse(text)
+    except docstring_parser.ParseError:
+        return docstring_parser.Docstring()
+
+
+def _description(doc: docstring_parser.Docstring | None) -> str:
+    if doc is None:
+        return ""
+    parts = [p for p in (doc.short_description, doc.long_description) if p]
+    return "\n\n".join(parts).strip()
+
+
+# -- schemas -------------------------------------------------------------------------------------
+
+
+def _schemas(
+    plan: _Plan, doc: docstring_parser.Docstring | None
+) -> tuple[JsonSchema, JsonSchema | None]:
+    described = {p.arg_name: p.description or "" for p in doc.params} if doc else {}
+    builder = _SchemaBuilder()
+    properties: JsonSchema = {}
+    required: list[str] = []
+    for param in plan.params:
+        schema = builder.schema(param.annotation)
+        note = described.get(param.name)
+        if note and "description" not in schema:
+            schema = {**schema, "description": note}
+        if param.default is not inspect.Parameter.empty:
+            default = _json_default(param.default)
+            if default is not _UNSET:
+                schema = {**schema, "default": default}
+        else:
+            required.append(param.name)
+        param.coerce = builder.coercer(param.annotation)
+        properties[param.name] = schema
+    input_schema: JsonSchema = {"type": "object", "properties": properties}
+    if required:
+        input_schema["required"] = required
+    if not plan.extra_kwargs:
+        input_schema["additionalProperties"] = False
+    if builder.defs:
+        input_schema["$defs"] = builder.defs
+    return input_schema, _output_schema(plan.returns, doc)
+
+
+def _output_schema(returns: Any, doc: docstring_parser.Docstring | None) -> JsonSchema | None:
+    if returns is inspect.Signature.empty or returns in _NONE_TYPES or returns is Any:
+        return None
+    builder = _SchemaBuilder()
+    try:
+        schema = builder.schema(returns)
+    except SchemaError:
+        return None
+    if builder.defs:
+        schema = {**schema, "$defs": builder.defs}
+    if doc is not None and doc.returns is not None and doc.returns.description:
+        schema.setdefault("description", doc.returns.description)
+    return schema
+
+
+_UNSET = object()
+
+
+def _json_default(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple) and all(
+        v is None or isinstance(v, str | int | float | bool) for v in value
+    ):
+        return list(value)
+    return _UNSET
+
+
+def _strip_annotated(annotation: Any) -> tuple[Any, list[Any]]:
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *extras = typing.get_args(annotation)
+        return base, extras
+    return annotation, []
+
+
+class _SchemaBuilder:
+    """JSON Schema for type hints: simple types by hand (fast), structured types by pydantic."""
+
+    def __init__(self) -> None:
+        self.defs: JsonSchema = {}
+
+    def schema(self, annotation: Any) -> JsonSchema:
+        base, extras = _strip_annotated(annotation)
+        schema = self._plain(base) if not _needs_pydantic(base, extras) else None
+        if schema is None:
+            schema = self._pydantic(annotation)
+        else:
+            for extra in extras:
+                if isinstance(extra, str):
+                    schema = {**schema, "description": extra}
+                elif isinstance(extra, FieldInfo) and extra.description:
+                    schema = {**schema, "description": extra.description}
+        return schema
+
+    def _plain(self, tp: Any) -> JsonSchema | None:
+        if tp in _PRIMITIVES:
+            return {"type": _PRIMITIVES[tp]}
+        if tp is Any or tp is object or tp is inspect.Parameter.empty:
+            return {}
+        if tp in _NONE_TYPES:
+            return {"type": "null"}
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin is Literal:
+            return _enum_schema(list(args))
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return _enum_schema([member.value for member in tp])
+        if origin in (typing.Union, types.UnionType):
+            return self._union(args)
+        if tp in (list, set, frozenset, tuple) or origin in (list, set, frozenset, Sequence):
+            return self._array(tp, origin, args)
+        if origin is tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return {"type": "array", "items": self.schema(args[0])}
+            return None  # fixed-length tuples: pydantic's prefixItems
+        if typing.is_typeddict(tp):
+            return self._typed_dict(tp)
+        if tp is dict or origin in (dict, Mapping):
+            schema: JsonSchema = {"type": "object"}
+            if len(args) == 2 and args[1] is not Any:
+                schema["additionalProperties"] = self.schema(args[1])
+            return schema
+        return None
+
+    def _typed_dict(self, tp: Any) -> JsonSchema:
+        # By hand: pydantic accepts only typing_extensions.TypedDict before Python 3.12.
+        hints = typing.get_type_hints(tp, include_extras=True)
+        required = [key for key in hints if key in getattr(tp, "__required_keys__", hints)]
+        schema: JsonSchema = {
+            "type": "object",
+            "properties": {key: self.schema(hint) for key, hint in hints.items()},
+        }
+        if required:
+            schema["required"] = required
+        return schema
+
+    def _array(self, tp: Any, origin: Any, args: tuple[Any, ...]) -> JsonSchema:
+        schema: JsonSchema = {"type": "array"}
+        if args and args[0] is not Any:
+            schema["items"] = self.schema(args[0])
+        if tp in (set, frozenset) or origin in (set, frozenset):
+            schema["uniqueItems"] = True
+        return schema
+
+    def _union(self, args: tuple[Any, ...]) -> JsonSchema:
+        branches = [self.schema(arg) for arg in args]
+        simple = [b.get("type") for b in branches]
+        if all(isinstance(t, str) for t in simple) and all(len(b) == 1 for b in branches):
+            return {"type": list(dict.fromkeys(simple))} if len(simple) > 1 else branches[0]
+        return {"anyOf": branches}
+
+    def _pydantic(self, annotation: Any) -> JsonSchema:
+        try:
+            adapter = _adapter(annotation)
+            schema = adapter.json_schema(ref_template="#/$defs/{model}")
+        except Exception as exc:
+            raise SchemaError(f"cannot make a JSON Schema of {annotation!r}: {exc}") from exc
+        clean: JsonSchema = _strip_titles(schema)
+        self.defs.update(clean.pop("$defs", {}))
+        return clean
+
+    def coercer(self, annotation: Any) -> Callable[[Any], Any] | None:
+        """A function turning JSON arguments into the hinted Python value, or None if the JSON
+        value is already right (plain types)."""
+        base, _extras = _strip_annotated(annotation)
+        if not _needs_instances(base):
+            return None
+        return _adapter(annotation).validate_python
+
+
+def _needs_pydantic(tp: Any, extras: list[Any]) -> bool:
+    if any(not isinstance(e, str | FieldInfo) for e in extras):
+        return True  # annotated_types constraints and friends
+    return any(isinstance(e, FieldInfo) and e.metadata for e in extras)
+
+
+def _needs_instances(tp: Any) -> bool:
+    """Whether a JSON value must be converted to match the hint (models, enums, ...)."""
+    if tp in _PRIMITIVES or tp is Any or tp in _NONE_TYPES or tp in (list, dict, object):
+        return False
+    origin = typing.get_origin(tp)
+    if origin is Literal or typing.is_typeddict(tp):
+        return False  # a TypedDict is a dict already
+    if origin in (typing.Union, types.UnionType, list, dict, Mapping, Sequence, typing.Annotated):
+        return any(_needs_instances(arg) for arg in typing.get_args(tp) if arg is not Ellipsis)
+    return True  # enums, models, dataclasses, TypedDicts, sets, tuples, dates, ...
+
+
+@functools.lru_cache(maxsize=1024)
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def _enum_schema(values: list[Any]) -> JsonSchema:
+    schema: JsonSchema = {"enum": values}
+    kinds = {_PRIMITIVES.get(type(v)) for v in values}
+    if len(kinds) == 1 and None not in kinds:
+        schema = {"type": kinds.pop(), "enum": values}
+    return schema
+
+
+def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
+    """pydantic titles every schema; to a model they are noise. Property names stay."""
+    if isinstance(schema, dict):
+        return {
+            key: _strip_titles(value, in_properties=key in ("properties", "$defs"))
+            for key, value in schema.items()
+            if in_properties or key != "title"
+        }
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    return schema
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
+    positional = [p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
+    context_param = plan.context_param
+
+    def bind(arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
+        kwargs = dict(arguments)
+        for key, coerce in coercers.items():
+            if key in kwargs:
+                kwargs[key] = coerce(kwargs[key])
+        if context_param is not None:
+            kwargs[context_param] = ctx
+        args = [kwargs.pop(name) for name in positional if name in kwargs]
+        return args, kwargs
+
+    if plan.is_async:
+
+        async def run_async(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+            args, kwargs = bind(arguments, ctx)
+            return await fn(*args, **kwargs)
+
+        return run_async
+
+    async def run_in_thread(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = bind(arguments, ctx)
+        return await run_blocking(functools.partial(fn, *args, **kwargs))
+
+    return run_in_thread
+
+
+def tools_of(items: Sequence[Any], *, name: str = "functions") -> ToolSet:
+    """A ToolSet of tools and functions (functions are wrapped with ``tool``)."""
+    made = [item if isinstance(item, Tool) else tool(item) for item in items]
+    return ToolSet(made, name=name)

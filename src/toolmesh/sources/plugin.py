@@ -1,0 +1,144 @@
+"""The A2E ToolPlugin contract (seed 000) and the source that serves a plugin's tools.
+
+A plugin implements ``_list_tools()`` and ``_execute_tool(tool_name, arguments) -> dict``;
+``_search_tools`` may be overridden for custom ranking. ``_execute_tool`` is blocking code, so it
+runs on a worker thread; ``emit`` from inside it reaches the right call even when several calls
+run at once (the call is tracked per thread context, not in the plugin-wide callback).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toolmesh.errors import ConfigError
+from toolmesh.models import ToolDefinition, ToolEvent, ToolResult
+from toolmesh.search import SearchIndex
+from toolmesh.sources.base import Source
+from toolmesh.tools import Tool, ToolContext, run_blocking
+
+__all__ = ["PluginSource", "ToolPlugin"]
+
+_current_call: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
+    "toolmesh_plugin_call", default=None
+)
+
+
+class ToolPlugin(ABC):
+    """Base class for A2E tool plugins: the seed's contract, method for method."""
+
+    name: str = "base_tool"
+
+    def __init__(self, host_instance: Any = None, config: Any = None) -> None:
+        self.host = host_instance
+        self.config = config
+        self._event_cb: Callable[[ToolEvent], None] | None = None
+
+    @abstractmethod
+    def _list_tools(self) -> list[ToolDefinition]:
+        """Must return the tool manifest."""
+
+    @abstractmethod
+    def _execute_tool(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Run one tool; return a JSON-serializable dict, raise for failure."""
+
+    def _search_tools(
+        self,
+        query: str,
+        filter_tags: list[str] | None = None,
+        tools: list[ToolDefinition] | None = None,
+    ) -> list[ToolDefinition]:
+        """On-demand discovery: tools ranked by relevance to ``query`` across name (split on
+        ``_ . -`` and camelCase), description, tags and parameter names and descriptions.
+        Override for another strategy."""
+        candidates = self._list_tools() if tools is None else tools
+        wanted = set(filter_tags or ())
+        candidates = [t for t in candidates if wanted.issubset(t.tags)]
+        index = SearchIndex()
+        for definition in candidates:
+            index.add(definition.name, definition)
+        by_name = {t.name: t for t in candidates}
+        return [by_name[name] for name, _score in index.search(query)]
+
+    def set_event_callback(self, fn: Callable[[ToolEvent], None]) -> None:
+        """Register a callback that also receives every emitted event."""
+        self._event_cb = fn
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        """Emit a streaming event during ``_execute_tool``."""
+        ctx = _current_call.get()
+        if ctx is not None:
+            ctx.emit(kind, data)
+            event = ctx.events[-1] if ctx.events else ToolEvent(kind=kind, data=data)
+        else:
+            event = ToolEvent(kind=kind, data=data)
+        if self._event_cb is not None:
+            self._event_cb(event)
+
+
+class PluginSource(Source):
+    """Serves a ToolPlugin's tools; re-read them with ``refresh()``."""
+
+    def __init__(self, plugin: ToolPlugin) -> None:
+        if not isinstance(plugin, ToolPlugin):
+            raise ConfigError(f"{plugin!r} is not a ToolPlugin")
+        self.plugin = plugin
+        self.name = f"plugin:{plugin.name}"
+        self._custom_search = type(plugin)._search_tools is not ToolPlugin._search_tools
+        self._tools: list[Tool] = []
+        self.refresh(notify=False)
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+    def refresh(self, *, notify: bool = True) -> None:
+        definitions = self.plugin._list_tools()
+        toolkit = self.plugin.name
+        self._tools = [
+            Tool(
+                d if d.toolkit else d.model_copy(update={"toolkit": toolkit}),
+                self._runner(d.name),
+                source="plugin",
+            )
+            for d in definitions
+        ]
+        if notify:
+            self.changed()
+
+    def search(self, query: str, filter_tags: Sequence[str] = ()) -> list[str] | None:
+        if not self._custom_search:
+            return None
+        found = self.plugin._search_tools(query, list(filter_tags) or None, None)
+        return [d.name for d in found]
+
+    def _runner(self, tool_name: str) -> Callable[[dict[str, Any], ToolContext], Any]:
+        plugin = self.plugin
+        is_async = inspect.iscoroutinefunction(plugin._execute_tool)
+
+        def execute(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+            _current_call.set(ctx)
+            return plugin._execute_tool(tool_name, arguments)
+
+        async def run(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+            if is_async:
+                token = _current_call.set(ctx)
+                try:
+                    raw = await plugin._execute_tool(tool_name, arguments)  # type: ignore[misc]
+                finally:
+                    _current_call.reset(token)
+            else:
+                raw = await run_blocking(execute, arguments, ctx)
+            return _plugin_result(tool_name, raw)
+
+        return run
+
+
+def _plugin_result(tool_name: str, raw: Any) -> Any:
+    """A dict shaped like a ToolResult is taken as one (the A2E SDK's habit); any other value
+    is the result's data."""
+    if isinstance(raw, dict) and {"success", "tool_name", "duration_ms"} <= raw.keys():
+        return ToolResult.model_validate(raw)
+    return raw

@@ -1,0 +1,140 @@
+"""Behaviours as wrappers around a source: filtered, prefixed, renamed, re-tagged.
+
+Each wrapper delegates everything to the source it wraps and changes one thing, so they compose:
+``Prefixed(Filtered(mcp, deny=["delete_*"]), "gh")``. The wrapped tool keeps its executor: a
+renamed tool still runs under the name its source knows it by.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
+
+from toolmesh.capabilities import check_tag
+from toolmesh.sources.base import Source, SourceStatus
+from toolmesh.tools import Tool
+
+__all__ = ["Filtered", "Prefixed", "Renamed", "Tagged", "WrapperSource"]
+
+
+class WrapperSource(Source):
+    """Delegates everything to ``wrapped``; subclasses override ``keep`` and/or ``map``."""
+
+    def __init__(self, wrapped: Source) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self._cache_key: tuple[int, ...] | None = None
+        self._cache: list[Tool] = []
+        wrapped.subscribe(lambda _source: self.changed())
+
+    @property
+    def status(self) -> SourceStatus:
+        return self.wrapped.status
+
+    @status.setter
+    def status(self, value: SourceStatus) -> None:
+        self.wrapped.status = value
+
+    def tools(self) -> Sequence[Tool]:
+        inner = self.wrapped.tools()
+        key = tuple(id(t) for t in inner)
+        if key != self._cache_key:
+            self._cache = [self.map(t) for t in inner if self.keep(t)]
+            self._cache_key = key
+        return self._cache
+
+    def keep(self, tool: Tool) -> bool:
+        return True
+
+    def map(self, tool: Tool) -> Tool:
+        return tool
+
+    async def open(self) -> None:
+        await self.wrapped.open()
+
+    async def close(self) -> None:
+        await self.wrapped.close()
+
+    def search(self, query: str, filter_tags: Sequence[str] = ()) -> list[str] | None:
+        ranked = self.wrapped.search(query, filter_tags)
+        if ranked is None:
+            return None
+        by_inner = {t.name: t for t in self.wrapped.tools()}
+        out = []
+        for name in ranked:
+            tool = by_inner.get(name)
+            if tool is not None and self.keep(tool):
+                out.append(self.map(tool).name)
+        return out
+
+
+class Filtered(WrapperSource):
+    """Keeps tools whose names match ``allow`` (glob patterns; all when empty) and not ``deny``,
+    and that pass ``predicate``."""
+
+    def __init__(
+        self,
+        wrapped: Source,
+        *,
+        allow: Sequence[str] = (),
+        deny: Sequence[str] = (),
+        predicate: Callable[[Tool], bool] | None = None,
+    ) -> None:
+        self.allow = list(allow)
+        self.deny = list(deny)
+        self.predicate = predicate
+        super().__init__(wrapped)
+
+    def keep(self, tool: Tool) -> bool:
+        name = tool.name
+        if self.allow and not any(fnmatch.fnmatchcase(name, p) for p in self.allow):
+            return False
+        if any(fnmatch.fnmatchcase(name, p) for p in self.deny):
+            return False
+        return self.predicate is None or self.predicate(tool)
+
+
+class Prefixed(WrapperSource):
+    """Names every tool ``{prefix}{separator}{name}``."""
+
+    def __init__(self, wrapped: Source, prefix: str, *, separator: str = "_") -> None:
+        self.prefix = prefix
+        self.separator = separator
+        super().__init__(wrapped)
+
+    def map(self, tool: Tool) -> Tool:
+        return tool.replace(name=f"{self.prefix}{self.separator}{tool.name}")
+
+
+class Renamed(WrapperSource):
+    """Renames tools by an old -> new mapping; others keep their names."""
+
+    def __init__(self, wrapped: Source, names: Mapping[str, str]) -> None:
+        self.names = dict(names)
+        super().__init__(wrapped)
+
+    def map(self, tool: Tool) -> Tool:
+        new = self.names.get(tool.name)
+        return tool if new is None else tool.replace(name=new)
+
+
+class Tagged(WrapperSource):
+    """Adds capability requirements and/or classification tags to every tool."""
+
+    def __init__(
+        self, wrapped: Source, *, capabilities: Sequence[str] = (), tags: Sequence[str] = ()
+    ) -> None:
+        self.capabilities = [check_tag(c) for c in capabilities]
+        self.tags = list(tags)
+        super().__init__(wrapped)
+
+    def map(self, tool: Tool) -> Tool:
+        definition = tool.definition
+        return tool.replace(
+            capabilities=_union(definition.capabilities, self.capabilities),
+            tags=_union(definition.tags, self.tags),
+        )
+
+
+def _union(first: Sequence[str], second: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys([*first, *second]))

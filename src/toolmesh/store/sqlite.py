@@ -1,0 +1,283 @@
+"""The embedded default store: one SQLite file in WAL mode.
+
+A commit in WAL mode with ``synchronous=NORMAL`` survives the process being killed (it is in
+the WAL file before ``commit`` returns) and costs about 20 us. An audit entry for a call that
+came over a transport is committed before its response leaves (calls finishing together share
+the commit). Entries of in-process calls are committed together at the end of the event-loop
+iteration they finished in, or every ``BATCH_ROWS`` rows: a crash can lose only those, and
+only together with the callers that received their results in the same process.
+
+The audit table has no secondary index: each one would add a page write to every call, and the
+log is read newest-first by rowid. Other processes (``toolmesh audit``) can
+read the file while a host writes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from toolmesh.audit import AuditEntry
+from toolmesh.errors import ConfigError
+from toolmesh.store.base import SessionRecord, StateRecord, Store
+
+__all__ = ["BATCH_ROWS", "MIGRATIONS", "SqliteStore"]
+
+BATCH_ROWS = 128
+
+_AUDIT_COLUMNS = (
+    "ts",
+    "session_id",
+    "agent_id",
+    "req_id",
+    "correlation_id",
+    "tool_name",
+    "source",
+    "transport",
+    "success",
+    "error_code",
+    "duration_ms",
+    "input_bytes",
+    "output_bytes",
+    "args_digest",
+    "decision",
+    "host_id",
+)
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE audit (
+            id INTEGER PRIMARY KEY,
+            ts REAL NOT NULL,
+            session_id TEXT NOT NULL,
+            agent_id TEXT NOT NULL,
+            req_id TEXT NOT NULL,
+            correlation_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            source TEXT NOT NULL,
+            transport TEXT NOT NULL,
+            success INTEGER NOT NULL,
+            error_code TEXT,
+            duration_ms INTEGER NOT NULL,
+            input_bytes INTEGER NOT NULL,
+            output_bytes INTEGER NOT NULL,
+            args_digest TEXT NOT NULL,
+            decision TEXT NOT NULL,
+            host_id TEXT NOT NULL
+        );
+        CREATE TABLE sessions (
+            session_id TEXT PRIMARY KEY,
+            agent_id TEXT NOT NULL,
+            capabilities TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            metadata TEXT NOT NULL
+        );
+        CREATE TABLE state (
+            session_id TEXT PRIMARY KEY,
+            document TEXT NOT NULL,
+            version INTEGER NOT NULL
+        );
+        """,
+    ),
+]
+"""Schema versions, applied in order on open; ``schema_version`` records the last one applied."""
+
+
+class SqliteStore(Store):
+    """Audit, sessions and state in one SQLite file (or ``:memory:``)."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.RLock()  # a sync client may call from its own loop thread
+        self._batched = 0  # rows written in the open transaction, not yet committed
+        self._commit_scheduled = False
+        self._insert_audit = (
+            f"INSERT INTO audit ({', '.join(_AUDIT_COLUMNS)}) "  # noqa: S608 - fixed columns
+            f"VALUES ({', '.join('?' for _ in _AUDIT_COLUMNS)})"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.connection()
+
+    def connection(self) -> sqlite3.Connection:
+        """The open connection, opening and migrating the file on first use."""
+        if self._db is None:
+            self._db = self._connect()
+        return self._db
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            parent = Path(self.path).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise ConfigError(f"audit database folder {parent} does not exist")
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            _migrate(db)
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"cannot use {self.path} as a toolmesh database: {exc}") from exc
+        return db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            self.commit()
+            self._db.close()
+            self._db = None
+
+    def commit(self) -> None:
+        """Commit rows written without ``durable`` (a no-op when there are none)."""
+        with self._lock:
+            self._commit_scheduled = False
+            if self._batched and self._db is not None:
+                self._batched = 0
+                self._db.execute("COMMIT")
+
+    def _commit_soon(self) -> None:
+        if not self._commit_scheduled:
+            self._commit_scheduled = True
+            asyncio.get_running_loop().call_soon(self.commit)
+
+    # -- audit -----------------------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
+        row = (
+            entry.ts,
+            entry.session_id,
+            entry.agent_id,
+            entry.req_id,
+            entry.correlation_id,
+            entry.tool_name,
+            entry.source,
+            entry.transport,
+            int(entry.success),
+            entry.error_code,
+            entry.duration_ms,
+            entry.input_bytes,
+            entry.output_bytes,
+            entry.args_digest,
+            entry.decision,
+            entry.host_id,
+        )
+        db = self.connection()
+        with self._lock:
+            if durable:
+                db.execute(self._insert_audit, row)
+                self.commit()
+                return
+            if not self._batched:
+                db.execute("BEGIN")
+            db.execute(self._insert_audit, row)
+            self._batched += 1
+            if self._batched >= BATCH_ROWS:
+                self.commit()
+            else:
+                self._commit_soon()
+
+    async def recent_audit(self, limit: int = 20) -> list[AuditEntry]:
+        self.commit()
+        return read_audit(self.connection(), limit)
+
+    # -- sessions and state ----------------------------------------------------------------------
+
+    async def save_session(self, record: SessionRecord) -> None:
+        with self._lock:
+            self.commit()
+            self.connection().execute(
+                "INSERT INTO sessions (session_id, agent_id, capabilities, created_at, metadata) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                "agent_id=excluded.agent_id, capabilities=excluded.capabilities, "
+                "metadata=excluded.metadata",
+                (
+                    record.session_id,
+                    record.agent_id,
+                    json.dumps(record.capabilities),
+                    record.created_at,
+                    json.dumps(record.metadata),
+                ),
+            )
+
+    async def load_session(self, session_id: str) -> SessionRecord | None:
+        row = (
+            self.connection()
+            .execute(
+                "SELECT agent_id, capabilities, created_at, metadata FROM sessions "
+                "WHERE session_id = ?",
+                (session_id,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return None
+        return SessionRecord(session_id, row[0], json.loads(row[1]), row[2], json.loads(row[3]))
+
+    async def load_state(self, session_id: str) -> StateRecord | None:
+        row = (
+            self.connection()
+            .execute("SELECT document, version FROM state WHERE session_id = ?", (session_id,))
+            .fetchone()
+        )
+        return None if row is None else StateRecord(json.loads(row[0]), row[1])
+
+    async def save_state(
+        self, session_id: str, document: dict[str, Any], *, expected_version: int
+    ) -> bool:
+        text = json.dumps(document, ensure_ascii=False)
+        with self._lock:
+            self.commit()
+            db = self.connection()
+            if expected_version == 0:
+                cursor = db.execute(
+                    "INSERT INTO state (session_id, document, version) VALUES (?, ?, 1) "
+                    "ON CONFLICT(session_id) DO NOTHING",
+                    (session_id, text),
+                )
+            else:
+                cursor = db.execute(
+                    "UPDATE state SET document = ?, version = version + 1 "
+                    "WHERE session_id = ? AND version = ?",
+                    (text, session_id, expected_version),
+                )
+        return cursor.rowcount == 1
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    current = row[0] or 0
+    for version, script in MIGRATIONS:
+        if version > current:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in filter(str.strip, script.split(";")):
+                    db.execute(statement)
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+
+def read_audit(db: sqlite3.Connection, limit: int) -> list[AuditEntry]:
+    """The newest ``limit`` entries of an open toolmesh database, newest first."""
+    rows = db.execute(
+        f"SELECT {', '.join(_AUDIT_COLUMNS)} FROM audit ORDER BY id DESC LIMIT ?",  # noqa: S608
+        (limit,),
+    ).fetchall()
+    entries = []
+    for row in rows:
+        values = dict(zip(_AUDIT_COLUMNS, row, strict=True))
+        values["success"] = bool(values["success"])
+        entries.append(AuditEntry(**values))
+    return entries

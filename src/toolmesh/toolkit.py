@@ -1,0 +1,447 @@
+"""The Toolkit: tools from several sources, assembled, de-duplicated, searchable and callable.
+
+Assembly walks the sources in the order they were added. Every name is made legal for every
+model provider (``[A-Za-z0-9_-]``, at most 64 characters). When two tools want one name, the first
+keeps it and a ``ToolNameConflict`` warning names both sources, or the toolkit refuses with
+``NameConflictError`` when created with ``on_conflict="error"``. A tool stays reachable under its
+original name too, so an A2E client can call ``fs.read`` even though models see ``fs_read``.
+
+``execute`` runs a call through the same pipeline every transport uses (policy, validation,
+deadline, events, state, audit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeAlias
+
+from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
+from toolmesh.errors import ConfigError, NameConflictError
+from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
+from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
+from toolmesh.search import SearchIndex
+from toolmesh.session import Session
+from toolmesh.sources.base import Source, ToolSet
+from toolmesh.sources.functions import tool as function_tool
+from toolmesh.sources.plugin import PluginSource, ToolPlugin
+from toolmesh.sources.wrappers import Prefixed
+from toolmesh.state import StateManager
+from toolmesh.store import Store, open_store
+from toolmesh.tools import Tool
+
+__all__ = ["ToolNameConflict", "Toolkit", "create_toolkit", "sanitize_name"]
+
+logger = logging.getLogger("toolmesh.toolkit")
+
+NAME_LIMIT = 64
+_ILLEGAL = re.compile(r"[^A-Za-z0-9_-]")
+
+OnConflict = Literal["warn", "error"]
+SourceLike: TypeAlias = "Source | ToolPlugin | Tool | Callable[..., Any] | Toolkit"
+
+
+class ToolNameConflict(UserWarning):
+    """Two tools wanted one name; the first kept it."""
+
+
+def sanitize_name(name: str) -> str:
+    """A name every provider accepts: ``[A-Za-z0-9_-]{1,64}``; long names keep a hash suffix so
+    distinct names stay distinct."""
+    clean = _ILLEGAL.sub("_", name) or "tool"
+    if len(clean) > NAME_LIMIT:
+        digest = hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:8]
+        clean = f"{clean[: NAME_LIMIT - 9]}_{digest}"
+    return clean
+
+
+@dataclass(slots=True)
+class _Entry:
+    tool: Tool  # under its public name
+    source: Source
+    original: str  # the name its source gave it
+    given: Tool  # the object its source gave, to notice when it changes
+
+
+class Toolkit(ToolResolver):
+    """Tools from many sources behind one name space, one search index and one pipeline."""
+
+    def __init__(
+        self,
+        *sources: SourceLike | Sequence[SourceLike],
+        name: str = "toolmesh",
+        on_conflict: OnConflict = "warn",
+        capabilities: Sequence[str] | None = None,
+        capability_policy: CapabilityPolicy = "locked",
+        store: Store | str | Path | None = None,
+        limits: Limits | None = None,
+        hooks: Sequence[PolicyHook] = (),
+        state_paths: Sequence[str] = ("/context/",),
+    ) -> None:
+        if on_conflict not in ("warn", "error"):
+            raise ConfigError(f"on_conflict must be 'warn' or 'error', not {on_conflict!r}")
+        if capability_policy not in ("locked", "extensible"):
+            raise ConfigError(
+                f"capability_policy must be 'locked' or 'extensible', not {capability_policy!r}"
+            )
+        self.name = name
+        self.on_conflict: OnConflict = on_conflict
+        self.capabilities = CapabilitySet([ALL] if capabilities is None else capabilities)
+        self.capability_policy: CapabilityPolicy = capability_policy
+        self.store = open_store(store)
+        self.state = StateManager(self.store, allowed_prefixes=state_paths)
+        self.pipeline = Pipeline(
+            self, store=self.store, state=self.state, limits=limits, hooks=hooks
+        )
+        self.session = Session(capabilities=self.capabilities, agent_id="local")
+        self._sources: list[Source] = []
+        self._entries: dict[str, _Entry] = {}
+        self._aliases: dict[str, str] = {}
+        self._index = SearchIndex()
+        self._version = 0
+        self._listings: dict[tuple[Any, ...], list[ToolDefinition]] = {}
+        self._warned: set[tuple[str, str, str]] = set()
+        self._closed = False
+        for item in sources:
+            self.add(item)
+
+    # -- assembly --------------------------------------------------------------------------------
+
+    def add(self, item: SourceLike | Sequence[SourceLike], *, prefix: str | None = None) -> Source:
+        """Add a source (or a plugin, tool, function, toolkit, or a list of these)."""
+        source = as_source(item)
+        if prefix:
+            source = Prefixed(source, prefix)
+        self._sources.append(source)
+        source.subscribe(self._source_changed)
+        self._append(source, source.tools())
+        return source
+
+    def register(self, *tools: Tool | Callable[..., Any]) -> list[Tool]:
+        """Add tools (or functions) after everything already registered; first name wins."""
+        made = [t if isinstance(t, Tool) else function_tool(t) for t in tools]
+        last = self._sources[-1] if self._sources else None
+        if isinstance(last, ToolSet) and last.name == "registered":
+            last._tools.extend(made)  # appending at the end cannot displace an earlier tool
+            self._append(last, made)
+        else:
+            self.add(ToolSet(made, name="registered"))
+        return made
+
+    def _append(self, source: Source, tools: Iterable[Tool]) -> None:
+        for tool in tools:
+            self._claim(source, tool)
+        self._version += 1
+        self._listings.clear()
+
+    def _claim(
+        self, source: Source, given: Tool, previous: Mapping[str, _Entry] | None = None
+    ) -> None:
+        """Give ``given`` its public name unless an earlier tool holds it."""
+        original = given.name
+        public = sanitize_name(original)
+        holder = self._entries.get(public)
+        if holder is not None:
+            self._conflict(holder, source, original, public)
+            return
+        if public != original:
+            self._aliases.setdefault(original, public)
+        old = previous.get(public) if previous is not None else None
+        if old is not None and old.source is source and old.given is given:
+            self._entries[public] = old  # unchanged: the index entry stays as it is
+            return
+        tool = given if public == original else given.replace(name=public)
+        self._entries[public] = _Entry(tool, source, original, given)
+        self._index.add(public, tool.definition)
+
+    def _conflict(self, holder: _Entry, source: Source, original: str, public: str) -> None:
+        renamed = f" (made legal as {public!r})" if original != public else ""
+        message = (
+            f"tool name {public!r} is taken: {original!r}{renamed} from source "
+            f"{source.name!r} is ignored; {holder.original!r} from source "
+            f"{holder.source.name!r} keeps it"
+        )
+        if self.on_conflict == "error":
+            raise NameConflictError(message)
+        key = (public, holder.source.name, source.name)
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
+            warnings.warn(message, ToolNameConflict, stacklevel=4)
+
+    def _source_changed(self, _source: Source) -> None:
+        """Re-assemble after a source changed its tools; the index changes only where tools did
+        (an earlier source losing a tool can hand its name to a later one)."""
+        previous = self._entries
+        self._entries = {}
+        self._aliases = {}
+        for source in self._sources:
+            for tool in source.tools():
+                self._claim(source, tool, previous)
+        for name in previous.keys() - self._entries.keys():
+            self._index.remove(name)
+        self._version += 1
+        self._listings.clear()
+
+    # -- lookup ----------------------------------------------------------------------------------
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name`` (its public or its original name), or None."""
+        entry = self._entries.get(name)
+        if entry is None:
+            alias = self._aliases.get(name)
+            entry = self._entries.get(alias) if alias is not None else None
+        return entry.tool if entry is not None else None
+
+    def __getitem__(self, name: str) -> Tool:
+        tool = self.get(name)
+        if tool is None:
+            raise KeyError(name)
+        return tool
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    @property
+    def tools(self) -> list[Tool]:
+        """Every tool, deferred ones included, in assembly order."""
+        return [entry.tool for entry in self._entries.values()]
+
+    @property
+    def sources(self) -> list[Source]:
+        return list(self._sources)
+
+    def source_of(self, name: str) -> Source | None:
+        entry = self._entries.get(name) or self._entries.get(self._aliases.get(name, ""))
+        return entry.source if entry is not None else None
+
+    def definitions(
+        self,
+        *,
+        capabilities: CapabilitySet | None = None,
+        kind: str = "",
+        tags: Sequence[str] = (),
+        include_deferred: bool = False,
+    ) -> list[ToolDefinition]:
+        """The listing a session sees: tools it may call, filtered by kind and tags (AND)."""
+        held = capabilities or self.capabilities
+        key = (self._version, held, kind, tuple(tags), include_deferred)
+        listing = self._listings.get(key)
+        if listing is None:
+            listing = [
+                entry.tool.definition
+                for entry in self._entries.values()
+                if _visible(entry.tool.definition, held, kind, tags, include_deferred)
+            ]
+            if len(self._listings) > 256:
+                self._listings.clear()
+            self._listings[key] = listing
+        return listing
+
+    def search(
+        self,
+        query: str,
+        *,
+        capabilities: CapabilitySet | None = None,
+        kind: str = "",
+        tags: Sequence[str] = (),
+        include_deferred: bool = True,
+        limit: int | None = None,
+    ) -> list[Tool]:
+        """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call."""
+        held = capabilities or self.capabilities
+
+        def accept(name: str) -> bool:
+            definition = self._entries[name].tool.definition
+            return _visible(definition, held, kind, tags, include_deferred)
+
+        custom = [s for s in self._sources if s.search(query, tags) is not None]
+        custom_names = {id(s) for s in custom}
+        ranked = [
+            name
+            for name, _score in self._index.search(query, accept=accept)
+            if id(self._entries[name].source) not in custom_names
+        ]
+        for source in custom:
+            ranked = _interleave(
+                ranked,
+                [n for n in source.search(query, tags) or [] if n in self._entries and accept(n)],
+            )
+        tools = [self._entries[name].tool for name in ranked]
+        return tools[:limit] if limit is not None else tools
+
+    # -- calling ---------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_event: Callable[[ToolEvent], None] | None = None,
+        correlation_id: str = "",
+        session: Session | None = None,
+    ) -> ToolResult:
+        """Call a tool through the pipeline; tool failures come back as results."""
+        spec = CallSpec(
+            tool_name=name,
+            arguments=dict(arguments or {}),
+            req_id=new_id(),
+            correlation_id=correlation_id,
+            streaming=on_event is not None,
+            timeout=timeout,
+        )
+        return await self.pipeline.call(session or self.session, spec, on_event)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> Toolkit:
+        """Open the store and every source (connections, processes)."""
+        await self.store.open()
+        for source in self._sources:
+            await source.open()
+        return self
+
+    async def close(self) -> None:
+        """Close every source and the store; no child process is left behind."""
+        if self._closed:
+            return
+        self._closed = True
+        for source in reversed(self._sources):
+            try:
+                await source.close()
+            except Exception:
+                logger.exception("closing source %r failed", source.name)
+        await self.pipeline.drain()
+        await self.store.close()
+
+    async def __aenter__(self) -> Toolkit:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Toolkit({self.name!r}, tools={len(self._entries)})"
+
+
+class ToolkitSource(Source):
+    """Another toolkit's tools as a source (its pipeline is bypassed: the outer one governs)."""
+
+    def __init__(self, toolkit: Toolkit) -> None:
+        self.toolkit = toolkit
+        self.name = f"toolkit:{toolkit.name}"
+
+    def tools(self) -> Sequence[Tool]:
+        return self.toolkit.tools
+
+    async def close(self) -> None:
+        await self.toolkit.close()
+
+
+def as_source(item: Any) -> Source:
+    """Whatever a user passes as a source, as a Source."""
+    if isinstance(item, Source):
+        return item
+    if isinstance(item, ToolPlugin):
+        return PluginSource(item)
+    if isinstance(item, type) and issubclass(item, ToolPlugin):
+        return PluginSource(item())
+    if isinstance(item, Toolkit):
+        return ToolkitSource(item)
+    if isinstance(item, Tool):
+        return ToolSet([item], name=f"tool:{item.name}")
+    if isinstance(item, list | tuple):
+        sources = [as_source(x) for x in item]
+        tools = [t for s in sources for t in s.tools()]
+        return ToolSet(tools, name="tools")
+    if callable(item):
+        made = function_tool(item)
+        return ToolSet([made], name=f"function:{made.name}")
+    raise ConfigError(
+        f"cannot serve {item!r}: expected a ToolPlugin, Toolkit, Source, Tool, @tool function "
+        "or a list of these"
+    )
+
+
+def _visible(
+    definition: ToolDefinition,
+    held: CapabilitySet,
+    kind: str,
+    tags: Sequence[str],
+    include_deferred: bool,
+) -> bool:
+    if definition.defer_loading and not include_deferred:
+        return False
+    if kind and definition.kind != kind:
+        return False
+    if tags and not all(tag in definition.tags for tag in tags):
+        return False
+    return held.allows(definition.capabilities)
+
+
+def _interleave(first: list[str], second: list[str]) -> list[str]:
+    out: list[str] = []
+    for pair in zip(first, second, strict=False):
+        out.extend(pair)
+    longer = first if len(first) > len(second) else second
+    out.extend(longer[min(len(first), len(second)) :])
+    return list(dict.fromkeys(out))
+
+
+async def create_toolkit(
+    *,
+    tools: Sequence[SourceLike] = (),
+    builtins: bool | Mapping[str, Any] = False,
+    skills_dir: str | Path | None = None,
+    mcp: Any = None,
+    agents: Sequence[Any] = (),
+    config: str | Path | None = None,
+    workspace: str | Path | None = None,
+    name: str = "toolmesh",
+    on_conflict: OnConflict = "warn",
+    capabilities: Sequence[str] | None = None,
+    capability_policy: CapabilityPolicy = "locked",
+    audit: Store | str | Path | None = None,
+    limits: Limits | None = None,
+) -> Toolkit:
+    """Assemble a toolkit from its sources and open them (seed 002's entry point)."""
+    toolkit = Toolkit(
+        name=name,
+        on_conflict=on_conflict,
+        capabilities=capabilities,
+        capability_policy=capability_policy,
+        store=audit,
+        limits=limits,
+    )
+    for item in tools:
+        toolkit.add(item)
+    unsupported = {
+        "builtins": bool(builtins),
+        "skills_dir": skills_dir is not None,
+        "mcp": bool(mcp),
+        "agents": bool(agents),
+        "config": config is not None,
+        "workspace": workspace is not None,
+    }
+    asked = [key for key, used in unsupported.items() if used]
+    if asked:
+        raise ConfigError(f"create_toolkit: {', '.join(asked)} not supported by this build")
+    return await toolkit.start()

@@ -1,0 +1,445 @@
+"""A2E over HTTP + Server-Sent Events: the binding of the A2E Python SDK, so its client works
+unchanged.
+
+    POST /session                          -> {"session_id": "..."}
+    POST /send     (X-Session-Id, 1 msg)   -> {"ok": true}; answers arrive on the stream
+    GET  /stream   (X-Session-Id)          -> SSE: "data: <message json>" + blank line, per message
+    GET  /health                           -> {"status": "ok" | "degraded", ...}
+
+Messages for a session wait in its queue until a stream attaches (the SDK opens its stream and
+sends its handshake at the same time). The server binds 127.0.0.1 unless told otherwise, refuses
+to listen more widely without a bearer token, and rejects browser requests from foreign origins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from toolmesh.errors import ConfigError, ProtocolError, TransportError
+from toolmesh.host import Connection, Host
+from toolmesh.models import new_id
+from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode
+
+__all__ = ["HttpChannel", "HttpServer", "build_app", "check_bind", "serve_http"]
+
+logger = logging.getLogger("toolmesh.http")
+
+SESSION_HEADER = "X-Session-Id"
+_END = b""  # queued to wake a stream so it ends
+IDLE_SESSION_SECONDS = 600.0
+KEEPALIVE_SECONDS = 15.0
+
+
+class _Peer:
+    """One HTTP session: its A2E connection and the queue its stream drains."""
+
+    def __init__(self, host: Host, session_id: str) -> None:
+        self.id = session_id
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self.connection: Connection = host.connect(
+            self._deliver, transport="http", session_id=session_id
+        )
+        self.stream_owner: object | None = None
+        self.last_seen = time.monotonic()
+
+    def _deliver(self, message: Any) -> None:
+        self.queue.put_nowait(encode(message))
+
+
+class _Sessions:
+    """HTTP sessions by id; idle ones without a stream are closed after a while."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.peers: dict[str, _Peer] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def create(self) -> _Peer:
+        self._reap()
+        peer = _Peer(self.host, new_id())
+        self.peers[peer.id] = peer
+        return peer
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for peer in list(self.peers.values()):
+            if peer.stream_owner is None and now - peer.last_seen > IDLE_SESSION_SECONDS:
+                self.peers.pop(peer.id, None)
+                task = asyncio.ensure_future(peer.connection.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        """End every stream cleanly (so clients see a complete response) and every session."""
+        for peer in list(self.peers.values()):
+            peer.stream_owner = None
+            peer.queue.put_nowait(_END)
+            await peer.connection.close()
+        self.peers.clear()
+
+
+def check_bind(bind: str, auth_token: str | None) -> tuple[str, int]:
+    """Parse ``HOST:PORT``; refuse a non-loopback address without a bearer token."""
+    host, sep, port_text = bind.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ConfigError(f"--http wants HOST:PORT (for example 127.0.0.1:8765), not {bind!r}")
+    host = host.strip("[]") or "127.0.0.1"
+    if not _is_loopback(host) and not auth_token:
+        raise ConfigError(
+            f"refusing to listen on {host} without authentication: set an auth token "
+            "(--auth-token or TOOLMESH_AUTH_TOKEN), or bind 127.0.0.1"
+        )
+    return host, int(port_text)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_app(
+    host: Host,
+    *,
+    auth_token: str | None = None,
+    allowed_origins: Sequence[str] = (),
+    extra_routes: Sequence[BaseRoute] = (),
+) -> Starlette:
+    """The ASGI app serving ``host`` (plus ``extra_routes``, e.g. MCP or A2A, on the same port)."""
+    sessions = _Sessions(host)
+    origins = set(allowed_origins)
+
+    def refuse(request: Request) -> Response | None:
+        origin = request.headers.get("origin")
+        if origin and origin not in origins and not _is_local_origin(origin):
+            return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
+        if auth_token is not None:
+            given = request.headers.get("authorization", "")
+            expected = f"Bearer {auth_token}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                return JSONResponse(
+                    {"error": "missing or wrong bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return None
+
+    def peer_of(request: Request) -> _Peer | Response:
+        session_id = request.headers.get(SESSION_HEADER)
+        if not session_id:
+            return JSONResponse({"error": f"missing {SESSION_HEADER} header"}, status_code=400)
+        peer = sessions.peers.get(session_id)
+        if peer is None:
+            return JSONResponse(
+                {"error": f"unknown session {session_id!r}; POST /session first"},
+                status_code=404,
+            )
+        peer.last_seen = time.monotonic()
+        return peer
+
+    async def create_session(request: Request) -> Response:
+        refused = refuse(request)
+        if refused is not None:
+            return refused
+        await host.start()
+        return JSONResponse({"session_id": sessions.create().id})
+
+    async def send(request: Request) -> Response:
+        refused = refuse(request)
+        if refused is not None:
+            return refused
+        peer = peer_of(request)
+        if isinstance(peer, Response):
+            return peer
+        body = await _bounded_body(request, host.max_message_bytes)
+        if body is None:
+            peer._deliver(
+                ErrorMessage(
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
+                    message=f"message exceeds the limit of {host.max_message_bytes} bytes",
+                    detail={"limit": host.max_message_bytes},
+                )
+            )
+        else:
+            await peer.connection.receive_line(body)
+        return Response(b'{"ok":true}', media_type="application/json")
+
+    async def stream(request: Request) -> Response:
+        refused = refuse(request)
+        if refused is not None:
+            return refused
+        peer = peer_of(request)
+        if isinstance(peer, Response):
+            return peer
+        owner = object()
+        peer.stream_owner = owner  # a new stream takes over from an older one
+        return StreamingResponse(
+            _sse(peer, owner, request),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def health(request: Request) -> Response:
+        report = host.health()
+        return JSONResponse({"status": report["status"]}, status_code=200)
+
+    routes: list[BaseRoute] = [
+        Route("/session", create_session, methods=["POST"]),
+        Route("/send", send, methods=["POST"]),
+        Route("/stream", stream, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        *extra_routes,
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await host.start()
+        try:
+            yield
+        finally:
+            await sessions.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.sessions = sessions
+    return app
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than ``limit`` (read no further)."""
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > limit:
+            return None
+    return bytes(chunks)
+
+
+async def _sse(peer: _Peer, owner: object, request: Request) -> AsyncIterator[bytes]:
+    queue = peer.queue
+    while peer.stream_owner is owner:
+        try:
+            data = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_SECONDS)
+        except TimeoutError:
+            if await request.is_disconnected():
+                break
+            yield b": keepalive\n\n"
+            continue
+        if not data:  # _END: the server is stopping
+            break
+        if peer.stream_owner is not owner:
+            queue.put_nowait(data)  # hand it to the stream that took over
+            break
+        yield b"data: " + data.rstrip(b"\n") + b"\n\n"
+    if peer.stream_owner is owner:
+        peer.stream_owner = None
+        peer.last_seen = time.monotonic()
+
+
+def _is_local_origin(origin: str) -> bool:
+    try:
+        hostname = urlsplit(origin).hostname or ""
+    except ValueError:
+        return False
+    return _is_loopback(hostname)
+
+
+class HttpServer:
+    """uvicorn running ``build_app(host)``; ``url`` is known once ``start`` returns."""
+
+    def __init__(
+        self,
+        host: Host,
+        bind: str = "127.0.0.1:0",
+        *,
+        auth_token: str | None = None,
+        allowed_origins: Sequence[str] = (),
+        extra_routes: Sequence[BaseRoute] = (),
+    ) -> None:
+        import uvicorn
+
+        self.bind_host, port = check_bind(bind, auth_token)
+        app = build_app(
+            host,
+            auth_token=auth_token,
+            allowed_origins=allowed_origins,
+            extra_routes=extra_routes,
+        )
+        self._sessions: _Sessions = app.state.sessions
+        config = uvicorn.Config(
+            app,
+            host=self.bind_host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._task: asyncio.Task[None] | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self._task = asyncio.ensure_future(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises the startup error
+                raise TransportError("the HTTP server stopped during startup")
+            await asyncio.sleep(0.005)
+        sockets = [s for server in self._server.servers for s in server.sockets]
+        address = sockets[0].getsockname()
+        shown = f"[{address[0]}]" if ":" in address[0] else address[0]
+        self.url = f"http://{shown}:{address[1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        await self._sessions.close()
+        self._server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await self._task
+
+
+async def serve_http(
+    host: Host,
+    bind: str = "127.0.0.1:8765",
+    *,
+    auth_token: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
+) -> None:
+    """Serve until cancelled; ``on_ready(url)`` is called once the port is listening."""
+    server = HttpServer(host, bind, auth_token=auth_token, extra_routes=extra_routes)
+    url = await server.start()
+    if on_ready is not None:
+        on_ready(url)
+    try:
+        await server.wait()
+    finally:
+        await server.stop()
+
+
+class HttpChannel:
+    """The client side: POST /session, read GET /stream, POST each message to /send."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        auth_token: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.base = url.rstrip("/")
+        self.headers = dict(headers or {})
+        if auth_token:
+            self.headers.setdefault("Authorization", f"Bearer {auth_token}")
+        self.timeout = timeout
+        self.session_id = ""
+        self._client: Any = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def open(
+        self, on_message: Callable[[Any], None], on_close: Callable[[str], None]
+    ) -> None:
+        import httpx
+
+        self._client = httpx.AsyncClient(
+            headers=self.headers, timeout=httpx.Timeout(self.timeout, read=None)
+        )
+        try:
+            response = await self._client.post(f"{self.base}/session")
+        except httpx.HTTPError as exc:
+            await self._client.aclose()
+            raise TransportError(f"cannot reach {self.base}: {exc}") from exc
+        if response.status_code != 200:
+            await self._client.aclose()
+            raise TransportError(
+                f"{self.base}/session answered {response.status_code}: {response.text}"
+            )
+        self.session_id = response.json()["session_id"]
+        self._client.headers[SESSION_HEADER] = self.session_id
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.ensure_future(self._read(on_message, on_close, opened))
+        await opened
+
+    async def _read(
+        self,
+        on_message: Callable[[Any], None],
+        on_close: Callable[[str], None],
+        opened: asyncio.Future[None],
+    ) -> None:
+        reason = "the stream ended"
+        try:
+            async with self._client.stream("GET", f"{self.base}/stream") as response:
+                if response.status_code != 200:
+                    raise TransportError(f"GET /stream answered {response.status_code}")
+                opened.set_result(None)
+                data: list[str] = []
+                async for line in response.aiter_lines():
+                    if line.startswith("data:"):
+                        data.append(line[5:].lstrip(" "))
+                    elif not line and data:
+                        _dispatch("\n".join(data), on_message)
+                        data = []
+        except asyncio.CancelledError:
+            reason = "closed"
+            raise
+        except Exception as exc:
+            reason = f"stream failed: {exc}"
+            if not opened.done():
+                opened.set_exception(TransportError(reason))
+        finally:
+            if not opened.done():
+                opened.set_exception(TransportError(reason))
+            on_close(reason)
+
+    async def send(self, message: Any) -> None:
+        import httpx
+
+        try:
+            response = await self._client.post(
+                f"{self.base}/send",
+                content=encode(message),
+                headers={"Content-Type": "application/json"},
+            )
+        except httpx.HTTPError as exc:
+            raise TransportError(f"POST /send failed: {exc}") from exc
+        if response.status_code != 200:
+            raise TransportError(f"POST /send answered {response.status_code}: {response.text}")
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _dispatch(text: str, on_message: Callable[[Any], None]) -> None:
+    try:
+        on_message(decode(text))
+    except ProtocolError:
+        logger.warning("ignored an undecodable message from the host: %s", json.dumps(text[:200]))
