@@ -1,0 +1,139 @@
+"""The toolmesh command, run as users run it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, serve_stdio_command, toolmesh_command
+
+
+def run(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        toolmesh_command(*args),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def stdio_target(audit: Path) -> str:
+    return " ".join(serve_stdio_command(audit))
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["tools"], ["call"], ["audit"]])
+def test_help_everywhere(command: list[str]) -> None:
+    shown = run(*command, "--help")
+    assert shown.returncode == 0 and "usage: toolmesh" in shown.stdout
+
+
+def test_tools_list_and_search_over_stdio(tmp_path: Path) -> None:
+    target = stdio_target(tmp_path / "a.db")
+    listed = run("tools", "--target", target)
+    assert listed.returncode == 0, listed.stderr
+    assert "echo" in listed.stdout and "github_search" not in listed.stdout
+    found = run("tools", "--target", target, "--search", "github repositories")
+    assert found.stdout.splitlines()[0].startswith("github_search")
+    assert "(deferred)" in found.stdout
+
+
+def test_tools_in_process_as_json() -> None:
+    shown = run("tools", "--tools", "tests.fixtures.demo_tools:TOOLS", "--json")
+    assert shown.returncode == 0, shown.stderr
+    names = [d["name"] for d in json.loads(shown.stdout)]
+    assert "read_file" in names
+
+
+def test_call_streams_and_prints_the_result(tmp_path: Path) -> None:
+    called = run(
+        "call",
+        "count",
+        "--args",
+        '{"n": 4}',
+        "--stream",
+        "--target",
+        stdio_target(tmp_path / "a.db"),
+    )
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["data"] == {"counted": 4}
+    assert "100%" in called.stderr and "[####" in called.stderr
+
+
+def test_call_failure_exits_1(tmp_path: Path) -> None:
+    failed = run("call", "boom", "--tools", "tests.fixtures.demo_tools:TOOLS")
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout)["error"] == "ValueError: kaboom"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["call", "echo", "--args", "{not json", "--tools", "tests.fixtures.demo_tools:TOOLS"],
+            "--args is not valid JSON",
+        ),
+        (
+            ["call", "echo", "--args", "[1]", "--tools", "tests.fixtures.demo_tools:TOOLS"],
+            "must be a JSON object",
+        ),
+        (["serve", "--stdio"], "nothing to serve"),
+        (["serve", "--stdio", "--tools", "no_such_module:x"], "cannot import 'no_such_module'"),
+        (
+            ["serve", "--stdio", "--tools", "tests.fixtures.demo_tools:nope"],
+            "has no attribute 'nope'",
+        ),
+        (["serve", "--stdio", "--tools", "not-a-spec"], "MODULE:ATTR"),
+        (
+            ["serve", "--http", "0.0.0.0:0", "--tools", "tests.fixtures.demo_tools:TOOLS"],
+            "without authentication",
+        ),
+        (["tools", "--target", "http://127.0.0.1:9"], "cannot reach"),
+        (["audit", "--db", "/nonexistent/a.db"], "no audit database"),
+    ],
+)
+def test_errors_are_one_clear_line(args: list[str], message: str) -> None:
+    failed = run(*args)
+    assert failed.returncode == 2
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("toolmesh: error:") and message in lines[0]
+
+
+def test_serve_http_prints_its_url_first(tmp_path: Path) -> None:
+    audit = tmp_path / "a.db"
+    process = subprocess.Popen(
+        toolmesh_command(
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--tools",
+            "tests.fixtures.demo_tools:TOOLS",
+            "--audit",
+            str(audit),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        called = run("call", "echo", "--args", '{"text": "over http"}', "--target", url)
+        assert json.loads(called.stdout)["output"] == "over http"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert process.returncode == 0
+    rows = sqlite3.connect(audit).execute("SELECT tool_name, transport FROM audit").fetchall()
+    assert rows == [("echo", "http")]
+    shown = run("audit", "--db", str(audit))
+    assert shown.returncode == 0 and "echo" in shown.stdout and "ok" in shown.stdout
+    as_json = run("audit", "--db", str(audit), "--json")
+    assert json.loads(as_json.stdout.splitlines()[0])["tool_name"] == "echo"

@@ -1,0 +1,323 @@
+"""Tools from Python functions: schema inference, docstrings, context, sync/async, results."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Annotated, Any, Literal, Optional, TypedDict
+
+import pytest
+from pydantic import BaseModel, Field
+
+from toolmesh import ConfigError, Output, ToolContext, ToolErrorCode, Toolkit, ToolResult, tool
+from toolmesh.sources.functions import function_schema
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Point(TypedDict):
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class Box:
+    width: float
+    label: str = "box"
+
+
+class Address(BaseModel):
+    street: str
+    zip_code: Annotated[str, Field(description="Postal code")]
+
+
+def _props(fn: Any) -> dict[str, Any]:
+    return dict(function_schema(fn)["properties"])
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (str, {"type": "string"}),
+        (int, {"type": "integer"}),
+        (float, {"type": "number"}),
+        (bool, {"type": "boolean"}),
+        (list[str], {"type": "array", "items": {"type": "string"}}),
+        (set[int], {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}),
+        (tuple[int, ...], {"type": "array", "items": {"type": "integer"}}),
+        (dict[str, int], {"type": "object", "additionalProperties": {"type": "integer"}}),
+        (dict, {"type": "object"}),
+        (Optional[int], {"type": ["integer", "null"]}),  # noqa: UP045 - the spelling under test
+        (int | None, {"type": ["integer", "null"]}),
+        (Literal["a", "b"], {"type": "string", "enum": ["a", "b"]}),
+        (Literal[1, 2], {"type": "integer", "enum": [1, 2]}),
+        (Color, {"type": "string", "enum": ["red", "blue"]}),
+        (Any, {}),
+        (Annotated[str, "A note"], {"type": "string", "description": "A note"}),
+    ],
+)
+def test_simple_hints(annotation: Any, expected: dict[str, Any]) -> None:
+    def f(value):  # type: ignore[no-untyped-def]
+        return value
+
+    f.__annotations__ = {"value": annotation}
+    assert _props(f)["value"] == expected
+
+
+def test_structured_hints_become_nested_objects() -> None:
+    def f(point: Point, box: Box, address: Address, boxes: list[Box]) -> None: ...
+
+    schema = function_schema(f)
+    props = schema["properties"]
+    assert props["point"] == {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+        "required": ["x", "y"],
+    }
+    assert props["box"]["properties"]["width"] == {"type": "number"}
+    assert props["box"]["required"] == ["width"]
+    assert props["address"]["properties"]["zip_code"]["description"] == "Postal code"
+    assert props["boxes"]["items"]["properties"]["width"] == {"type": "number"}
+    assert not any("title" in v for v in props.values())
+
+
+class Person(BaseModel):
+    home: Address
+    work: Address | None = None
+
+
+def test_nested_models_share_hoisted_defs() -> None:
+    def f(person: Person) -> None: ...
+
+    schema = function_schema(f)
+    assert schema["properties"]["person"]["properties"]["home"] == {"$ref": "#/$defs/Address"}
+    assert schema["$defs"]["Address"]["required"] == ["street", "zip_code"]
+
+
+def test_constraints_from_field() -> None:
+    def f(n: Annotated[int, Field(ge=1, le=9, description="Digit")]) -> None: ...
+
+    assert _props(f)["n"] == {"type": "integer", "minimum": 1, "maximum": 9, "description": "Digit"}
+
+
+def test_defaults_make_parameters_optional() -> None:
+    def f(a: str, b: int = 3, c: Color = Color.RED, d: str | None = None) -> None: ...
+
+    schema = function_schema(f)
+    assert schema["required"] == ["a"]
+    assert schema["properties"]["b"]["default"] == 3
+    assert schema["properties"]["c"]["default"] == "red"
+    assert schema["properties"]["d"]["default"] is None
+    assert schema["additionalProperties"] is False
+
+
+def test_kwargs_allow_extra_arguments() -> None:
+    def f(a: str, **rest: Any) -> None: ...
+
+    assert "additionalProperties" not in function_schema(f)
+
+
+def test_varargs_are_refused() -> None:
+    def f(*items: str) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"\*items"):
+        tool(f)
+
+
+GOOGLE = """Fetch the weather.
+
+    Longer explanation of the tool.
+
+    Args:
+        city: The city name.
+        days: How many days ahead.
+    """
+NUMPY = """Fetch the weather.
+
+    Longer explanation of the tool.
+
+    Parameters
+    ----------
+    city : str
+        The city name.
+    days : int
+        How many days ahead.
+    """
+SPHINX = """Fetch the weather.
+
+    Longer explanation of the tool.
+
+    :param city: The city name.
+    :param days: How many days ahead.
+    """
+
+
+@pytest.mark.parametrize("doc", [GOOGLE, NUMPY, SPHINX], ids=["google", "numpy", "sphinx"])
+def test_docstring_styles(doc: str) -> None:
+    def weather(city: str, days: int = 1) -> str:
+        return city
+
+    weather.__doc__ = doc
+    made = tool(weather)
+    assert made.description == "Fetch the weather.\n\nLonger explanation of the tool."
+    props = made.input_schema["properties"]
+    assert props["city"]["description"] == "The city name."
+    assert props["days"]["description"] == "How many days ahead."
+
+
+def test_name_and_description_overrides() -> None:
+    made = tool(lambda x: x, name="identity", description="Returns x")
+    assert (made.name, made.description) == ("identity", "Returns x")
+
+
+def test_lambda_needs_a_name() -> None:
+    with pytest.raises(ConfigError, match="name="):
+        tool(lambda x: x)
+
+
+def test_output_schema_from_return_annotation() -> None:
+    @tool
+    def where() -> Address:
+        """Where."""
+        return Address(street="Main", zip_code="1")
+
+    assert where.output_schema is not None
+    assert where.output_schema["properties"]["street"] == {"type": "string"}
+
+
+def test_decorated_tool_is_still_callable() -> None:
+    @tool
+    def double(n: int) -> int:
+        """Double."""
+        return n * 2
+
+    assert double(4) == 8
+
+
+async def test_context_is_injected_and_hidden() -> None:
+    seen: dict[str, Any] = {}
+
+    @tool
+    async def spy(ctx: ToolContext, word: str) -> str:
+        """Spy."""
+        seen["tool"] = ctx.tool_name
+        seen["state"] = ctx.state
+        seen["remaining"] = ctx.remaining
+        ctx.status("working")
+        return word
+
+    @tool
+    def named(ctx, word: str) -> str:  # type: ignore[no-untyped-def]
+        """Context by name."""
+        return f"{ctx.tool_name}:{word}"
+
+    assert list(spy.input_schema["properties"]) == ["word"]
+    assert list(named.input_schema["properties"]) == ["word"]
+    kit = Toolkit(spy, named)
+    result = await kit.execute("spy", {"word": "hi"})
+    assert result.output == "hi" and [e.kind for e in result.events] == ["status"]
+    assert seen["tool"] == "spy" and seen["state"] == {"context": {}}
+    assert 0 < seen["remaining"] <= 30
+    assert (await kit.execute("named", {"word": "x"})).output == "named:x"
+
+
+async def test_return_values_are_mapped() -> None:
+    @tool
+    def as_text() -> str:
+        """t"""
+        return "plain"
+
+    @tool
+    def as_model() -> Address:
+        """m"""
+        return Address(street="Main", zip_code="1")
+
+    @tool
+    def as_dataclass() -> Box:
+        """d"""
+        return Box(width=2.0)
+
+    @tool
+    def as_output() -> Output:
+        """o"""
+        return Output({"n": 1}, text="one", metadata={"k": "v"})
+
+    @tool
+    def as_result() -> ToolResult:
+        """r"""
+        return ToolResult(
+            success=False, tool_name="", error="nope", error_code="tool_error", duration_ms=0
+        )
+
+    kit = Toolkit(as_text, as_model, as_dataclass, as_output, as_result)
+    assert (await kit.execute("as_text")).output == "plain"
+    assert (await kit.execute("as_model")).data == {"street": "Main", "zip_code": "1"}
+    assert (await kit.execute("as_dataclass")).data == {"width": 2.0, "label": "box"}
+    output = await kit.execute("as_output")
+    assert (output.data, output.output, output.metadata) == ({"n": 1}, "one", {"k": "v"})
+    passed = await kit.execute("as_result")
+    assert passed.error == "nope" and passed.tool_name == "as_result"
+
+
+async def test_arguments_become_the_hinted_python_values() -> None:
+    @tool
+    def describe(color: Color, box: Box, address: Address, points: list[Point]) -> str:
+        """Describe."""
+        assert isinstance(color, Color) and isinstance(box, Box) and isinstance(address, Address)
+        return f"{color.value} {box.width} {address.street} {points[0]['x']}"
+
+    kit = Toolkit(describe)
+    result = await kit.execute(
+        "describe",
+        {
+            "color": "blue",
+            "box": {"width": 1.5},
+            "address": {"street": "Elm", "zip_code": "2"},
+            "points": [{"x": 1, "y": 2}],
+        },
+    )
+    assert result.output == "blue 1.5 Elm 1"
+
+
+async def test_sync_and_async_functions_run_and_fail_alike() -> None:
+    @tool
+    def sync_fail() -> None:
+        """s"""
+        raise KeyError("missing")
+
+    @tool
+    async def async_fail() -> None:
+        """a"""
+        raise RuntimeError("broken")
+
+    kit = Toolkit(sync_fail, async_fail)
+    assert (await kit.execute("sync_fail")).error == "KeyError: 'missing'"
+    failed = await kit.execute("async_fail")
+    assert failed.error == "RuntimeError: broken" and failed.error_code == ToolErrorCode.TOOL_ERROR
+
+
+def test_tool_options() -> None:
+    @tool(
+        name="deploy",
+        capabilities=["ops::deploy"],
+        tags=["ops"],
+        idempotent=True,
+        defer_loading=True,
+    )
+    def deploy_it(env: str) -> str:
+        """Deploy."""
+        return env
+
+    d = deploy_it.definition
+    assert (d.name, d.capabilities, d.tags, d.idempotent, d.defer_loading) == (
+        "deploy",
+        ["ops::deploy"],
+        ["ops"],
+        True,
+        True,
+    )
+    with pytest.raises(ConfigError, match="capability"):
+        tool(deploy_it.__wrapped__, capabilities=["bad tag"])

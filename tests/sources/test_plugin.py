@@ -1,0 +1,106 @@
+"""The A2E ToolPlugin contract of seed 000 and its list dispatch rules."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tests.fixtures.demo_tools import SeedPlugin
+from toolmesh import (
+    Host,
+    ToolDefinition,
+    ToolErrorCode,
+    ToolEvent,
+    Toolkit,
+    ToolPlugin,
+    connect_async,
+)
+
+
+class Indexed(ToolPlugin):
+    name = "indexed"
+
+    def _list_tools(self) -> list[ToolDefinition]:
+        return [
+            ToolDefinition(name="a", description="first", tags=["x", "y"]),
+            ToolDefinition(name="b", description="second", tags=["x"]),
+            ToolDefinition(
+                name="c", description="hidden third", tags=["x", "y"], defer_loading=True
+            ),
+        ]
+
+    def _execute_tool(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if tool_name == "b":
+            raise RuntimeError("b is broken")
+        return {"tool": tool_name, "thread": threading.current_thread().name}
+
+    def _search_tools(
+        self,
+        query: str,
+        filter_tags: list[str] | None = None,
+        tools: list[ToolDefinition] | None = None,
+    ) -> list[ToolDefinition]:
+        # A custom strategy: reverse alphabetical, everything matches.
+        return sorted(self._list_tools(), key=lambda t: t.name, reverse=True)
+
+
+async def test_empty_query_lists_non_deferred_tools() -> None:
+    async with Host(Indexed()) as host:
+        client = await connect_async(host)
+        assert [t.name for t in await client.list_tools()] == ["a", "b"]
+        assert [t.name for t in await client.list_tools(tags=["x", "y"])] == ["a"]
+        await client.close()
+
+
+async def test_query_uses_the_plugins_own_search_including_deferred() -> None:
+    async with Host(Indexed()) as host:
+        client = await connect_async(host)
+        found = await client.list_tools("anything", include_deferred=True)
+        assert [t.name for t in found] == ["c", "b", "a"]
+        assert [t.name for t in await client.list_tools("anything")] == ["b", "a"]
+        await client.close()
+
+
+def test_default_search_ranks_by_relevance() -> None:
+    plugin = SeedPlugin()
+    found = plugin._search_tools("look for github repos")
+    assert found[0].name == "github_search"
+    assert [t.name for t in plugin._search_tools("read file", filter_tags=["fs"])] == ["read_file"]
+    assert plugin._search_tools("github", filter_tags=["fs"]) == []
+
+
+async def test_execute_runs_off_the_event_loop_and_errors_become_results() -> None:
+    kit = Toolkit(Indexed())
+    ok = await kit.execute("a")
+    assert ok.data["tool"] == "a" and ok.data["thread"].startswith("toolmesh-tool")
+    failed = await kit.execute("b")
+    assert failed.error_code == ToolErrorCode.TOOL_ERROR and "b is broken" in (failed.error or "")
+
+
+async def test_emit_reaches_the_right_call_and_the_callback() -> None:
+    plugin = SeedPlugin()
+    seen: list[ToolEvent] = []
+    plugin.set_event_callback(seen.append)
+    kit = Toolkit(plugin)
+    events: list[ToolEvent] = []
+    result = await kit.execute("read_file", {"path": "/x"}, on_event=events.append)
+    assert [e.data for e in events] == [{"pct": 50, "message": "Reading..."}]
+    assert [e.seq for e in result.events] == [0]
+    assert [e.data["pct"] for e in seen] == [50]
+
+
+async def test_toolresult_shaped_dicts_are_taken_as_results() -> None:
+    class Legacy(ToolPlugin):
+        def _list_tools(self) -> list[ToolDefinition]:
+            return [ToolDefinition(name="old", description="returns a ToolResult dict")]
+
+        def _execute_tool(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "success": False,
+                "tool_name": "old",
+                "error": "legacy failure",
+                "duration_ms": 3,
+            }
+
+    result = await Toolkit(Legacy()).execute("old")
+    assert result.success is False and result.error == "legacy failure"

@@ -1,0 +1,89 @@
+"""The SQLite store: migrations, audit rows, state compare-and-set, reopening."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from toolmesh import ConfigError, Host, Toolkit, tool
+from toolmesh.audit import AuditEntry
+from toolmesh.store import MemoryStore, SqliteStore, open_store
+from toolmesh.store.base import SessionRecord
+
+
+async def test_schema_is_migrated_once(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    store = SqliteStore(path)
+    await store.open()
+    await store.append_audit(AuditEntry(tool_name="t", success=True))
+    await store.close()
+    again = SqliteStore(path)
+    await again.open()
+    assert [e.tool_name for e in await again.recent_audit()] == ["t"]
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    await again.close()
+
+
+async def test_state_compare_and_set(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    assert await store.save_state("s", {"v": 1}, expected_version=0)
+    assert not await store.save_state("s", {"v": 2}, expected_version=0)
+    assert await store.save_state("s", {"v": 2}, expected_version=1)
+    record = await store.load_state("s")
+    assert record is not None and (record.document, record.version) == ({"v": 2}, 2)
+    await store.save_session(SessionRecord("s", "agent", ["fs"], 1.0, {"k": "v"}))
+    loaded = await store.load_session("s")
+    assert loaded is not None and loaded.capabilities == ["fs"]
+    await store.close()
+
+
+def test_open_store_urls(tmp_path: Path) -> None:
+    assert isinstance(open_store(None), MemoryStore)
+    assert isinstance(open_store("memory://"), MemoryStore)
+    relative = open_store("sqlite:///audit.db")
+    assert isinstance(relative, SqliteStore) and relative.path == "audit.db"
+    absolute = open_store(f"sqlite:///{tmp_path}/a.db")
+    assert isinstance(absolute, SqliteStore) and absolute.path == f"{tmp_path}/a.db"
+    with pytest.raises(ConfigError, match="unsupported store URL"):
+        open_store("redis://x")
+
+
+async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        await SqliteStore(tmp_path / "nope" / "a.db").open()
+
+
+async def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ConfigError, match="cannot use"):
+        await SqliteStore(path).open()
+
+
+class BrokenStore(MemoryStore):
+    async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
+        raise OSError("disk full")
+
+
+async def test_a_failing_audit_sink_is_reported_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    @tool
+    def ping() -> str:
+        """p"""
+        return "pong"
+
+    host = Host(Toolkit(ping), store=BrokenStore())
+    with caplog.at_level(logging.ERROR, logger="toolmesh.audit"):
+        result = await host.toolkit.execute("ping")
+        from toolmesh import connect_async
+
+        client = await connect_async(host)
+        await client.call_tool("ping", {})
+        await client.close()
+    assert result.success
+    assert not host.healthy and host.health()["status"] == "degraded"
+    assert "disk full" in caplog.text and '"tool_name": "ping"' in caplog.text

@@ -1,0 +1,193 @@
+"""The call pipeline through the public API: policy hooks, cancellation, limits, state."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from toolmesh import (
+    Decision,
+    Limits,
+    Output,
+    Session,
+    Tool,
+    ToolContext,
+    ToolErrorCode,
+    Toolkit,
+    tool,
+)
+from toolmesh.store import MemoryStore
+
+
+@tool
+async def echo(text: str) -> str:
+    """Echo."""
+    return text
+
+
+async def test_policy_hooks_decide_in_order_and_are_audited() -> None:
+    calls: list[str] = []
+
+    def first(session: Session, tool: Tool, arguments: Mapping[str, Any]) -> Decision | None:
+        calls.append("first")
+        return (
+            Decision(False, "no shouting", rule="no-caps")
+            if str(arguments.get("text", "")).isupper()
+            else None
+        )
+
+    async def second(session: Session, tool: Tool, arguments: Mapping[str, Any]) -> Decision | None:
+        calls.append("second")
+        return None
+
+    store = MemoryStore()
+    kit = Toolkit(echo, hooks=[first, second], store=store)
+    denied = await kit.execute("echo", {"text": "HEY"})
+    assert denied.error_code == ToolErrorCode.TOOL_DENIED and denied.error == "no shouting"
+    assert denied.metadata == {"rule": "no-caps"}
+    assert calls == ["first"]
+    allowed = await kit.execute("echo", {"text": "hey"})
+    assert allowed.success and calls == ["first", "first", "second"]
+    assert [e.decision for e in store.audit] == ["no-caps", ""]
+
+
+async def test_caller_cancellation_cancels_the_tool_and_is_audited() -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> None:
+        """Waits."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    store = MemoryStore()
+    kit = Toolkit(wait_forever, store=store)
+    call = asyncio.ensure_future(kit.execute("wait_forever"))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.wait_for(cancelled.wait(), 5)
+    assert [(e.tool_name, e.error_code) for e in store.audit] == [("wait_forever", "cancelled")]
+
+
+async def test_timeout_cancels_a_cooperative_tool() -> None:
+    cancelled = asyncio.Event()
+
+    @tool
+    async def slow() -> None:
+        """Slow."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    result = await Toolkit(slow).execute("slow", timeout=0.05)
+    assert result.error_code == ToolErrorCode.TIMEOUT
+    await asyncio.wait_for(cancelled.wait(), 5)
+
+
+async def test_timeout_is_capped_by_the_hard_limit() -> None:
+    @tool
+    async def slow() -> None:
+        """Slow."""
+        await asyncio.Event().wait()
+
+    kit = Toolkit(slow, limits=Limits(max_timeout=0.05))
+    result = await kit.execute("slow", timeout=3600)
+    assert "timed out after 0.05s" in (result.error or "")
+
+
+async def test_large_structured_data_is_dropped_with_a_note() -> None:
+    @tool
+    def rows() -> list[dict[str, int]]:
+        """Rows."""
+        return [{"i": i} for i in range(1000)]
+
+    result = await Toolkit(rows, limits=Limits(max_output_chars=100)).execute("rows")
+    assert result.truncated and result.data is None
+    assert result.metadata["data_omitted"] == "larger than the output limit"
+    assert result.output is not None and result.output.startswith('[{"i": 0}')
+
+
+async def test_state_update_is_applied_persisted_and_announced() -> None:
+    @tool
+    def remember(ctx: ToolContext, note: str) -> Output:
+        """Remember a note."""
+        notes = ctx.state["context"].get("notes", [])
+        return Output(
+            "ok", state_update=[{"op": "add", "path": "/context/notes", "value": [*notes, note]}]
+        )
+
+    @tool
+    def recall(ctx: ToolContext) -> list[str]:
+        """Recall notes."""
+        return list(ctx.state["context"].get("notes", []))
+
+    kit = Toolkit(remember, recall)
+    events: list[Any] = []
+    first = await kit.execute("remember", {"note": "a"}, on_event=events.append)
+    assert first.success and [e.kind for e in events] == ["state"]
+    assert events[0].data == {
+        "delta": [{"op": "add", "path": "/context/notes", "value": ["a"]}],
+        "version": 1,
+    }
+    await kit.execute("remember", {"note": "b"})
+    assert (await kit.execute("recall")).data == ["a", "b"]
+    assert await kit.state.snapshot(kit.session.id) == {"context": {"notes": ["a", "b"]}}
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ([{"op": "add", "path": "/secrets", "value": 1}], "outside /context/"),
+        (
+            [
+                {"op": "test", "path": "/context/n", "value": 2},
+                {"op": "add", "path": "/context/m", "value": 1},
+            ],
+            "not applied",
+        ),
+        ([{"op": "explode", "path": "/context/n"}], "'op' must be one of"),
+        ([{"op": "add", "path": "/context/n"}], "needs a 'value'"),
+    ],
+)
+async def test_bad_state_updates_change_nothing(patch: list[dict[str, Any]], message: str) -> None:
+    @tool
+    def write() -> Output:
+        """Write."""
+        return Output("done", state_update=patch)
+
+    kit = Toolkit(write)
+    result = await kit.execute("write")
+    assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+    assert message in (result.error or "")
+    assert await kit.state.snapshot(kit.session.id) == {"context": {}}
+
+
+async def test_events_after_the_deadline_are_dropped() -> None:
+    release = asyncio.Event()
+    emitted = asyncio.Event()
+    late: list[ToolContext] = []
+
+    @tool
+    async def chatty(ctx: ToolContext) -> None:
+        """Talks late."""
+        late.append(ctx)
+        await release.wait()
+
+    events: list[Any] = []
+    result = await Toolkit(chatty).execute("chatty", timeout=0.05, on_event=events.append)
+    assert result.error_code == ToolErrorCode.TIMEOUT
+    late[0].status("too late")
+    emitted.set()
+    release.set()
+    assert events == [] and result.events == []

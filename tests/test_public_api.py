@@ -1,0 +1,39 @@
+"""The public API is what __all__ says, and every name in it exists."""
+
+from __future__ import annotations
+
+import toolmesh
+
+PINNED = {
+    "ToolDefinition",
+    "ToolParameter",
+    "ToolResult",
+    "ToolEvent",
+    "ToolErrorCode",
+    "ToolPlugin",
+    "ToolAPI",
+    "AsyncToolAPI",
+    "Host",
+    "connect",
+    "connect_async",
+    "Toolkit",
+    "create_toolkit",
+    "tool",
+    "Tool",
+    "ToolContext",
+    "Output",
+    "capabilities",
+}
+
+
+def test_pinned_names_are_exported() -> None:
+    assert PINNED <= set(toolmesh.__all__)
+
+
+def test_every_exported_name_exists() -> None:
+    for name in toolmesh.__all__:
+        assert hasattr(toolmesh, name), name
+
+
+def test_satisfies_is_reachable_as_documented() -> None:
+    assert toolmesh.capabilities.satisfies(["math"], "math::add")

@@ -1,0 +1,190 @@
+"""ToolParameter lists <-> JSON Schema, and argument validation with JSON paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolmesh import (
+    ArgumentError,
+    SchemaError,
+    ToolParameter,
+    parameters_to_schema,
+    schema_to_parameters,
+)
+from toolmesh.schema import Validator, compile_validator, is_lossless
+
+P = ToolParameter
+
+PARAMETERS = [
+    P(name="path", type="string", description="File path", required=True),
+    P(name="count", type="integer", description="How many", enum=["1", "2", "3"]),
+    P(name="ratio", type="number", description="", enum=["0.5", "1"]),
+    P(name="force", type="boolean", description="Overwrite"),
+    P(
+        name="owner",
+        type="object",
+        description="Who",
+        required=True,
+        properties={
+            "name": P(name="name", type="string", description="Full name", required=True),
+            "roles": P(
+                name="roles",
+                type="array",
+                description="Roles held",
+                items=P(name="items", type="string", description="", enum=["admin", "user"]),
+            ),
+        },
+    ),
+    P(
+        name="matrix",
+        type="array",
+        description="",
+        items=P(
+            name="items",
+            type="array",
+            description="",
+            items=P(name="items", type="integer", description=""),
+        ),
+    ),
+]
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "File path"},
+        "count": {"type": "integer", "description": "How many", "enum": [1, 2, 3]},
+        "ratio": {"type": "number", "enum": [0.5, 1]},
+        "force": {"type": "boolean", "description": "Overwrite"},
+        "owner": {
+            "type": "object",
+            "description": "Who",
+            "properties": {
+                "name": {"type": "string", "description": "Full name"},
+                "roles": {
+                    "type": "array",
+                    "description": "Roles held",
+                    "items": {"type": "string", "enum": ["admin", "user"]},
+                },
+            },
+            "required": ["name"],
+        },
+        "matrix": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    },
+    "required": ["path", "owner"],
+}
+
+
+def test_parameters_to_schema() -> None:
+    assert parameters_to_schema(PARAMETERS) == SCHEMA
+
+
+def test_schema_to_parameters() -> None:
+    assert schema_to_parameters(SCHEMA) == PARAMETERS
+
+
+def test_round_trip_is_lossless_both_ways() -> None:
+    assert schema_to_parameters(parameters_to_schema(PARAMETERS)) == PARAMETERS
+    assert parameters_to_schema(schema_to_parameters(SCHEMA)) == SCHEMA
+    assert is_lossless(SCHEMA)
+
+
+def test_empty_parameter_list() -> None:
+    assert parameters_to_schema([]) == {"type": "object", "properties": {}}
+    assert schema_to_parameters({"type": "object"}) == []
+
+
+def test_richer_schemas_convert_as_far_as_parameters_can_say() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {
+            "Pet": {
+                "type": "object",
+                "properties": {"kind": {"enum": ["cat", "dog"]}},
+                "required": ["kind"],
+            }
+        },
+        "properties": {
+            "pet": {"$ref": "#/$defs/Pet"},
+            "nickname": {
+                "anyOf": [{"type": "string", "description": "Short name"}, {"type": "null"}]
+            },
+            "age": {"type": ["integer", "null"], "minimum": 0},
+        },
+        "required": ["pet"],
+    }
+    params = schema_to_parameters(schema)
+    assert [p.name for p in params] == ["pet", "nickname", "age"]
+    assert params[0].type == "object" and params[0].required
+    assert params[0].properties is not None and params[0].properties["kind"].enum == ["cat", "dog"]
+    assert params[1].type == "string" and params[1].description == "Short name"
+    assert params[2].type == "integer" and not params[2].required
+    assert not is_lossless(schema)
+
+
+def test_recursive_schema_does_not_loop() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"Node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/Node"}}}},
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
+    }
+    params = schema_to_parameters(schema)
+    assert params[0].name == "root" and params[0].type == "object"
+
+
+def test_bad_ref_is_a_schema_error() -> None:
+    with pytest.raises(SchemaError, match="does not point"):
+        schema_to_parameters({"type": "object", "properties": {"x": {"$ref": "#/$defs/Missing"}}})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "path", "message"),
+    [
+        ({}, "$.path", "missing required property 'path'"),
+        ({"path": 3, "owner": {"name": "a"}}, "$.path", "must be string"),
+        ({"path": "p", "owner": {}}, "$.owner.name", "missing required property 'name'"),
+        (
+            {"path": "p", "owner": {"name": "a", "roles": ["root"]}},
+            "$.owner.roles[0]",
+            "must be one of",
+        ),
+        ({"path": "p", "owner": {"name": "a"}, "count": 7}, "$.count", "must be one of"),
+        (
+            {"path": "p", "owner": {"name": "a"}, "matrix": [[1], [2, "x"]]},
+            "$.matrix[1][1]",
+            "must be integer",
+        ),
+        ({"path": "p", "owner": "me"}, "$.owner", "must be object"),
+    ],
+)
+def test_validation_errors_name_the_path(
+    arguments: dict[str, Any], path: str, message: str
+) -> None:
+    validator = Validator(SCHEMA)
+    with pytest.raises(ArgumentError) as caught:
+        validator(arguments)
+    assert caught.value.path == path
+    assert message in caught.value.reason
+
+
+def test_valid_arguments_pass() -> None:
+    Validator(SCHEMA)(
+        {"path": "p", "owner": {"name": "a", "roles": ["admin"]}, "count": 2, "matrix": [[1]]}
+    )
+
+
+def test_unexpected_property_is_named() -> None:
+    validator = Validator(
+        {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False}
+    )
+    with pytest.raises(ArgumentError, match="unexpected property 'b'") as caught:
+        validator({"a": "x", "b": 1})
+    assert caught.value.path == "$.b"
+
+
+def test_remote_refs_are_never_fetched() -> None:
+    with pytest.raises(SchemaError, match="remote \\$ref"):
+        compile_validator(
+            {"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/schema.json"}}}
+        )({"x": 1})

@@ -1,0 +1,140 @@
+"""Assembly: legal names, first-name-wins with a warning, aliases, wrappers, changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolmesh import (
+    Filtered,
+    NameConflictError,
+    Prefixed,
+    Renamed,
+    Tagged,
+    Tool,
+    ToolDefinition,
+    Toolkit,
+    ToolNameConflict,
+    ToolSet,
+    create_toolkit,
+    sanitize_name,
+    tool,
+)
+
+
+def make(name: str, description: str = "d") -> Tool:
+    async def run(arguments: dict[str, object], ctx: object) -> str:
+        return f"{name}:{description}"
+
+    return Tool(ToolDefinition(name=name, description=description), run)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("read_file", "read_file"),
+        ("fs.read", "fs_read"),
+        ("a b/c", "a_b_c"),
+        ("", "tool"),
+        ("ok-name", "ok-name"),
+    ],
+)
+def test_sanitize_name(name: str, expected: str) -> None:
+    assert sanitize_name(name) == expected
+
+
+def test_long_names_stay_distinct_within_64_characters() -> None:
+    first, second = sanitize_name("x" * 80 + "a"), sanitize_name("x" * 80 + "b")
+    assert len(first) == len(second) == 64 and first != second
+
+
+async def test_duplicate_first_wins_with_a_warning_naming_both_sources() -> None:
+    with pytest.warns(ToolNameConflict, match="'one'.*'two'|'two'.*'one'"):
+        kit = Toolkit(
+            ToolSet([make("t", "first")], name="one"), ToolSet([make("t", "second")], name="two")
+        )
+    assert (await kit.execute("t")).output == "t:first"
+
+
+def test_collision_after_sanitizing_is_detected() -> None:
+    with pytest.warns(ToolNameConflict, match="made legal as 'fs_read'"):
+        kit = Toolkit(ToolSet([make("fs_read")], name="a"), ToolSet([make("fs.read")], name="b"))
+    assert kit.names() == ["fs_read"]
+
+
+def test_on_conflict_error() -> None:
+    with pytest.raises(NameConflictError, match="'t'"):
+        Toolkit(make("t"), make("t"), on_conflict="error")
+
+
+async def test_original_name_stays_reachable() -> None:
+    kit = Toolkit(make("fs.read"))
+    assert kit.names() == ["fs_read"]
+    assert kit.get("fs.read") is kit.get("fs_read")
+    assert (await kit.execute("fs.read")).success
+
+
+async def test_register_adds_after_existing_tools() -> None:
+    kit = Toolkit(make("t", "first"))
+    with pytest.warns(ToolNameConflict):
+        kit.register(make("t", "late"))
+    kit.register(make("u"))
+
+    @tool
+    def v() -> str:
+        """v"""
+        return "v"
+
+    kit.register(v)
+    assert kit.names() == ["t", "u", "v"]
+    assert (await kit.execute("t")).output == "t:first"
+    assert (await kit.execute("v")).output == "v"
+
+
+async def test_wrappers_compose_and_keep_the_executor() -> None:
+    source = ToolSet([make("list_issues"), make("delete_repo"), make("get_user")], name="gh")
+    wrapped = Prefixed(Renamed(Filtered(source, deny=["delete_*"]), {"get_user": "whoami"}), "gh")
+    tagged = Tagged(wrapped, capabilities=["net::github"], tags=["github"])
+    kit = Toolkit(tagged)
+    assert kit.names() == ["gh_list_issues", "gh_whoami"]
+    assert kit["gh_whoami"].definition.capabilities == ["net::github"]
+    assert kit["gh_whoami"].definition.tags == ["github"]
+    assert (await kit.execute("gh_whoami")).output == "get_user:d"
+    assert Toolkit(Filtered(source, allow=["get_*"])).names() == ["get_user"]
+
+
+def test_source_prefix_option() -> None:
+    kit = Toolkit()
+    kit.add([make("a"), make("b")], prefix="x")
+    assert kit.names() == ["x_a", "x_b"]
+
+
+def test_source_changes_update_names_and_index() -> None:
+    early = ToolSet([make("shared", "early")], name="early")
+    late = ToolSet([make("shared", "late"), make("other")], name="late")
+    with pytest.warns(ToolNameConflict):
+        kit = Toolkit(early, late)
+    assert kit["shared"].description == "early"
+    early.remove("shared")  # the later source's tool takes the name
+    assert kit["shared"].description == "late"
+    assert [t.name for t in kit.search("late")] == ["shared"]
+    late.remove("other")
+    assert "other" not in kit and kit.search("other") == []
+
+
+def test_listing_filters_deferred_kind_and_tags() -> None:
+    deferred = make("hidden").replace(defer_loading=True, tags=["a"])
+    shown = make("shown").replace(tags=["a", "b"])
+    kit = Toolkit(deferred, shown)
+    assert [d.name for d in kit.definitions()] == ["shown"]
+    assert [d.name for d in kit.definitions(include_deferred=True, tags=["a"])] == [
+        "hidden",
+        "shown",
+    ]
+    assert [d.name for d in kit.definitions(tags=["a", "b"])] == ["shown"]
+    assert [d.name for d in kit.definitions(kind="mcp")] == []
+
+
+async def test_create_toolkit_and_context_manager() -> None:
+    async with await create_toolkit(tools=[make("a")]) as kit:
+        assert (await kit.execute("a")).success
+        assert [t.name for t in kit.tools] == ["a"]

@@ -1,0 +1,157 @@
+"""The HTTP+SSE binding: the A2E SDK's flow, session errors, auth, origin, binding."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import demo_host
+from toolmesh import ConfigError, connect_async
+from toolmesh.transports.http import HttpServer, check_bind
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[str]:
+    host = demo_host(tmp_path / "a.db")
+    running = HttpServer(host, "127.0.0.1:0")
+    yield await running.start()
+    await running.stop()
+    await host.close()
+
+
+def _sse_messages(lines: Iterator[str]) -> Iterator[dict[str, object]]:
+    data: list[str] = []
+    for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif line == "" and data:
+            yield json.loads("\n".join(data))
+            data = []
+
+
+async def test_the_a2e_sdk_http_flow_works_unchanged(server: str) -> None:
+    """The SDK's HTTPTransport: blocking client, text/plain bodies, a stream opened on a thread
+    while the handshake is already being sent (run on a thread; this loop serves)."""
+    await asyncio.to_thread(_sdk_flow, server)
+
+
+def _sdk_flow(server: str) -> None:
+    incoming: queue.Queue[dict[str, object]] = queue.Queue()
+    with httpx.Client(timeout=30) as http:
+        session_id = http.post(f"{server}/session").json()["session_id"]
+        headers = {
+            "Content-Type": "text/plain",
+            "Accept": "text/event-stream",
+            "X-Session-Id": session_id,
+        }
+
+        def read_stream() -> None:
+            with (
+                httpx.Client(timeout=None) as streamer,
+                streamer.stream("GET", f"{server}/stream", headers=headers) as response,
+            ):
+                for message in _sse_messages(response.iter_lines()):
+                    incoming.put(message)
+
+        threading.Thread(target=read_stream, daemon=True).start()
+        handshake = {
+            "type": "handshake/req",
+            "id": "h1",
+            "version": "1.0",
+            "ts": 1.0,
+            "agent_id": "sdk",
+            "agent_caps": ["tools"],
+            "auth_token": "",
+        }
+        assert http.post(
+            f"{server}/send", content=json.dumps(handshake), headers=headers
+        ).json() == {"ok": True}
+        response = incoming.get(timeout=30)
+        assert response["type"] == "handshake/resp" and response["ok"] is True
+        call = {
+            "type": "tool/call/req",
+            "id": "c1",
+            "version": "1.0",
+            "ts": 1.0,
+            "session_id": response["session_id"],
+            "tool_name": "echo",
+            "arguments": {"text": "sdk"},
+            "correlation_id": "x",
+            "streaming": True,
+            "timeout": 60,
+        }
+        http.post(f"{server}/send", content=json.dumps(call), headers=headers)
+        result = incoming.get(timeout=30)
+        assert result["type"] == "tool/call/resp" and result["data"]["data"] == "sdk"  # type: ignore[index]
+        shutdown = {"type": "shutdown", "id": "s1", "version": "1.0", "ts": 1.0, "timeout": 10}
+        assert (
+            http.post(f"{server}/send", content=json.dumps(shutdown), headers=headers).status_code
+            == 200
+        )
+        assert http.get(f"{server}/health").json() == {"status": "ok"}
+
+
+async def test_session_header_errors(server: str) -> None:
+    async with httpx.AsyncClient() as http:
+        missing = await http.post(f"{server}/send", content=b"{}")
+        assert missing.status_code == 400 and "X-Session-Id" in missing.json()["error"]
+        unknown = await http.post(f"{server}/send", content=b"{}", headers={"X-Session-Id": "nope"})
+        assert unknown.status_code == 404 and "POST /session" in unknown.json()["error"]
+        stream = await http.get(f"{server}/stream", headers={"X-Session-Id": "nope"})
+        assert stream.status_code == 404
+
+
+async def test_foreign_origin_is_refused(server: str) -> None:
+    async with httpx.AsyncClient() as http:
+        evil = await http.post(f"{server}/session", headers={"Origin": "https://evil.example"})
+        assert evil.status_code == 403
+        local = await http.post(f"{server}/session", headers={"Origin": "http://localhost:3000"})
+        assert local.status_code == 200
+
+
+async def test_bearer_token(tmp_path: Path) -> None:
+    host = demo_host(None)
+    running = HttpServer(host, "127.0.0.1:0", auth_token="t0ken")
+    url = await running.start()
+    try:
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(f"{url}/session")
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+            wrong = await http.post(f"{url}/session", headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+        client = await connect_async(url, auth_token="t0ken")
+        assert (await client.call_tool("echo", {"text": "in"})).output == "in"
+        await client.close()
+    finally:
+        await running.stop()
+        await host.close()
+
+
+def test_binding_beyond_loopback_needs_a_token() -> None:
+    assert check_bind("127.0.0.1:0", None) == ("127.0.0.1", 0)
+    assert check_bind("localhost:80", None) == ("localhost", 80)
+    assert check_bind("[::1]:8080", None) == ("::1", 8080)
+    with pytest.raises(ConfigError, match="without authentication"):
+        check_bind("0.0.0.0:8765", None)
+    assert check_bind("0.0.0.0:8765", "tok") == ("0.0.0.0", 8765)
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        check_bind("8765", None)
+
+
+async def test_stream_reconnect_keeps_queued_messages(server: str) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        session_id = (await http.post(f"{server}/session")).json()["session_id"]
+        headers = {"X-Session-Id": session_id}
+        await http.post(f"{server}/send", content=b'{"type":"ping","id":"p1"}', headers=headers)
+        async with http.stream("GET", f"{server}/stream", headers=headers) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    assert json.loads(line[6:])["req_id"] == "p1"
+                    break

@@ -1,0 +1,78 @@
+"""NDJSON over stdio: framing, a tool that prints, end of input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from tests.conftest import serve_stdio_command
+
+NOISY = '''
+from toolmesh import tool
+
+@tool
+def noisy(text: str) -> str:
+    """Prints to stdout while it works."""
+    print("debug output that must not reach the protocol stream")
+    import subprocess, sys
+    subprocess.run([sys.executable, "-c", "print('child output')"], check=True)
+    return text
+
+TOOLS = [noisy]
+'''
+
+
+async def test_printing_tools_cannot_corrupt_the_stream(tmp_path: Path) -> None:
+    (tmp_path / "noisy_tools.py").write_text(NOISY)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "toolmesh",
+        "serve",
+        "--stdio",
+        "--tools",
+        "noisy_tools:TOOLS",
+        "--audit",
+        ":memory:",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    lines = [
+        {"type": "handshake/req", "id": "h", "agent_caps": ["tools"]},
+        {"type": "tool/call/req", "id": "c", "tool_name": "noisy", "arguments": {"text": "clean"}},
+    ]
+    process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    await process.stdin.drain()
+    process.stdin.close()
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    messages = [json.loads(line) for line in stdout.splitlines()]
+    assert [m["type"] for m in messages] == ["handshake/resp", "tool/call/resp"]
+    assert messages[1]["data"]["data"] == "clean"
+    assert b"debug output" in stderr and b"child output" in stderr
+    assert process.returncode == 0
+
+
+async def test_host_exits_when_input_ends(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *serve_stdio_command(tmp_path / "a.db"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    process.stdin.close()
+    assert await asyncio.wait_for(process.wait(), 30) == 0
+
+
+async def test_blank_lines_are_ignored_and_last_line_needs_no_newline(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *serve_stdio_command(tmp_path / "a.db"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    stdout, _ = await asyncio.wait_for(process.communicate(b'\n\n{"type":"ping","id":"p"}'), 30)
+    assert [json.loads(line)["req_id"] for line in stdout.splitlines()] == ["p"]
