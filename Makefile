@@ -25,8 +25,8 @@ run: setup
 test: lint typecheck unit
 
 lint: setup
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: setup
 	$(BIN)/mypy
