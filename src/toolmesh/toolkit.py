@@ -31,6 +31,7 @@ from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
 from toolmesh.sources.plugin import PluginSource, ToolPlugin
+from toolmesh.sources.skills import Skill, SkillsSource
 from toolmesh.sources.wrappers import Prefixed
 from toolmesh.state import StateManager
 from toolmesh.store import Store, open_store
@@ -222,6 +223,35 @@ class Toolkit(ToolResolver):
     @property
     def sources(self) -> list[Source]:
         return list(self._sources)
+
+    @property
+    def skills(self) -> list[Skill]:
+        """Every skill of the toolkit's skills folders."""
+        return [skill for s in self._sources if isinstance(s, SkillsSource) for skill in s.skills]
+
+    def skills_prompt(self) -> str:
+        """The catalogue of skills, for a system prompt (empty when there are none)."""
+        return "\n\n".join(
+            p for s in self._sources if isinstance(s, SkillsSource) if (p := s.prompt())
+        )
+
+    def to_openai(self, *, api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
+        """The non-deferred tools as OpenAI function tools."""
+        from toolmesh.llm.formats import to_openai
+
+        return to_openai([self[d.name] for d in self.definitions()], api=api)
+
+    def to_anthropic(self) -> list[dict[str, Any]]:
+        """The non-deferred tools as Anthropic tools."""
+        from toolmesh.llm.formats import to_anthropic
+
+        return to_anthropic([self[d.name] for d in self.definitions()])
+
+    def to_gemini(self) -> list[dict[str, Any]]:
+        """The non-deferred tools as a Gemini tools entry."""
+        from toolmesh.llm.formats import to_gemini
+
+        return to_gemini([self[d.name] for d in self.definitions()])
 
     def source_of(self, name: str) -> Source | None:
         entry = self._entries.get(name) or self._entries.get(self._aliases.get(name, ""))
@@ -422,7 +452,11 @@ async def create_toolkit(
     audit: Store | str | Path | None = None,
     limits: Limits | None = None,
 ) -> Toolkit:
-    """Assemble a toolkit from its sources and open them (seed 002's entry point)."""
+    """Assemble a toolkit from its sources and open them (seed 002's entry point).
+
+    Sources are added in this order, which decides who keeps a contested name: the manifest
+    (``config``), ``tools``, ``builtins``, ``skills_dir``, ``mcp`` servers, ``agents``.
+    """
     toolkit = Toolkit(
         name=name,
         on_conflict=on_conflict,
@@ -431,17 +465,30 @@ async def create_toolkit(
         store=audit,
         limits=limits,
     )
+
+    if config is not None:  # the toolmesh.toml manifest
+        raise ConfigError("create_toolkit(config=...): manifests are not supported yet")
+
     for item in tools:
         toolkit.add(item)
-    unsupported = {
-        "builtins": bool(builtins),
-        "skills_dir": skills_dir is not None,
-        "mcp": bool(mcp),
-        "agents": bool(agents),
-        "config": config is not None,
-        "workspace": workspace is not None,
-    }
-    asked = [key for key, used in unsupported.items() if used]
-    if asked:
-        raise ConfigError(f"create_toolkit: {', '.join(asked)} not supported by this build")
+
+    if builtins:  # files, shell, HTTP, code: confined to `workspace`
+        raise ConfigError("create_toolkit(builtins=...): built-in tools are not supported yet")
+
+    if skills_dir is not None:
+        from toolmesh.sources.skills import SkillsSource
+
+        toolkit.add(SkillsSource(skills_dir))
+
+    if mcp:  # MCP servers (toolmesh.toml or the mcpServers JSON shape)
+        raise ConfigError("create_toolkit(mcp=...): MCP servers are not supported yet")
+
+    if agents:  # remote A2A agents
+        raise ConfigError("create_toolkit(agents=...): A2A agents are not supported yet")
+
+    if workspace is not None and not builtins:
+        raise ConfigError(
+            "create_toolkit(workspace=...) confines the built-in tools; enable builtins"
+        )
+
     return await toolkit.start()

@@ -137,3 +137,12 @@ def test_serve_http_prints_its_url_first(tmp_path: Path) -> None:
     assert shown.returncode == 0 and "echo" in shown.stdout and "ok" in shown.stdout
     as_json = run("audit", "--db", str(audit), "--json")
     assert json.loads(as_json.stdout.splitlines()[0])["tool_name"] == "echo"
+
+
+def test_skills_command_shows_skills_and_skipped_files(tmp_path: Path) -> None:
+    shown = run("skills", "examples/skills")
+    assert shown.returncode == 0 and shown.stdout.startswith("hello-world")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "SKILL.md").write_text("no front matter")
+    broken = run("skills", str(tmp_path))
+    assert broken.returncode == 1 and "skipped" in broken.stdout and "front matter" in broken.stdout

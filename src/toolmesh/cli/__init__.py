@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from toolmesh import __version__
-    from toolmesh.cli import audit, inspect, serve
+    from toolmesh.cli import audit, inspect, serve, skills
 
     parser = argparse.ArgumentParser(
         prog="toolmesh",
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(commands)
     inspect.add_parsers(commands)
     audit.add_parser(commands)
+    skills.add_parser(commands)
     return parser
 
 

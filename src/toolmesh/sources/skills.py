@@ -1,0 +1,218 @@
+"""Skills: folders with a ``SKILL.md`` (YAML front matter + instructions) that models can load.
+
+Every ``**/SKILL.md`` under the skills folder is one skill. Its front matter needs a ``name`` and a
+``description``; the body is the instructions. A file that cannot be read or parsed is skipped
+with a reason (``problems``; ``toolmesh skills`` shows them), never a crash. Symlinks are
+followed, but a folder reached twice (a symlink loop) is walked once.
+
+The source serves one tool, ``skill``: given a skill's name it returns the instructions and the
+files of the skill's folder; given also a ``file``, that file's text (confined to the folder).
+``SkillsSource.prompt()`` is the catalogue text to put in a system prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolmesh.errors import ConfigError
+from toolmesh.models import ToolDefinition
+from toolmesh.sources.base import Source
+from toolmesh.tools import Output, Tool, ToolContext
+
+__all__ = ["Skill", "SkillsSource", "load_skills"]
+
+SKILL_FILE = "SKILL.md"
+MAX_FILES = 200
+MAX_FILE_BYTES = 256 * 1024
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """One skill: what it is called, what it is for, where it lives and what it says."""
+
+    name: str
+    description: str
+    path: Path
+    instructions: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def files(self) -> list[str]:
+        """The skill folder's other files, relative to it (at most ``MAX_FILES``)."""
+        found: list[str] = []
+        for root, _dirs, names in os.walk(self.folder):
+            for name in sorted(names):
+                relative = os.path.relpath(os.path.join(root, name), self.folder)
+                if relative != SKILL_FILE:
+                    found.append(relative)
+                if len(found) >= MAX_FILES:
+                    return found
+        return sorted(found)
+
+
+def load_skills(folder: str | Path) -> tuple[list[Skill], list[tuple[Path, str]]]:
+    """Every skill under ``folder`` and, for each file that was skipped, why."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"skills folder {root} does not exist or is not a folder")
+    skills: list[Skill] = []
+    problems: list[tuple[Path, str]] = []
+    names: dict[str, Path] = {}
+    for path in _skill_files(root):
+        try:
+            skill = _parse(path)
+        except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+            problems.append((path, _reason(exc)))
+            continue
+        if skill.name in names:
+            problems.append(
+                (path, f"skill name {skill.name!r} is already used by {names[skill.name]}")
+            )
+            continue
+        names[skill.name] = path
+        skills.append(skill)
+    return skills, problems
+
+
+def _skill_files(root: Path) -> list[Path]:
+    seen: set[str] = set()
+    found: list[Path] = []
+    for current, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:
+            dirs[:] = []  # reached again through a symlink: a loop
+            continue
+        seen.add(real)
+        dirs.sort()
+        if SKILL_FILE in files:
+            found.append(Path(current) / SKILL_FILE)
+    return found
+
+
+def _parse(path: Path) -> Skill:
+    text = path.read_text(encoding="utf-8")
+    match = _FRONT_MATTER.match(text)
+    if match is None:
+        raise ValueError("no YAML front matter (the file must start with a '---' block)")
+    front = yaml.safe_load(match.group(1))
+    if not isinstance(front, dict):
+        raise ValueError("the front matter is not a YAML mapping")
+    name, description = front.get("name"), front.get("description")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("the front matter has no 'name'")
+    if not _NAME.match(name.strip()):
+        raise ValueError(f"name {name!r} must be letters, digits, '_', '.', '-' (at most 64)")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError("the front matter has no 'description'")
+    metadata = {k: v for k, v in front.items() if k not in ("name", "description")}
+    return Skill(name.strip(), description.strip(), path, match.group(2).strip(), metadata)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, yaml.YAMLError):
+        return f"front matter is not valid YAML: {str(exc).splitlines()[0]}"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return str(exc)
+
+
+class SkillsSource(Source):
+    """The skills of one folder, served through a ``skill`` tool."""
+
+    def __init__(self, folder: str | Path, *, tool_name: str = "skill") -> None:
+        self.folder = Path(folder)
+        self.name = f"skills:{self.folder}"
+        self.tool_name = tool_name
+        self.skills: list[Skill] = []
+        self.problems: list[tuple[Path, str]] = []
+        self._tools: list[Tool] = []
+        self.reload(notify=False)
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+    def reload(self, *, notify: bool = True) -> None:
+        """Read the folder again (new, changed and removed skills)."""
+        self.skills, self.problems = load_skills(self.folder)
+        self._tools = [self._skill_tool()] if self.skills else []
+        if notify:
+            self.changed()
+
+    def get(self, name: str) -> Skill | None:
+        return next((s for s in self.skills if s.name == name), None)
+
+    def prompt(self) -> str:
+        """A catalogue of the skills for a system prompt."""
+        if not self.skills:
+            return ""
+        lines = [f"- {s.name}: {s.description}" for s in self.skills]
+        return (
+            f"Skills are available. Call the `{self.tool_name}` tool with a skill's name to load "
+            "its instructions before following them.\n" + "\n".join(lines)
+        )
+
+    def _skill_tool(self) -> Tool:
+        names = [s.name for s in self.skills]
+        schema = {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": names, "description": "The skill to load."},
+                "file": {
+                    "type": "string",
+                    "description": "A file of the skill's folder to read instead.",
+                },
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        }
+        catalogue = "; ".join(f"{s.name}: {s.description}" for s in self.skills)
+        definition = ToolDefinition(
+            name=self.tool_name,
+            description=f"Load a skill's instructions (or one of its files). Skills: {catalogue}",
+            idempotent=True,
+            tags=["skills"],
+        )
+        return Tool(definition, self._run, source="skill", input_schema=schema)
+
+    async def _run(self, arguments: dict[str, Any], ctx: ToolContext) -> Output:
+        skill = self.get(arguments["name"])
+        if skill is None:
+            raise ValueError(f"no skill named {arguments['name']!r}")
+        wanted = arguments.get("file")
+        if wanted:
+            return Output(
+                {"skill": skill.name, "file": wanted}, text=_read_inside(skill.folder, wanted)
+            )
+        files = skill.files()
+        listing = "\n".join(f"- {f}" for f in files)
+        text = skill.instructions + (
+            f"\n\nFiles in this skill's folder:\n{listing}" if files else ""
+        )
+        return Output(
+            {"skill": skill.name, "description": skill.description, "files": files},
+            text=text,
+        )
+
+
+def _read_inside(folder: Path, relative: str) -> str:
+    base = os.path.realpath(folder)
+    target = os.path.realpath(os.path.join(base, relative))
+    if os.path.commonpath([base, target]) != base:
+        raise ValueError(f"{relative!r} is outside the skill's folder")
+    if not os.path.isfile(target):
+        raise ValueError(f"the skill has no file {relative!r}")
+    if os.path.getsize(target) > MAX_FILE_BYTES:
+        raise ValueError(f"{relative!r} is larger than {MAX_FILE_BYTES} bytes")
+    return Path(target).read_text(encoding="utf-8", errors="replace")

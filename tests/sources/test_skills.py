@@ -1,0 +1,101 @@
+"""Skills: discovery, malformed files skipped with reasons, symlink loops, the skill tool."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from toolmesh import ConfigError, ToolErrorCode, create_toolkit
+from toolmesh.sources.skills import SkillsSource, load_skills
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(folder: Path, text: str, name: str = "SKILL.md") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+GOOD = "---\nname: {name}\ndescription: Does {name} things.\nversion: 2\n---\n# {name}\nStep one.\n"
+
+
+def test_the_shipped_example_is_the_only_skill() -> None:
+    skills, problems = load_skills(REPO / "examples" / "skills")
+    assert [s.name for s in skills] == ["hello-world"] and problems == []
+
+
+def test_discovery_nested_and_metadata(tmp_path: Path) -> None:
+    write(tmp_path / "a", GOOD.format(name="alpha"))
+    write(tmp_path / "group" / "b", GOOD.format(name="beta"))
+    write(tmp_path / "group" / "b" / "scripts", "print(1)", name="run.py")
+    skills, problems = load_skills(tmp_path)
+    assert [s.name for s in skills] == ["alpha", "beta"] and problems == []
+    beta = skills[1]
+    assert beta.description == "Does beta things." and beta.metadata == {"version": 2}
+    assert beta.instructions == "# beta\nStep one."
+    assert beta.files() == ["scripts/run.py"]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("# no front matter\n", "no YAML front matter"),
+        ("---\nname: [unclosed\n---\nbody", "not valid YAML"),
+        ("---\n- a list\n---\nbody", "not a YAML mapping"),
+        ("---\ndescription: nameless\n---\nbody", "has no 'name'"),
+        ("---\nname: silent\n---\nbody", "has no 'description'"),
+        ("---\nname: has spaces\ndescription: d\n---\nbody", "must be letters"),
+    ],
+)
+def test_malformed_files_are_skipped_with_a_reason(tmp_path: Path, text: str, reason: str) -> None:
+    write(tmp_path / "bad", text)
+    write(tmp_path / "good", GOOD.format(name="good"))
+    skills, problems = load_skills(tmp_path)
+    assert [s.name for s in skills] == ["good"]
+    assert len(problems) == 1 and reason in problems[0][1]
+
+
+def test_binary_file_and_duplicate_names(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "SKILL.md").write_bytes(b"\xff\xfe\x00garbage")
+    write(tmp_path / "one", GOOD.format(name="same"))
+    write(tmp_path / "two", GOOD.format(name="same"))
+    skills, problems = load_skills(tmp_path)
+    assert [s.name for s in skills] == ["same"]
+    reasons = sorted(r for _, r in problems)
+    assert reasons[0] == "not UTF-8 text" and "already used" in reasons[1]
+
+
+def test_symlink_loops_are_walked_once(tmp_path: Path) -> None:
+    write(tmp_path / "a", GOOD.format(name="looped"))
+    os.symlink(tmp_path, tmp_path / "a" / "back-to-root")
+    skills, problems = load_skills(tmp_path)
+    assert [s.name for s in skills] == ["looped"] and problems == []
+
+
+def test_missing_folder_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        SkillsSource(tmp_path / "nope")
+
+
+async def test_skill_tool_and_prompt(tmp_path: Path) -> None:
+    write(tmp_path / "greet", GOOD.format(name="greet"))
+    write(tmp_path / "greet", "Hello template", name="template.txt")
+    (tmp_path / "secret.txt").write_text("outside")
+    kit = await create_toolkit(skills_dir=tmp_path)
+    assert [s.name for s in kit.skills] == ["greet"]
+    assert "- greet: Does greet things." in kit.skills_prompt()
+    loaded = await kit.execute("skill", {"name": "greet"})
+    assert loaded.output is not None and loaded.output.startswith("# greet\nStep one.")
+    assert "- template.txt" in loaded.output and loaded.data["files"] == ["template.txt"]
+    file = await kit.execute("skill", {"name": "greet", "file": "template.txt"})
+    assert file.output == "Hello template"
+    escape = await kit.execute("skill", {"name": "greet", "file": "../secret.txt"})
+    assert escape.error_code == ToolErrorCode.TOOL_ERROR and "outside" in (escape.error or "")
+    unknown = await kit.execute("skill", {"name": "nope"})
+    assert unknown.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    await kit.close()
