@@ -179,7 +179,8 @@ class AsyncClient:
         try:
             await self._channel.send(message)
             try:
-                return await asyncio.wait_for(future, timeout)
+                async with asyncio.timeout(timeout):
+                    return await future
             except TimeoutError:
                 raise CallTimeout(f"no answer to {message.type} within {timeout:g}s") from None
         finally:

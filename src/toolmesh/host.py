@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
+from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
 from toolmesh.models import ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook
@@ -247,7 +248,7 @@ class Connection:
         self.preferred_id = session_id
         self.session: Session | None = None
         self._deliver = deliver
-        self._calls: dict[str, asyncio.Task[None]] = {}
+        self._calls: dict[str, asyncio.Future[None]] = {}
         self._closed = False
 
     # -- wire entry points -----------------------------------------------------------------------
@@ -373,10 +374,12 @@ class Connection:
         except ProtocolError as exc:
             self._deliver(ErrorMessage.from_exception(exc, request.id))
             return
-        task = asyncio.ensure_future(self._run_call(session, request))
+        task = start_eagerly(self._run_call(session, request))
+        if task.done():
+            return  # answered already
         self._calls[request.id] = task
 
-        def finished(_task: asyncio.Task[None], key: str = request.id) -> None:
+        def finished(_task: asyncio.Future[None], key: str = request.id) -> None:
             self._calls.pop(key, None)
 
         task.add_done_callback(finished)

@@ -14,12 +14,11 @@ waiting at the deadline, cancels the tool, and answers with a timeout result at 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import difflib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
+from toolmesh.eager import start_eagerly
 from toolmesh.errors import ArgumentError, SchemaError, StateError
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult
 from toolmesh.tools import Output, Tool, ToolContext
@@ -109,7 +109,7 @@ class Pipeline:
         self.hooks = list(hooks)
         self.host_id = host_id
         self.audit_failures = 0
-        self._stragglers: set[asyncio.Task[Any]] = set()
+        self._stragglers: set[asyncio.Future[Any]] = set()
 
     async def call(
         self, session: Session, spec: CallSpec, on_event: EventSink | None = None
@@ -133,10 +133,10 @@ class Pipeline:
         except asyncio.CancelledError:
             result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
             result.duration_ms = _elapsed_ms(started)
-            await self._audit(session, spec, tool, result, decision)
+            await self._audit(session, spec, tool, result, decision, self._bound(result))
             raise
         result.duration_ms = _elapsed_ms(started)
-        await self._audit(session, spec, tool, result, decision)
+        await self._audit(session, spec, tool, result, decision, self._bound(result))
         return result
 
     async def drain(self) -> None:
@@ -202,7 +202,6 @@ class Pipeline:
         result = await self._execute(tool, spec.arguments, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
-        self._bound(result)
         if result.state_update:
             await self._apply_state(session, result, ctx)
         return result
@@ -212,17 +211,17 @@ class Pipeline:
     ) -> ToolResult:
         # Start the tool eagerly: most finish without suspending, and then need neither a task
         # nor a timer. One that suspends continues as a task under the deadline.
-        context = contextvars.copy_context()
-        coro = tool.run(arguments, ctx)
-        try:
-            first = context.run(coro.send, None)
-        except StopIteration as done:
+        task = start_eagerly(tool.run(arguments, ctx))
+        if task.done():
             ctx._close()
-            return _shape(tool.name, done.value)
-        except Exception as exc:  # the tool's own failure becomes a result
-            ctx._close()
-            return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
-        task = asyncio.get_running_loop().create_task(_resume(coro, first), context=context)
+            if task.cancelled():
+                return _failure(tool.name, ToolErrorCode.CANCELLED, "the tool was cancelled")
+            error = task.exception()
+            if error is not None:
+                if not isinstance(error, Exception):
+                    raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
+                return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
+            return _shape(tool.name, task.result())
         try:
             async with asyncio.timeout(timeout):
                 raw = await asyncio.shield(task)
@@ -246,29 +245,30 @@ class Pipeline:
     def _abandon(self, task: asyncio.Future[Any], ctx: ToolContext) -> None:
         ctx._close(cancelled=True)
         task.cancel()
-        if not task.done() and isinstance(task, asyncio.Task):
+        if not task.done():
             self._stragglers.add(task)
             task.add_done_callback(self._straggler_done)
 
-    def _straggler_done(self, task: asyncio.Task[Any]) -> None:
+    def _straggler_done(self, task: asyncio.Future[Any]) -> None:
         self._stragglers.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.debug("tool finished with an error after its deadline", exc_info=True)
 
-    def _bound(self, result: ToolResult) -> None:
+    def _bound(self, result: ToolResult) -> int:
+        """Cut an output longer than the limit (flagging it); return its size in bytes."""
         limit = self.limits.max_output_chars
-        output = result.output or ""
+        output = result.output
         if len(output) <= limit:
-            return
+            return len(output.encode())
         note = f"\n[output truncated: {limit} of {len(output)} characters shown]"
         result.output = output[:limit] + note
-        result._derived = False
         result.truncated = True
         if isinstance(result.data, str):
             result.data = result.output
         elif result.data is not None:
             result.data = None
             result.metadata = {**result.metadata, "data_omitted": "larger than the output limit"}
+        return len(result.output.encode())
 
     async def _apply_state(self, session: Session, result: ToolResult, ctx: ToolContext) -> None:
         patch = result.state_update or []
@@ -299,6 +299,7 @@ class Pipeline:
         tool: Tool | None,
         result: ToolResult,
         decision: str,
+        output_bytes: int,
     ) -> None:
         input_bytes, digest = digest_arguments(spec.arguments)
         entry = AuditEntry(
@@ -313,7 +314,7 @@ class Pipeline:
             source=tool.source if tool is not None else "",
             transport=session.transport,
             input_bytes=input_bytes,
-            output_bytes=len((result.output or "").encode()),
+            output_bytes=output_bytes,
             args_digest=digest,
             decision=decision,
             host_id=self.host_id,
@@ -332,39 +333,6 @@ _ALLOWED = Decision(True)
 def _being_cancelled() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-class _Resumed:
-    """Awaitable that carries on a coroutine which already ran to its first suspension."""
-
-    __slots__ = ("coro", "pending")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
-        self.coro = coro
-        self.pending = pending
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, value = self.coro, self.pending
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: cancellation, mostly
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
-
-
-async def _resume(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
-    return await _Resumed(coro, pending)
 
 
 def _elapsed_ms(started: float) -> int:
@@ -393,7 +361,7 @@ def _shape(tool_name: str, raw: Any) -> ToolResult:
             success=True,
             tool_name=tool_name,
             data=jsonable(raw.value),
-            output=raw.text,
+            output_text=raw.text,
             metadata=raw.metadata,
             state_update=raw.state_update,
             duration_ms=0,

@@ -13,8 +13,6 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-import jsonpatch
-
 from toolmesh.errors import StateError
 from toolmesh.store.base import StateRecord, Store
 
@@ -55,6 +53,8 @@ class StateManager:
     async def apply(self, session_id: str, patch: Sequence[dict[str, Any]]) -> StateRecord:
         """Apply ``patch`` atomically and persist it; raise ``StateError`` and change nothing
         when it is malformed, touches a forbidden path or fails."""
+        import jsonpatch  # on first update: most sessions never need it
+
         operations = self._check(patch)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
@@ -31,11 +31,13 @@ from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
 from toolmesh.sources.plugin import PluginSource, ToolPlugin
-from toolmesh.sources.skills import Skill, SkillsSource
 from toolmesh.sources.wrappers import Prefixed
 from toolmesh.state import StateManager
 from toolmesh.store import Store, open_store
 from toolmesh.tools import Tool
+
+if TYPE_CHECKING:
+    from toolmesh.sources.skills import Skill, SkillsSource
 
 __all__ = ["ToolNameConflict", "Toolkit", "create_toolkit", "sanitize_name"]
 
@@ -227,13 +229,16 @@ class Toolkit(ToolResolver):
     @property
     def skills(self) -> list[Skill]:
         """Every skill of the toolkit's skills folders."""
-        return [skill for s in self._sources if isinstance(s, SkillsSource) for skill in s.skills]
+        return [skill for s in self._skill_sources() for skill in s.skills]
 
     def skills_prompt(self) -> str:
         """The catalogue of skills, for a system prompt (empty when there are none)."""
-        return "\n\n".join(
-            p for s in self._sources if isinstance(s, SkillsSource) if (p := s.prompt())
-        )
+        return "\n\n".join(p for s in self._skill_sources() if (p := s.prompt()))
+
+    def _skill_sources(self) -> list[SkillsSource]:
+        from toolmesh.sources.skills import SkillsSource
+
+        return [s for s in self._sources if isinstance(s, SkillsSource)]
 
     def to_openai(self, *, api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
         """The non-deferred tools as OpenAI function tools."""

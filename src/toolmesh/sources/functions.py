@@ -24,7 +24,6 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
-import docstring_parser
 from pydantic import TypeAdapter
 from pydantic.fields import FieldInfo
 
@@ -247,30 +246,42 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
 
-def _docstring(fn: Callable[..., Any]) -> docstring_parser.Docstring | None:
+@dataclasses.dataclass(slots=True)
+class _Doc:
+    summary: str
+    params: dict[str, str]
+    returns: str = ""
+
+
+def _docstring(fn: Callable[..., Any]) -> _Doc | None:
     text = inspect.getdoc(fn)
     if not text:
         return None
+    if "\n" not in text.strip():
+        return _Doc(text.strip(), {})  # one line: no sections to parse
+    import docstring_parser  # only for docstrings with more than a summary line
+
     try:
-        return docstring_parser.parse(text)
+        parsed = docstring_parser.parse(text)
     except docstring_parser.ParseError:
-        return docstring_parser.Docstring()
+        return _Doc(text.strip(), {})
+    parts = [p for p in (parsed.short_description, parsed.long_description) if p]
+    return _Doc(
+        "\n\n".join(parts).strip(),
+        {p.arg_name: p.description or "" for p in parsed.params},
+        (parsed.returns.description or "") if parsed.returns else "",
+    )
 
 
-def _description(doc: docstring_parser.Docstring | None) -> str:
-    if doc is None:
-        return ""
-    parts = [p for p in (doc.short_description, doc.long_description) if p]
-    return "\n\n".join(parts).strip()
+def _description(doc: _Doc | None) -> str:
+    return doc.summary if doc is not None else ""
 
 
 # -- schemas -------------------------------------------------------------------------------------
 
 
-def _schemas(
-    plan: _Plan, doc: docstring_parser.Docstring | None
-) -> tuple[JsonSchema, JsonSchema | None]:
-    described = {p.arg_name: p.description or "" for p in doc.params} if doc else {}
+def _schemas(plan: _Plan, doc: _Doc | None) -> tuple[JsonSchema, JsonSchema | None]:
+    described = doc.params if doc else {}
     builder = _SchemaBuilder()
     properties: JsonSchema = {}
     required: list[str] = []
@@ -297,7 +308,7 @@ def _schemas(
     return input_schema, _output_schema(plan.returns, doc)
 
 
-def _output_schema(returns: Any, doc: docstring_parser.Docstring | None) -> JsonSchema | None:
+def _output_schema(returns: Any, doc: _Doc | None) -> JsonSchema | None:
     if returns is inspect.Signature.empty or returns in _NONE_TYPES or returns is Any:
         return None
     builder = _SchemaBuilder()
@@ -307,8 +318,8 @@ def _output_schema(returns: Any, doc: docstring_parser.Docstring | None) -> Json
         return None
     if builder.defs:
         schema = {**schema, "$defs": builder.defs}
-    if doc is not None and doc.returns is not None and doc.returns.description:
-        schema.setdefault("description", doc.returns.description)
+    if doc is not None and doc.returns:
+        schema.setdefault("description", doc.returns)
     return schema
 
 
