@@ -199,7 +199,7 @@ class ToolmeshHttpServer:
 async def raw_toolmesh_client(port: int, pool: int = 1) -> tuple[Any, Any]:
     """A sequential/concurrent `call()` on the raw client, plus a closer."""
     control = await rawhttp.Connection.open("127.0.0.1", port)
-    status, _, body = await control.request("POST", "/session")
+    _status, _, body = await control.request("POST", "/session")
     session = json.loads(body)["session_id"]
     headers = {"X-Session-Id": session, "Content-Type": "application/json"}
     stream_conn = await rawhttp.Connection.open("127.0.0.1", port)
@@ -297,7 +297,7 @@ async def raw_mcp_client(port: int, pool: int = 1) -> tuple[Any, Any]:
         }
         conn = await free.get()
         try:
-            status, head, body = await conn.request(
+            _status, _head, body = await conn.request(
                 "POST", "/mcp", headers, json.dumps(message).encode()
             )
         finally:

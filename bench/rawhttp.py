@@ -8,6 +8,7 @@ Content-Length and chunked bodies, and reads Server-Sent Events. It is for bench
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -94,10 +95,8 @@ class Connection:
 
     async def close(self) -> None:
         self.writer.close()
-        try:
+        with contextlib.suppress(ConnectionError):
             await self.writer.wait_closed()
-        except ConnectionError:
-            pass
 
 
 def sse_payloads(body: bytes) -> list[dict[str, Any]]:
