@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
 from toolmesh.models import ToolEvent, ToolResult, new_id
-from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook
+from toolmesh.pipeline import ApprovalRequest, CallSpec, Limits, Pipeline, PolicyHook
 from toolmesh.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    ApprovalResponse,
     ErrorCode,
     ErrorMessage,
     HandshakeRequest,
@@ -33,6 +35,8 @@ from toolmesh.protocol import (
     Ping,
     Pong,
     Shutdown,
+    StateRequest,
+    StateResponse,
     ToolCallRequest,
     ToolCallResponse,
     ToolListRequest,
@@ -45,6 +49,9 @@ from toolmesh.state import StateManager
 from toolmesh.store import Store, open_store
 from toolmesh.store.base import SessionRecord
 from toolmesh.toolkit import SourceLike, Toolkit
+
+if TYPE_CHECKING:
+    from toolmesh.agui import AguiStream
 
 __all__ = ["Connection", "Host"]
 
@@ -123,6 +130,7 @@ class Host:
         )
         self.sessions: dict[str, Session] = {}
         self.started_at = time.monotonic()
+        self._agui: AguiStream | None = None
         self._connections: set[Connection] = set()
         self._started = False
 
@@ -139,6 +147,8 @@ class Host:
         return self
 
     async def close(self) -> None:
+        if self._agui is not None:
+            self._agui.close()
         for connection in list(self._connections):
             await connection.close()
         await self.pipeline.drain()
@@ -158,6 +168,15 @@ class Host:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    @property
+    def agui(self) -> AguiStream:
+        """The AG-UI view of this host's sessions (``agui.events(session_id)``)."""
+        if self._agui is None:
+            from toolmesh.agui import AguiStream
+
+            self._agui = AguiStream(self.pipeline, self.state)
+        return self._agui
 
     @property
     def healthy(self) -> bool:
@@ -249,7 +268,10 @@ class Connection:
         self.session: Session | None = None
         self._deliver = deliver
         self._calls: dict[str, asyncio.Future[None]] = {}
+        self._approvals: dict[str, asyncio.Future[bool]] = {}
         self._closed = False
+        self.approval_handler: Callable[[ApprovalRequest], Any] | None = None
+        """In-process clients answer approvals directly; wire peers get an `approval` event."""
 
     # -- wire entry points -----------------------------------------------------------------------
 
@@ -272,6 +294,9 @@ class Connection:
             return
         if isinstance(message, ErrorMessage):
             logger.warning("peer reported an error: [%s] %s", message.code, message.message)
+            return
+        if isinstance(message, ApprovalResponse):
+            self._answer_approval(message)
             return
         try:
             response = await self._answer(message)
@@ -300,6 +325,12 @@ class Connection:
             return Pong(req_id=message.id, uptime_seconds=round(uptime, 3))
         if isinstance(message, ToolListRequest):
             return self._list(message)
+        if isinstance(message, StateRequest):
+            session = self._tools_session()
+            record = await self.host.state.current(session.id)
+            return StateResponse(
+                req_id=message.id, state=record.document, state_version=record.version
+            )
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE, f"a host does not accept {message.type!r} messages"
         )
@@ -313,6 +344,7 @@ class Connection:
             reason = exc.message if isinstance(exc, ProtocolError) else str(exc)
             return HandshakeResponse(req_id=request.id, ok=False, reason=reason)
         self.session = session
+        session.approver = self._ask_approval
         accepted = (
             [
                 NegotiatedCapability(
@@ -440,6 +472,34 @@ class Connection:
             return await self.host.pipeline.call(session, spec, on_event)
         finally:
             session.active_calls -= 1
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    async def _ask_approval(self, request: ApprovalRequest) -> bool:
+        handler = self.approval_handler
+        if handler is not None:
+            answer = handler(request)
+            return bool(await answer if inspect.isawaitable(answer) else answer)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._approvals[request.id] = future
+        self._deliver(request.event)  # even for a non-streaming call: it needs an answer
+        try:
+            return await future
+        finally:
+            self._approvals.pop(request.id, None)
+
+    def _answer_approval(self, response: ApprovalResponse) -> None:
+        future = self._approvals.get(response.req_id)
+        if future is None or future.done():
+            self._deliver(
+                ErrorMessage(
+                    req_id=response.id,
+                    code=ErrorCode.INVALID_MESSAGE,
+                    message=f"no approval {response.req_id!r} is waiting for an answer",
+                )
+            )
+            return
+        future.set_result(response.approved)
 
     # -- ending ----------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -28,7 +28,7 @@ from pydantic_core import to_jsonable_python
 from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import ArgumentError, SchemaError, StateError
-from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult
+from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id
 from toolmesh.tools import Output, Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -45,11 +45,43 @@ EventSink = Callable[[ToolEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A policy hook's verdict on one call; ``rule`` names what decided (it is audited)."""
+    """A policy hook's verdict on one call; ``rule`` names what decided (it is audited).
+    ``needs_approval``: allowed only once an approver says yes."""
 
     allowed: bool
     reason: str = ""
     rule: str = ""
+    needs_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approver is asked: may this call run?"""
+
+    id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    reason: str
+    session_id: str
+    req_id: str
+    event: ToolEvent  # the call's `approval` event (seq 0), for the transport to deliver
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[bool]]
+"""Answers an approval request: True runs the call, False denies it."""
+
+
+class CallObserver:
+    """Sees every call of a pipeline: its start, its events and its result (for AG-UI)."""
+
+    def call_started(self, session: Session, spec: CallSpec, tool: Tool | None) -> None:
+        """Before policy and validation."""
+
+    def call_event(self, session: Session, spec: CallSpec, event: ToolEvent) -> None:
+        """Each event, streaming or not."""
+
+    def call_ended(self, session: Session, spec: CallSpec, result: ToolResult) -> None:
+        """With the final result (state already applied)."""
 
 
 PolicyHook = Callable[
@@ -65,6 +97,7 @@ class Limits:
     default_timeout: float = 30.0
     max_timeout: float = 3600.0
     max_output_chars: int = 200_000
+    approval_timeout: float = 300.0
 
 
 @dataclass(slots=True)
@@ -77,6 +110,7 @@ class CallSpec:
     correlation_id: str = ""
     streaming: bool = False
     timeout: float | None = None
+    prior_events: list[ToolEvent] = field(default_factory=list)  # before the tool ran: approval
 
 
 class ToolResolver:
@@ -109,6 +143,7 @@ class Pipeline:
         self.hooks = list(hooks)
         self.host_id = host_id
         self.audit_failures = 0
+        self.observers: list[CallObserver] = []
         self._stragglers: set[asyncio.Future[Any]] = set()
 
     async def call(
@@ -119,15 +154,26 @@ class Pipeline:
         started = time.perf_counter()
         tool = self.tools.get(spec.tool_name)
         decision = ""
+        observers = self.observers
+        if observers:
+            for observer in observers:
+                observer.call_started(session, spec, tool)
+            on_event = _observed(observers, session, spec, on_event)
         try:
             if tool is None:
                 result = self._unknown(spec.tool_name)
             else:
                 verdict = await self._decide(session, tool, spec.arguments)
+                if verdict.allowed and (
+                    verdict.needs_approval or tool.definition.requires_approval
+                ):
+                    verdict = await self._approve(session, tool, spec, verdict)
                 decision = verdict.rule
                 if not verdict.allowed:
                     result = _failure(tool.name, ToolErrorCode.TOOL_DENIED, verdict.reason)
                     result.metadata = {"rule": verdict.rule}
+                    if verdict.rule.endswith("approval:timeout"):
+                        result.error_code = ToolErrorCode.TIMEOUT
                 else:
                     result = await self._validated_run(session, tool, spec, on_event)
         except asyncio.CancelledError:
@@ -137,6 +183,8 @@ class Pipeline:
             raise
         result.duration_ms = _elapsed_ms(started)
         await self._audit(session, spec, tool, result, decision, self._bound(result))
+        for observer in observers:
+            observer.call_ended(session, spec, result)
         return result
 
     async def drain(self) -> None:
@@ -172,6 +220,60 @@ class Pipeline:
                 return verdict
         return _ALLOWED
 
+    async def _approve(
+        self, session: Session, tool: Tool, spec: CallSpec, verdict: Decision
+    ) -> Decision:
+        """Ask the session's approver; the answer (or its absence) becomes the verdict."""
+        rule = f"{verdict.rule}:" if verdict.rule else ""
+        approver = session.approver
+        if approver is None:
+            return Decision(
+                False,
+                f"tool {tool.name!r} requires approval and no approver is connected",
+                rule=f"{rule}approval:unavailable",
+            )
+        approval_id = new_id()
+        reason = verdict.reason or f"{tool.name!r} requires approval"
+        event = ToolEvent(
+            kind="approval",
+            req_id=spec.req_id,
+            data={
+                "approval_id": approval_id,
+                "tool_name": tool.name,
+                "arguments": dict(spec.arguments),
+                "reason": reason,
+            },
+        )
+        spec.prior_events.append(event)
+        request = ApprovalRequest(
+            id=approval_id,
+            tool_name=tool.name,
+            arguments=spec.arguments,
+            reason=reason,
+            session_id=session.id,
+            req_id=spec.req_id,
+            event=event,
+        )
+        wait = self.limits.approval_timeout
+        try:
+            async with asyncio.timeout(wait):
+                approved = await approver(request)
+        except TimeoutError:
+            return Decision(
+                False,
+                f"nobody approved {tool.name!r} within {wait:g}s",
+                rule=f"{rule}approval:timeout",
+            )
+        except Exception as exc:
+            return Decision(
+                False, f"approval failed: {_describe(exc)}", rule=f"{rule}approval:failed"
+            )
+        if not approved:
+            return Decision(
+                False, f"the approver denied {tool.name!r}", rule=f"{rule}approval:denied"
+            )
+        return Decision(True, verdict.reason, rule=f"{rule}approval:approved")
+
     async def _validated_run(
         self, session: Session, tool: Tool, spec: CallSpec, on_event: EventSink | None
     ) -> ToolResult:
@@ -198,6 +300,7 @@ class Pipeline:
             capabilities=session.capabilities,
             state=(lambda: state) if state is not None else None,
             sink=on_event if spec.streaming else None,
+            events=spec.prior_events,
         )
         result = await self._execute(tool, spec.arguments, ctx, timeout)
         if ctx.events and not result.events:
@@ -333,6 +436,26 @@ _ALLOWED = Decision(True)
 def _being_cancelled() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+def _observed(
+    observers: Sequence[CallObserver],
+    session: Session,
+    spec: CallSpec,
+    on_event: EventSink | None,
+) -> EventSink:
+    """An event sink that also shows every event to the observers (and streams it on)."""
+
+    forward = on_event if spec.streaming else None  # the caller's own choice stands
+
+    def sink(event: ToolEvent) -> None:
+        for observer in observers:
+            observer.call_event(session, spec, event)
+        if forward is not None:
+            forward(event)
+
+    spec.streaming = True  # the observers need the events even when the caller did not ask
+    return sink
 
 
 def _elapsed_ms(started: float) -> int:

@@ -29,6 +29,7 @@ from toolmesh.models import (
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MESSAGE_TYPES",
+    "ApprovalResponse",
     "CapabilityOverride",
     "ErrorCode",
     "ErrorMessage",
@@ -39,6 +40,8 @@ __all__ = [
     "Ping",
     "Pong",
     "Shutdown",
+    "StateRequest",
+    "StateResponse",
     "ToolCallRequest",
     "ToolCallResponse",
     "ToolEvent",
@@ -212,6 +215,28 @@ class ToolCallResponse(Envelope):
     created_at: float = Field(default_factory=time.time)
 
 
+class ApprovalResponse(Envelope):
+    """Agent -> host: the answer to an ``approval`` event (``req_id`` is its ``approval_id``)."""
+
+    type: Literal["tool/approval/resp"] = "tool/approval/resp"
+    req_id: str
+    approved: bool
+    reason: str = ""
+
+
+class StateRequest(Envelope):
+    """Agent -> host: send the session's state document."""
+
+    type: Literal["state/get/req"] = "state/get/req"
+
+
+class StateResponse(Envelope):
+    type: Literal["state/get/resp"] = "state/get/resp"
+    req_id: str = ""
+    state: dict[str, Any] = Field(default_factory=dict)
+    state_version: int = 0  # bumped by every applied update (`version` is the protocol's)
+
+
 Message = Annotated[
     HandshakeRequest
     | HandshakeResponse
@@ -223,7 +248,10 @@ Message = Annotated[
     | ToolListResponse
     | ToolCallRequest
     | ToolCallResponse
-    | ToolEvent,
+    | ToolEvent
+    | ApprovalResponse
+    | StateRequest
+    | StateResponse,
     Field(discriminator="type"),
 ]
 """Any A2E message toolmesh speaks."""
@@ -242,6 +270,9 @@ MESSAGE_TYPES: dict[str, type[Envelope]] = {
         ToolCallRequest,
         ToolCallResponse,
         ToolEvent,
+        ApprovalResponse,
+        StateRequest,
+        StateResponse,
     )
 }
 """Message classes by their ``type``. Each builds its validator on first use, so a host starting

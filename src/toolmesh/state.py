@@ -38,6 +38,11 @@ class StateManager:
         record = self._cache.get(session_id)
         return None if record is None else record.document
 
+    async def current(self, session_id: str) -> StateRecord:
+        """The session's document (a private copy) and its version."""
+        record = await self._load(session_id)
+        return StateRecord(copy.deepcopy(record.document), record.version)
+
     async def snapshot(self, session_id: str) -> dict[str, Any]:
         """The session's document (a private copy)."""
         record = await self._load(session_id)

@@ -12,6 +12,7 @@ deadline, events, state, audit).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
-from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
+from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
 from toolmesh.search import SearchIndex
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
@@ -328,8 +329,12 @@ class Toolkit(ToolResolver):
         on_event: Callable[[ToolEvent], None] | None = None,
         correlation_id: str = "",
         session: Session | None = None,
+        on_approval: Approver | None = None,
     ) -> ToolResult:
-        """Call a tool through the pipeline; tool failures come back as results."""
+        """Call a tool through the pipeline; tool failures come back as results.
+
+        ``on_approval`` answers approval requests of this call (without it, a tool that needs
+        approval is denied)."""
         spec = CallSpec(
             tool_name=name,
             arguments=dict(arguments or {}),
@@ -338,7 +343,10 @@ class Toolkit(ToolResolver):
             streaming=on_event is not None,
             timeout=timeout,
         )
-        return await self.pipeline.call(session or self.session, spec, on_event)
+        caller = session or self.session
+        if on_approval is not None:
+            caller = dataclasses.replace(caller, approver=on_approval)
+        return await self.pipeline.call(caller, spec, on_event)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
 from toolmesh.errors import ConfigError
 from toolmesh.host import Host
+from toolmesh.pipeline import Limits
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from toolmesh.tools import busy_threads
 
@@ -63,6 +64,12 @@ def add_parser(commands: Any) -> None:
         "--max-parallel", type=int, default=8, help="calls one session may run at once (default 8)"
     )
     parser.add_argument(
+        "--approval-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a call needing approval waits for an answer (default 300)",
+    )
+    parser.add_argument(
         "--max-message-bytes",
         type=int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
@@ -96,6 +103,7 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
         max_parallel=getattr(args, "max_parallel", 8),
         auth_token=getattr(args, "auth_token", None),
         max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
     )
 
 
