@@ -1,10 +1,15 @@
 """Relevance search over tool definitions (BM25F).
 
 Each tool is indexed by field: its name (split on ``_ . -`` and camelCase), tags, parameter
-names, description and parameter descriptions, each with its own weight. Words are lower-cased,
-stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
-``get_weather_forecast``. A query word that matches nothing is tried as a prefix of indexed words
-("calc" -> "calculator"). Adding or removing a tool updates the index in place.
+names, description and parameter descriptions. Each field has its own weight and its own length
+normalisation (``Ranking``), and a term's frequencies in all fields are combined before BM25's
+saturation, so a word repeated across fields does not count many times over (BM25F). Words are
+lower-cased, stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
+``get_weather_forecast``. In a short query, a word that matches nothing is tried as a prefix of
+indexed words ("calc" -> "calculator"). Adding or removing a tool updates the index in place;
+each term's scores are computed once and kept until the index next changes.
+
+The defaults of ``Ranking`` were tuned on the dev half of bench/retrieval (see docs/search.md).
 """
 
 from __future__ import annotations
@@ -14,80 +19,41 @@ import functools
 import heapq
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from toolmesh.models import ToolDefinition, ToolParameter
 
-__all__ = ["FIELD_WEIGHTS", "SearchIndex", "tokenize"]
+__all__ = ["FIELDS", "Ranking", "SearchIndex", "tokenize"]
 
 FIELDS = ("name", "tags", "params", "description", "param_descriptions")
-FIELD_WEIGHTS = (3.0, 2.0, 1.5, 1.0, 0.6)
-FIELD_B = (0.3, 0.3, 0.5, 0.75, 0.75)  # short fields are hardly length-normalised
-K1 = 1.2
-PREFIX_WEIGHT = 0.5
-NAME_MATCH_BONUS = 5.0
 
 STOP_WORDS = frozenset(
-    (
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "do",
-        "does",
-        "for",
-        "from",
-        "get",
-        "has",
-        "have",
-        "how",
-        "i",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "please",
-        "should",
-        "show",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "this",
-        "to",
-        "use",
-        "using",
-        "was",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    )
+    """a about am an and any are as at be been being but by can could do does for from get has
+    have he her him his how i if im in into is it its just know let like me my need no not of on
+    or our please should show so some sure tell than that the their them then there they this to
+    too us use using very want was we what when where which who will with would you your""".split()
 )
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NON_WORD = re.compile(r"[^0-9A-Za-z]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """BM25F settings. ``weights`` and ``b`` hold one value per field of ``FIELDS``."""
+
+    weights: tuple[float, ...] = (4.0, 1.0, 0.3, 0.6, 0.3)
+    b: tuple[float, ...] = (0.9, 0.3, 0.9, 0.5, 0.0)
+    k1: float = 1.6
+    prefix_weight: float = 0.75  # a prefix expansion counts this much of a whole word
+    prefix_max_words: int = 1000  # only queries this short expand prefixes
+    name_bonus: float = 5.0  # the query is exactly a tool's name
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(FIELDS) or len(self.b) != len(FIELDS):
+            raise ValueError(f"Ranking needs one weight and one b per field {FIELDS}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,12 +71,12 @@ def _stem(word: str) -> str:
 def tokenize(text: str) -> list[str]:
     """Words of ``text``: split on punctuation and camelCase, lower-cased, stemmed, without
     stop words."""
-    words = _NON_WORD.split(_CAMEL.sub(" ", text))
     out = []
-    for word in words:
+    for word in _NON_WORD.split(_CAMEL.sub(" ", text)):
         lowered = word.lower()
         if lowered and lowered not in STOP_WORDS:
-            out.append(_stem(lowered))
+            # Numbers have no stem, and there are too many distinct ones to cache.
+            out.append(lowered if lowered.isdigit() else _stem(lowered))
     return out
 
 
@@ -124,12 +90,14 @@ class _Doc:
 class SearchIndex:
     """An incremental BM25F index from keys to tool definitions."""
 
-    def __init__(self) -> None:
+    def __init__(self, ranking: Ranking | None = None) -> None:
+        self.ranking = ranking or Ranking()
         self._docs: dict[str, _Doc] = {}
         self._postings: dict[str, set[str]] = {}
         self._length_sums = [0] * len(FIELDS)
         self._vocabulary: list[str] | None = None
         self._by_name: dict[str, set[str]] = {}
+        self._term_scores: dict[str, dict[str, float]] = {}  # valid until the next change
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -145,7 +113,10 @@ class SearchIndex:
         counts: dict[str, list[int]] = {}
         for index, words in enumerate(fields):
             for word in words:
-                counts.setdefault(word, [0] * len(FIELDS))[index] += 1
+                freqs = counts.get(word)
+                if freqs is None:
+                    freqs = counts[word] = [0] * len(FIELDS)
+                freqs[index] += 1
         doc = _Doc(
             terms={term: tuple(freqs) for term, freqs in counts.items()},
             lengths=tuple(len(words) for words in fields),
@@ -162,6 +133,8 @@ class SearchIndex:
                 postings.add(key)
         for index, length in enumerate(doc.lengths):
             self._length_sums[index] += length
+        if self._term_scores:
+            self._term_scores = {}
 
     def remove(self, key: str) -> None:
         doc = self._docs.pop(key, None)
@@ -179,6 +152,28 @@ class SearchIndex:
                 self._vocabulary = None
         for index, length in enumerate(doc.lengths):
             self._length_sums[index] -= length
+        if self._term_scores:
+            self._term_scores = {}
+
+    def scores(self, query: str) -> dict[str, float]:
+        """Every matching key with its score for ``query`` (unordered)."""
+        scores: dict[str, float] = {}
+        if not self._docs:
+            return scores
+        for term, weight in self._query_terms(tokenize(query)).items():
+            contributions = self._term_scores.get(term)
+            if contributions is None:
+                contributions = self._term_scores[term] = self._score_term(term)
+            if not scores:
+                scores = {key: weight * value for key, value in contributions.items()}
+                continue
+            get = scores.get
+            for key, value in contributions.items():
+                scores[key] = get(key, 0.0) + weight * value
+        wanted = query.strip().lower()
+        for key in self._by_name.get(wanted, ()) if wanted else ():
+            scores[key] = scores.get(key, 0.0) + self.ranking.name_bonus
+        return scores
 
     def search(
         self,
@@ -188,38 +183,63 @@ class SearchIndex:
         accept: Callable[[str], bool] | None = None,
     ) -> list[tuple[str, float]]:
         """Keys ranked by relevance to ``query``, best first (only those ``accept`` admits)."""
-        if not self._docs:
-            return []
-        weights = self._query_terms(tokenize(query))
-        scores: dict[str, float] = {}
-        total = len(self._docs)
-        averages = [max(s / total, 1e-9) for s in self._length_sums]
-        for term, weight in weights.items():
-            postings = self._postings[term]
-            idf = math.log(1.0 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
-            for key in postings:
-                if accept is not None and not accept(key):
-                    continue
-                doc = self._docs[key]
-                freqs = doc.terms[term]
-                pseudo = 0.0
-                for i, freq in enumerate(freqs):
-                    if freq:
-                        norm = 1.0 - FIELD_B[i] + FIELD_B[i] * doc.lengths[i] / averages[i]
-                        pseudo += FIELD_WEIGHTS[i] * freq / norm
-                scores[key] = scores.get(key, 0.0) + weight * idf * pseudo / (K1 + pseudo)
-        self._bonus_exact_names(query, scores, accept)
-        return heapq.nsmallest(limit or len(scores), scores.items(), key=_best_first)
+        scores = self.scores(query)
+        if limit is not None:
+            best = heapq.nsmallest(limit, scores.items(), key=_best_first)
+            if accept is None:
+                return best
+            kept = [item for item in best if accept(item[0])]
+            if len(kept) == len(best):
+                return kept
+        ranked = sorted(scores.items(), key=_best_first)
+        if accept is not None:
+            ranked = [item for item in ranked if accept(item[0])]
+        return ranked[:limit] if limit is not None else ranked
 
-    def _query_terms(self, words: Iterable[str]) -> dict[str, float]:
-        """Query words present in the index, plus prefix expansions of the missing ones."""
+    def ranked(self, query: str) -> Iterator[str]:
+        """Keys best first, computed lazily: a caller filtering them stops when it has enough."""
+        scores = self.scores(query)
+        if len(scores) > 64:
+            head = heapq.nsmallest(32, scores.items(), key=_best_first)
+            yield from (key for key, _ in head)
+            seen = {key for key, _ in head}
+            rest = [item for item in scores.items() if item[0] not in seen]
+            yield from (key for key, _ in sorted(rest, key=_best_first))
+        else:
+            yield from (key for key, _ in sorted(scores.items(), key=_best_first))
+
+    def _score_term(self, term: str) -> dict[str, float]:
+        """idf x saturated pseudo-frequency of ``term`` for every document holding it."""
+        ranking = self.ranking
+        postings = self._postings[term]
+        total = len(self._docs)
+        idf = math.log(1.0 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
+        averages = [max(s / total, 1e-9) for s in self._length_sums]
+        fields = tuple(zip(ranking.weights, ranking.b, averages, strict=True))
+        k1 = ranking.k1
+        out: dict[str, float] = {}
+        for key in postings:
+            doc = self._docs[key]
+            pseudo = 0.0
+            for freq, length, (weight, b, average) in zip(
+                doc.terms[term], doc.lengths, fields, strict=True
+            ):
+                if freq:
+                    pseudo += weight * freq / (1.0 - b + b * length / average)
+            out[key] = idf * pseudo / (k1 + pseudo)
+        return out
+
+    def _query_terms(self, words: list[str]) -> dict[str, float]:
+        """Query words present in the index, plus prefix expansions of the missing ones (in
+        short queries only: in a sentence, an unknown word is more often noise than a prefix)."""
         weights: dict[str, float] = {}
+        expand = len(words) <= self.ranking.prefix_max_words
         for word in words:
             if word in self._postings:
                 weights[word] = max(weights.get(word, 0.0), 1.0)
-            elif len(word) >= 3:
+            elif expand and len(word) >= 3:
                 for term in self._with_prefix(word):
-                    weights[term] = max(weights.get(term, 0.0), PREFIX_WEIGHT)
+                    weights[term] = max(weights.get(term, 0.0), self.ranking.prefix_weight)
         return weights
 
     def _with_prefix(self, prefix: str, limit: int = 20) -> list[str]:
@@ -232,16 +252,6 @@ class SearchIndex:
                 break
             out.append(term)
         return out
-
-    def _bonus_exact_names(
-        self, query: str, scores: dict[str, float], accept: Callable[[str], bool] | None
-    ) -> None:
-        wanted = query.strip().lower()
-        if not wanted:
-            return
-        for key in self._by_name.get(wanted, ()):
-            if accept is None or accept(key):
-                scores[key] = scores.get(key, 0.0) + NAME_MATCH_BONUS
 
 
 def _best_first(item: tuple[str, float]) -> tuple[float, str]:
