@@ -161,12 +161,39 @@ def lexical_ranker(defs: Sequence[ToolDefinition], **options: Any) -> Ranker:
     return rank
 
 
+def hybrid_ranker(defs: Sequence[ToolDefinition], **options: Any) -> Ranker:
+    from toolmesh.semantic import HybridIndex
+
+    index = HybridIndex(**options)
+    for d in defs:
+        index.add(d.name, d)
+    index.embed_pending()
+
+    def rank(query: str) -> list[str]:
+        return [key for key, _ in index.search(query, limit=50)]
+
+    return rank
+
+
+def semantic_ranker(defs: Sequence[ToolDefinition]) -> Ranker:
+    """The embeddings alone (cosine similarity), to show what the fusion adds."""
+    from toolmesh.semantic import HybridIndex
+
+    index = HybridIndex()
+    for d in defs:
+        index.add(d.name, d)
+    index.embed_pending()
+    return lambda query: [key for key, _ in index.semantic(query, 50)]
+
+
 RANKERS: dict[str, Callable[[Sequence[ToolDefinition]], Ranker]] = {
     "substring": substring_ranker,
     "substring-words": substring_words_ranker,
     "bm25": bm25_ranker,
     "bm25-stemmed": lambda defs: bm25_ranker(defs, stem=True),
     "lexical": lexical_ranker,
+    "semantic": semantic_ranker,
+    "hybrid": hybrid_ranker,
 }
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from toolmesh.models import ToolDefinition, ToolParameter
 
-__all__ = ["FIELDS", "Ranking", "SearchIndex", "tokenize"]
+__all__ = ["FIELDS", "Ranking", "SearchIndex", "split_words", "tokenize"]
 
 FIELDS = ("name", "tags", "params", "description", "param_descriptions")
 
@@ -66,6 +66,11 @@ def _stemmer() -> Any:
 @functools.lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     return str(_stemmer().stemWord(word))
+
+
+def split_words(text: str) -> list[str]:
+    """Words of ``text`` split on punctuation and camelCase, lower-cased (no stems)."""
+    return [word.lower() for word in _NON_WORD.split(_CAMEL.sub(" ", text)) if word]
 
 
 def tokenize(text: str) -> list[str]:
