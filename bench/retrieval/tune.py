@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evaluate import definitions, evaluate, load_queries, load_tools  # noqa: E402
+from evaluate import definitions, evaluate, load_queries, load_tools
 
-from toolmesh.search import FIELDS, Ranking, SearchIndex  # noqa: E402
+from toolmesh.search import FIELDS, Ranking, SearchIndex
 
 GRID = {
     "k1": [0.6, 0.9, 1.2, 1.6, 2.0],

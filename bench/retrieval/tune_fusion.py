@@ -13,10 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from evaluate import definitions, load_queries, load_tools, scores  # noqa: E402
+import numpy as np
+from evaluate import definitions, load_queries, load_tools, scores
 
-from toolmesh.semantic import HybridIndex  # noqa: E402
+from toolmesh.semantic import HybridIndex
 
 
 def main() -> None:

@@ -21,20 +21,30 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from toolmesh.models import ToolDefinition, ToolParameter
 
-__all__ = ["FIELDS", "Ranking", "SearchIndex", "split_words", "tokenize"]
+__all__ = [
+    "FIELDS",
+    "Ranking",
+    "SearchIndex",
+    "SearchMode",
+    "create_index",
+    "split_words",
+    "tokenize",
+]
 
+SearchMode = Literal["lexical", "hybrid"]
 FIELDS = ("name", "tags", "params", "description", "param_descriptions")
 
-STOP_WORDS = frozenset(
-    """a about am an and any are as at be been being but by can could do does for from get has
-    have he her him his how i if im in into is it its just know let like me my need no not of on
-    or our please should show so some sure tell than that the their them then there they this to
-    too us use using very want was we what when where which who will with would you your""".split()
-)
+_STOP_WORDS_TEXT = """
+    a about am an and any are as at be been being but by can could do does for from get has have
+    he her him his how i if im in into is it its just know let like me my need no not of on or our
+    please should show so some sure tell than that the their them then there they this to too us
+    use using very want was we what when where which who will with would you your
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NON_WORD = re.compile(r"[^0-9A-Za-z]+")
@@ -257,6 +267,22 @@ class SearchIndex:
                 break
             out.append(term)
         return out
+
+
+def create_index(mode: SearchMode | str | SearchIndex = "lexical") -> SearchIndex:
+    """An index for ``mode``: "lexical" (BM25F, this module) or "hybrid" (BM25F fused with
+    sentence embeddings: toolmesh.semantic, imported only here)."""
+    if isinstance(mode, SearchIndex):
+        return mode
+    if mode == "lexical":
+        return SearchIndex()
+    if mode == "hybrid":
+        from toolmesh.semantic import HybridIndex
+
+        return HybridIndex()
+    from toolmesh.errors import ConfigError
+
+    raise ConfigError(f"search must be 'lexical' or 'hybrid', not {mode!r}")
 
 
 def _best_first(item: tuple[str, float]) -> tuple[float, str]:

@@ -60,7 +60,11 @@ def find_model(model: str | Path | None = None) -> Path:
         if spec is None or spec.origin is None:
             raise ConfigError(INSTALL_HINT)
         path = Path(spec.origin).parent / "model"
-    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (path / f).is_file()]
+    missing = [
+        f
+        for f in ("config.json", "model.safetensors", "tokenizer.json")
+        if not (path / f).is_file()
+    ]
     if missing:
         raise ConfigError(f"embedding model folder {str(path)!r} lacks {', '.join(missing)}")
     return path
@@ -109,7 +113,7 @@ class Encoder:
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Matrix:
         """One unit vector per text (rows of a float32 matrix)."""
         np = self._np
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        out: Matrix = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         if not texts:
             return out
         encodings = self.tokenizer.encode_batch(list(texts))
@@ -154,10 +158,14 @@ class Encoder:
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, heads * size)
-            x = self._norm(x + dense(context, "attention.output.dense"), p + "attention.output.LayerNorm")
+            x = self._norm(
+                x + dense(context, "attention.output.dense"), p + "attention.output.LayerNorm"
+            )
             inner = _gelu(np, dense(x, "intermediate.dense"))
             x = self._norm(x + dense(inner, "output.dense"), p + "output.LayerNorm")
-        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(
+            mask.sum(axis=1, keepdims=True), 1e-9
+        )
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         result: Matrix = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return result
@@ -176,7 +184,9 @@ def _gelu(np: Any, x: Any) -> Any:
     sign = np.sign(z)
     a = np.abs(z)
     t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     erf = sign * (1.0 - poly * np.exp(-a * a))
     return 0.5 * x * (1.0 + erf)
 

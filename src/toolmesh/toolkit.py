@@ -13,6 +13,7 @@ deadline, events, state, audit).
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import logging
 import re
@@ -27,7 +28,7 @@ from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
-from toolmesh.search import SearchIndex
+from toolmesh.search import SearchIndex, SearchMode, create_index
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
@@ -87,7 +88,16 @@ class Toolkit(ToolResolver):
         limits: Limits | None = None,
         hooks: Sequence[PolicyHook] = (),
         state_paths: Sequence[str] = ("/context/",),
+        search: SearchMode | SearchIndex = "lexical",
+        tool_search: bool | None = None,
+        defer_above: int | None = None,
+        keep_active: Sequence[str] = (),
     ) -> None:
+        """``search`` ranks with "lexical" BM25F or "hybrid" (plus embeddings: the ``semantic``
+        extra). ``defer_above`` is a token budget for the default listing: above it the least
+        important tools are deferred (found by search), keeping ``keep_active`` (name globs) and
+        then tools in the order they were added. ``tool_search`` adds the ``tool_search`` tools
+        for models (on by default when ``defer_above`` is set). See docs/search.md."""
         if on_conflict not in ("warn", "error"):
             raise ConfigError(f"on_conflict must be 'warn' or 'error', not {on_conflict!r}")
         if capability_policy not in ("locked", "extensible"):
@@ -107,11 +117,18 @@ class Toolkit(ToolResolver):
         self._sources: list[Source] = []
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
-        self._index = SearchIndex()
+        self._index = create_index(search)
+        self.defer_above = defer_above
+        self.keep_active = tuple(keep_active)
+        self._over_budget: tuple[int, frozenset[str]] = (-1, frozenset())
         self._version = 0
         self._listings: dict[tuple[Any, ...], list[ToolDefinition]] = {}
         self._warned: set[tuple[str, str, str]] = set()
         self._closed = False
+        if tool_search or (tool_search is None and defer_above is not None):
+            from toolmesh.sources.tool_search import ToolSearchSource
+
+            self.add(ToolSearchSource(self))
         for item in sources:
             self.add(item)
 
@@ -276,10 +293,11 @@ class Toolkit(ToolResolver):
         key = (self._version, held, kind, tuple(tags), include_deferred)
         listing = self._listings.get(key)
         if listing is None:
+            over = self._deferred_by_budget()
             listing = [
                 entry.tool.definition
-                for entry in self._entries.values()
-                if _visible(entry.tool.definition, held, kind, tags, include_deferred)
+                for name, entry in self._entries.items()
+                if _visible(entry.tool.definition, held, kind, tags, include_deferred, over, name)
             ]
             if len(self._listings) > 256:
                 self._listings.clear()
@@ -298,12 +316,16 @@ class Toolkit(ToolResolver):
     ) -> list[Tool]:
         """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call."""
         held = capabilities or self.capabilities
+        over = self._deferred_by_budget()
 
         def accept(name: str) -> bool:
             definition = self._entries[name].tool.definition
-            return _visible(definition, held, kind, tags, include_deferred)
+            return _visible(definition, held, kind, tags, include_deferred, over, name)
 
         custom = [s for s in self._sources if s.search(query, tags) is not None]
+        if not custom:
+            found = self._index.search(query, limit=limit, accept=accept)
+            return [self._entries[name].tool for name, _score in found]
         custom_names = {id(s) for s in custom}
         ranked = [
             name
@@ -317,6 +339,47 @@ class Toolkit(ToolResolver):
             )
         tools = [self._entries[name].tool for name in ranked]
         return tools[:limit] if limit is not None else tools
+
+    def deferred_names(self) -> set[str]:
+        """Names of the tools kept out of the default listing: ``defer_loading`` ones and those
+        over the ``defer_above`` token budget."""
+        over = self._deferred_by_budget()
+        return {
+            name
+            for name, entry in self._entries.items()
+            if entry.tool.definition.defer_loading or name in over
+        }
+
+    def _deferred_by_budget(self) -> frozenset[str]:
+        """Tools deferred to fit the default listing into ``defer_above`` tokens (estimated as
+        in toolmesh.llm.deferred.estimate_tokens), computed once per change of the tools."""
+        if self.defer_above is None:
+            return frozenset()
+        version, over = self._over_budget
+        if version == self._version:
+            return over
+        from toolmesh.llm.deferred import estimate_tokens
+        from toolmesh.sources.tool_search import SEARCH_TOOL_NAMES
+
+        active = [e.tool for e in self._entries.values() if not e.tool.definition.defer_loading]
+        costs = [estimate_tokens(tool) for tool in active]
+        deferred: set[str] = set()
+        if sum(costs) > self.defer_above:
+
+            def pinned(tool: Tool) -> bool:
+                return tool.name in SEARCH_TOOL_NAMES or any(
+                    fnmatch.fnmatchcase(tool.name, pattern) for pattern in self.keep_active
+                )
+
+            used = 0
+            order = sorted(range(len(active)), key=lambda i: not pinned(active[i]))  # stable
+            for i in order:
+                if pinned(active[i]) or used + costs[i] <= self.defer_above:
+                    used += costs[i]
+                else:
+                    deferred.add(active[i].name)
+        self._over_budget = (self._version, frozenset(deferred))
+        return self._over_budget[1]
 
     # -- calling ---------------------------------------------------------------------------------
 
@@ -430,8 +493,10 @@ def _visible(
     kind: str,
     tags: Sequence[str],
     include_deferred: bool,
+    over_budget: frozenset[str] = frozenset(),
+    name: str = "",
 ) -> bool:
-    if definition.defer_loading and not include_deferred:
+    if not include_deferred and (definition.defer_loading or name in over_budget):
         return False
     if kind and definition.kind != kind:
         return False
