@@ -19,7 +19,8 @@ import functools
 import heapq
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,8 +47,9 @@ _STOP_WORDS_TEXT = """
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_NON_WORD = re.compile(r"[^0-9A-Za-z]+")
+# A word: letters and digits, broken where camelCase starts a new word ("sendEmail", "HTTPServer").
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
+_TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,33 +75,51 @@ def _stemmer() -> Any:
     return snowballstemmer.stemmer("english")
 
 
-@functools.lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
-    return str(_stemmer().stemWord(word))
+_terms: dict[str, str] = {}  # a word as written -> its term ("" for a stop word)
+
+
+def _term(word: str) -> str:
+    lowered = word.lower()
+    if lowered in STOP_WORDS:
+        term = ""
+    elif lowered.isdigit():  # numbers have no stem
+        term = lowered
+    else:
+        term = str(_stemmer().stemWord(lowered))
+    if len(_terms) >= _TERMS_LIMIT:
+        _terms.clear()
+    _terms[word] = term
+    return term
 
 
 def split_words(text: str) -> list[str]:
     """Words of ``text`` split on punctuation and camelCase, lower-cased (no stems)."""
-    return [word.lower() for word in _NON_WORD.split(_CAMEL.sub(" ", text)) if word]
+    return [word.lower() for word in _WORD.findall(text)]
 
 
 def tokenize(text: str) -> list[str]:
-    """Words of ``text``: split on punctuation and camelCase, lower-cased, stemmed, without
-    stop words."""
+    """Terms of ``text``: words split on punctuation and camelCase, lower-cased and stemmed,
+    without stop words."""
+    terms = _terms
     out = []
-    for word in _NON_WORD.split(_CAMEL.sub(" ", text)):
-        lowered = word.lower()
-        if lowered and lowered not in STOP_WORDS:
-            # Numbers have no stem, and there are too many distinct ones to cache.
-            out.append(lowered if lowered.isdigit() else _stem(lowered))
+    for word in _WORD.findall(text):
+        term = terms.get(word)
+        if term is None:
+            term = _term(word)
+        if term:
+            out.append(term)
     return out
 
 
 @dataclass(slots=True)
 class _Doc:
-    terms: dict[str, tuple[int, ...]]  # term -> frequency in each field
+    terms: tuple[str, ...]
     lengths: tuple[int, ...]
     name: str
+
+
+_FIELD_BITS = 8  # a term's frequencies in the five fields, packed into one int (255 at most each)
+_FIELD_MAX = (1 << _FIELD_BITS) - 1
 
 
 class SearchIndex:
@@ -108,7 +128,7 @@ class SearchIndex:
     def __init__(self, ranking: Ranking | None = None) -> None:
         self.ranking = ranking or Ranking()
         self._docs: dict[str, _Doc] = {}
-        self._postings: dict[str, set[str]] = {}
+        self._postings: dict[str, dict[str, int]] = {}  # term -> key -> packed frequencies
         self._length_sums = [0] * len(FIELDS)
         self._vocabulary: list[str] | None = None
         self._by_name: dict[str, set[str]] = {}
@@ -125,27 +145,26 @@ class SearchIndex:
         if key in self._docs:
             self.remove(key)
         fields = _fields(definition)
-        counts: dict[str, list[int]] = {}
+        packed: dict[str, int] = {}
         for index, words in enumerate(fields):
-            for word in words:
-                freqs = counts.get(word)
-                if freqs is None:
-                    freqs = counts[word] = [0] * len(FIELDS)
-                freqs[index] += 1
+            shift = index * _FIELD_BITS
+            for word, count in Counter(words).items():
+                packed[word] = packed.get(word, 0) | min(count, _FIELD_MAX) << shift
         doc = _Doc(
-            terms={term: tuple(freqs) for term, freqs in counts.items()},
+            terms=tuple(packed),
             lengths=tuple(len(words) for words in fields),
             name=definition.name.lower(),
         )
         self._docs[key] = doc
         self._by_name.setdefault(doc.name, set()).add(key)
-        for term in doc.terms:
-            postings = self._postings.get(term)
+        all_postings = self._postings
+        for term, freqs in packed.items():
+            postings = all_postings.get(term)
             if postings is None:
-                self._postings[term] = {key}
+                all_postings[term] = {key: freqs}
                 self._vocabulary = None
             else:
-                postings.add(key)
+                postings[key] = freqs
         for index, length in enumerate(doc.lengths):
             self._length_sums[index] += length
         if self._term_scores:
@@ -161,7 +180,7 @@ class SearchIndex:
             del self._by_name[doc.name]
         for term in doc.terms:
             postings = self._postings[term]
-            postings.discard(key)
+            del postings[key]
             if not postings:
                 del self._postings[term]
                 self._vocabulary = None
@@ -175,16 +194,25 @@ class SearchIndex:
         scores: dict[str, float] = {}
         if not self._docs:
             return scores
+        terms = []
         for term, weight in self._query_terms(tokenize(query)).items():
             contributions = self._term_scores.get(term)
             if contributions is None:
                 contributions = self._term_scores[term] = self._score_term(term)
-            if not scores:
-                scores = {key: weight * value for key, value in contributions.items()}
+            terms.append((contributions, weight))
+        # The longest posting list is copied whole (at C speed); only the others are looped over.
+        terms.sort(key=lambda item: (item[1] != 1.0, -len(item[0])))
+        for contributions, weight in terms:
+            if not scores and weight == 1.0:
+                scores = dict(contributions)
                 continue
             get = scores.get
-            for key, value in contributions.items():
-                scores[key] = get(key, 0.0) + weight * value
+            if weight == 1.0:
+                for key, value in contributions.items():
+                    scores[key] = get(key, 0.0) + value
+            else:
+                for key, value in contributions.items():
+                    scores[key] = get(key, 0.0) + weight * value
         wanted = query.strip().lower()
         for key in self._by_name.get(wanted, ()) if wanted else ():
             scores[key] = scores.get(key, 0.0) + self.ranking.name_bonus
@@ -200,7 +228,7 @@ class SearchIndex:
         """Keys ranked by relevance to ``query``, best first (only those ``accept`` admits)."""
         scores = self.scores(query)
         if limit is not None:
-            best = heapq.nsmallest(limit, scores.items(), key=_best_first)
+            best = _top(scores, limit)
             if accept is None:
                 return best
             kept = [item for item in best if accept(item[0])]
@@ -211,18 +239,6 @@ class SearchIndex:
             ranked = [item for item in ranked if accept(item[0])]
         return ranked[:limit] if limit is not None else ranked
 
-    def ranked(self, query: str) -> Iterator[str]:
-        """Keys best first, computed lazily: a caller filtering them stops when it has enough."""
-        scores = self.scores(query)
-        if len(scores) > 64:
-            head = heapq.nsmallest(32, scores.items(), key=_best_first)
-            yield from (key for key, _ in head)
-            seen = {key for key, _ in head}
-            rest = [item for item in scores.items() if item[0] not in seen]
-            yield from (key for key, _ in sorted(rest, key=_best_first))
-        else:
-            yield from (key for key, _ in sorted(scores.items(), key=_best_first))
-
     def _score_term(self, term: str) -> dict[str, float]:
         """idf x saturated pseudo-frequency of ``term`` for every document holding it."""
         ranking = self.ranking
@@ -232,15 +248,15 @@ class SearchIndex:
         averages = [max(s / total, 1e-9) for s in self._length_sums]
         fields = tuple(zip(ranking.weights, ranking.b, averages, strict=True))
         k1 = ranking.k1
+        docs = self._docs
         out: dict[str, float] = {}
-        for key in postings:
-            doc = self._docs[key]
+        for key, packed in postings.items():
+            lengths = docs[key].lengths
             pseudo = 0.0
-            for freq, length, (weight, b, average) in zip(
-                doc.terms[term], doc.lengths, fields, strict=True
-            ):
+            for index, (weight, b, average) in enumerate(fields):
+                freq = packed >> (index * _FIELD_BITS) & _FIELD_MAX
                 if freq:
-                    pseudo += weight * freq / (1.0 - b + b * length / average)
+                    pseudo += weight * freq / (1.0 - b + b * lengths[index] / average)
             out[key] = idf * pseudo / (k1 + pseudo)
         return out
 
@@ -283,6 +299,17 @@ def create_index(mode: SearchMode | str | SearchIndex = "lexical") -> SearchInde
     from toolmesh.errors import ConfigError
 
     raise ConfigError(f"search must be 'lexical' or 'hybrid', not {mode!r}")
+
+
+def _top(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
+    """The ``limit`` best items, best first, ties by key: the cut-off score is found on the bare
+    values (fast), then only the items at or above it are sorted."""
+    if len(scores) <= limit:
+        return sorted(scores.items(), key=_best_first)
+    if limit <= 0:
+        return []
+    cutoff = heapq.nlargest(limit, scores.values())[-1]
+    return sorted(((k, v) for k, v in scores.items() if v >= cutoff), key=_best_first)[:limit]
 
 
 def _best_first(item: tuple[str, float]) -> tuple[float, str]:
