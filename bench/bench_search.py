@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import evaluate as E  # noqa: E402
 
-from toolmesh import Toolkit, ToolDefinition  # noqa: E402
+from toolmesh import ToolDefinition, Toolkit  # noqa: E402
 from toolmesh.protocol import ToolListResponse, encode  # noqa: E402
 from toolmesh.sources.base import ToolSet  # noqa: E402
 from toolmesh.tools import Tool, ToolContext  # noqa: E402
