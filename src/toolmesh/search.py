@@ -257,7 +257,8 @@ class SearchIndex:
                 freq = packed >> (index * _FIELD_BITS) & _FIELD_MAX
                 if freq:
                     pseudo += weight * freq / (1.0 - b + b * lengths[index] / average)
-            out[key] = idf * pseudo / (k1 + pseudo)
+            if pseudo:
+                out[key] = idf * pseudo / (k1 + pseudo)
         return out
 
     def _query_terms(self, words: list[str]) -> dict[str, float]:
