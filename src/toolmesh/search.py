@@ -321,9 +321,9 @@ def _fields(definition: ToolDefinition) -> list[list[str]]:
     params: list[str] = []
     param_descriptions: list[str] = []
     for parameter in _walk(definition.input_parameters):
-        params.extend(tokenize(parameter.name))
+        params.extend(_tokenize_repeated(parameter.name))
         if parameter.description:
-            param_descriptions.extend(tokenize(parameter.description))
+            param_descriptions.extend(_tokenize_repeated(parameter.description))
     return [
         tokenize(definition.name),
         [w for tag in definition.tags for w in tokenize(tag)],
@@ -331,6 +331,20 @@ def _fields(definition: ToolDefinition) -> list[list[str]]:
         tokenize(definition.description),
         param_descriptions,
     ]
+
+
+_repeated: dict[str, tuple[str, ...]] = {}
+
+
+def _tokenize_repeated(text: str) -> tuple[str, ...]:
+    """``tokenize`` for texts that recur across a catalogue (parameter names and descriptions:
+    an API's ``owner``, ``per_page``, ... come back in hundreds of operations)."""
+    terms = _repeated.get(text)
+    if terms is None:
+        if len(_repeated) >= _TERMS_LIMIT // 4:
+            _repeated.clear()
+        terms = _repeated[text] = tuple(tokenize(text))
+    return terms
 
 
 def _walk(parameters: Iterable[ToolParameter]) -> Iterable[ToolParameter]:
