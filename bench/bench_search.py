@@ -242,9 +242,12 @@ def mcp_function(record: dict[str, Any]) -> Any:
 
 
 def mcp_scale(size: int, repeats: int) -> dict[str, Any]:
+    import logging
+
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
 
+    logging.disable(logging.WARNING)  # MCPServer warns about names with "(": not what is measured
     records = catalogue(size)
     functions = [mcp_function(r) for r in records]
     register, memory, lists = [], [], []
