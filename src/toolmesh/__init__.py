@@ -36,10 +36,12 @@ if TYPE_CHECKING:
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters
+    from toolmesh.search import Ranking, SearchIndex
     from toolmesh.session import Session
     from toolmesh.sources.base import Source, SourceStatus, ToolSet
     from toolmesh.sources.functions import FunctionTool, tool
     from toolmesh.sources.plugin import ToolPlugin
+    from toolmesh.sources.tool_search import ToolSearchSource
     from toolmesh.sources.wrappers import Filtered, Prefixed, Renamed, Tagged
     from toolmesh.toolkit import Toolkit, ToolNameConflict, create_toolkit, sanitize_name
     from toolmesh.tools import Output, Tool, ToolContext
@@ -71,7 +73,9 @@ _LOCATIONS: dict[str, str] = {
     "Limits": "toolmesh.pipeline",
     "Output": "toolmesh.tools",
     "Prefixed": "toolmesh.sources.wrappers",
+    "Ranking": "toolmesh.search",
     "Renamed": "toolmesh.sources.wrappers",
+    "SearchIndex": "toolmesh.search",
     "Session": "toolmesh.session",
     "Source": "toolmesh.sources.base",
     "SourceStatus": "toolmesh.sources.base",
@@ -86,6 +90,7 @@ _LOCATIONS: dict[str, str] = {
     "ToolParameter": "toolmesh.models",
     "ToolPlugin": "toolmesh.sources.plugin",
     "ToolResult": "toolmesh.models",
+    "ToolSearchSource": "toolmesh.sources.tool_search",
     "ToolSet": "toolmesh.sources.base",
     "Toolkit": "toolmesh.toolkit",
     "connect": "toolmesh.client",
@@ -116,9 +121,11 @@ __all__ = [
     "Output",
     "Prefixed",
     "ProtocolError",
+    "Ranking",
     "RemoteError",
     "Renamed",
     "SchemaError",
+    "SearchIndex",
     "Session",
     "Source",
     "SourceStatus",
@@ -135,6 +142,7 @@ __all__ = [
     "ToolParameter",
     "ToolPlugin",
     "ToolResult",
+    "ToolSearchSource",
     "ToolSet",
     "Toolkit",
     "ToolmeshError",
