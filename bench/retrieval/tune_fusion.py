@@ -2,8 +2,11 @@
 
 Compares weighted reciprocal rank fusion (over k and the semantic weight) with a score blend
 (lexical score / best lexical score + alpha * cosine similarity), and prints the best of each.
+A tool's cosine is its best over the query's parts (``toolmesh.semantic.query_parts``), or over
+the whole query alone with --whole-query. The text embedded per tool is
+``toolmesh.semantic.tool_text``.
 
-    python bench/retrieval/tune_fusion.py
+    python bench/retrieval/tune_fusion.py [--whole-query]
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from evaluate import definitions, load_queries, load_tools, scores
 
-from toolmesh.semantic import HybridIndex
+from toolmesh.semantic import HybridIndex, query_parts
 
 
 def main() -> None:
@@ -28,13 +31,8 @@ def main() -> None:
     keys = list(index._vectors)
     position = {k: i for i, k in enumerate(keys)}
     matrix = np.stack([index._vectors[k] for k in keys])
-    import re
-
-    splitter = re.compile(r"[.;?!]\s+|,\s+|\s+(?:and|then|also)\s+")
-    parts = []
-    for q in queries:
-        clauses = [c for c in splitter.split(q["query"]) if len(c.split()) >= 3]
-        parts.append([q["query"], *clauses])
+    whole_only = "--whole-query" in sys.argv  # compare: one vector per query, no clauses
+    parts = [[q["query"]] if whole_only else query_parts(q["query"]) for q in queries]
     flat = [text for group in parts for text in group]
     vecs = index.encoder.encode(flat)
     lexical = [index.scores(q["query"]) for q in queries]
@@ -46,7 +44,7 @@ def main() -> None:
         whole.append(sims[0])
         clause_max.append(sims.max(axis=0))
         at += len(group)
-    cosines = np.stack(clause_max) if "--clauses" in sys.argv else np.stack(whole)
+    cosines = np.stack(whole) if whole_only else np.stack(clause_max)
 
     def mean_metrics(rank_fn) -> tuple[float, float, float]:
         totals = np.zeros(3)

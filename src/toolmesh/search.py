@@ -5,8 +5,8 @@ names, description and parameter descriptions. Each field has its own weight and
 normalisation (``Ranking``), and a term's frequencies in all fields are combined before BM25's
 saturation, so a word repeated across fields does not count many times over (BM25F). Words are
 lower-cased, stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
-``get_weather_forecast``. In a short query, a word that matches nothing is tried as a prefix of
-indexed words ("calc" -> "calculator"). Adding or removing a tool updates the index in place;
+``get_weather_forecast``. A query word that matches nothing is tried as a prefix of indexed
+words ("calc" -> "calculator"). Adding or removing a tool updates the index in place;
 each term's scores are computed once and kept until the index next changes.
 
 The defaults of ``Ranking`` were tuned on the dev half of bench/retrieval (see docs/search.md).
@@ -60,7 +60,7 @@ class Ranking:
     b: tuple[float, ...] = (0.9, 0.3, 0.9, 0.5, 0.0)
     k1: float = 1.6
     prefix_weight: float = 0.75  # a prefix expansion counts this much of a whole word
-    prefix_max_words: int = 1000  # only queries this short expand prefixes
+    prefix_max_words: int = 1000  # longer queries expand no prefixes (tuning: expand always)
     name_bonus: float = 5.0  # the query is exactly a tool's name
 
     def __post_init__(self) -> None:
@@ -263,7 +263,7 @@ class SearchIndex:
 
     def _query_terms(self, words: list[str]) -> dict[str, float]:
         """Query words present in the index, plus prefix expansions of the missing ones (in
-        short queries only: in a sentence, an unknown word is more often noise than a prefix)."""
+        queries of at most ``prefix_max_words`` words)."""
         weights: dict[str, float] = {}
         expand = len(words) <= self.ranking.prefix_max_words
         for word in words:

@@ -238,12 +238,11 @@ class EmbeddingCache:
 
 
 def tool_text(definition: ToolDefinition) -> str:
-    """What is embedded for a tool: its name as words, then its description and parameters."""
+    """What is embedded for a tool: its name as words, then its description. (Parameters, which
+    the lexical ranking covers, made the embeddings worse on the dev queries.)"""
     from toolmesh.search import split_words
 
-    params = ", ".join(" ".join(split_words(p.name)) for p in definition.input_parameters)
-    text = f"{' '.join(split_words(definition.name))}: {definition.description}"
-    return f"{text} ({params})" if params else text
+    return f"{' '.join(split_words(definition.name))}: {definition.description}"
 
 
 _CLAUSES = re.compile(r"[.;?!]\s+|,\s+|\s+(?:and|then|also)\s+")
@@ -270,7 +269,7 @@ class HybridIndex(SearchIndex):
         *,
         encoder: Encoder | None = None,
         cache: EmbeddingCache | str | Path | None = None,
-        semantic_weight: float = 1.5,
+        semantic_weight: float = 2.0,
     ) -> None:
         super().__init__(ranking)
         self.encoder = encoder or _shared_encoder()
@@ -316,7 +315,7 @@ class HybridIndex(SearchIndex):
             cached.update(fresh)
         for key, digest in zip(keys, hashes, strict=True):
             self._vectors[key] = np.frombuffer(cached[digest], dtype=np.float32)
-        self._pending.clear()
+        self._pending.difference_update(keys)
         self._matrix = None
         return len(missing)
 
