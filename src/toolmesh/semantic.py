@@ -154,8 +154,11 @@ class Encoder:
             q = split(dense(x, "attention.self.query"))
             k = split(dense(x, "attention.self.key"))
             v = split(dense(x, "attention.self.value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(size) + bias
-            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            q *= 1.0 / math.sqrt(size)
+            scores = q @ k.transpose(0, 1, 3, 2)
+            scores += bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, heads * size)
             x = self._norm(
@@ -179,16 +182,27 @@ class Encoder:
 
 
 def _gelu(np: Any, x: Any) -> Any:
-    """BERT's exact GELU, x * Phi(x), with erf from Abramowitz & Stegun 7.1.26 (error < 2e-7)."""
-    z = x / math.sqrt(2.0)
-    sign = np.sign(z)
-    a = np.abs(z)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    erf = sign * (1.0 - poly * np.exp(-a * a))
-    return 0.5 * x * (1.0 + erf)
+    """BERT's exact GELU, x * Phi(x), with erf from Abramowitz & Stegun 7.1.26 (error < 2e-7),
+    computed in place: this runs on the largest activations of the model."""
+    a = np.abs(x)
+    a *= 1.0 / math.sqrt(2.0)
+    t = a * 0.3275911
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = t * 1.061405429
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += c
+        poly *= t
+    a *= a
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # 1 - erf(|z|)
+    poly -= 1.0
+    poly *= np.sign(x)  # -erf(z)
+    np.subtract(1.0, poly, out=poly)  # 1 + erf(z)
+    poly *= x
+    poly *= 0.5
+    return poly
 
 
 class EmbeddingCache:
