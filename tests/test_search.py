@@ -106,7 +106,7 @@ def test_scores_follow_changes_to_the_index() -> None:
 
 def test_ranking_settings() -> None:
     with pytest.raises(ValueError, match="one weight and one b per field"):
-        Ranking(weights=(1.0,))
+        SearchIndex(Ranking(weights=(1.0,)))
     names_only = SearchIndex(Ranking(weights=(1.0, 0.0, 0.0, 0.0, 0.0)))
     for d in CATALOGUE:
         names_only.add(d.name, d)

@@ -9,7 +9,6 @@ The held-out test queries are never read here.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -49,7 +48,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, values in GRID.items():
             for value in values:
-                candidate = dataclasses.replace(best, **{name: value})
+                candidate = best._replace(**{name: value})
                 s = score(candidate)
                 if s > best_score + 1e-4:
                     best, best_score = candidate, s
@@ -61,7 +60,7 @@ def main() -> None:
                 for value in values:
                     current = list(getattr(best, name))
                     current[field] = value
-                    candidate = dataclasses.replace(best, **{name: tuple(current)})
+                    candidate = best._replace(**{name: tuple(current)})
                     s = score(candidate)
                     if s > best_score + 1e-4:
                         best, best_score = candidate, s
