@@ -56,9 +56,9 @@ class Ranking(NamedTuple):
     """BM25F settings. ``weights`` and ``b`` hold one value per field of ``FIELDS``.
     (A NamedTuple rather than a dataclass: it costs the import a fifth as much.)"""
 
-    weights: tuple[float, ...] = (4.0, 1.0, 0.3, 0.6, 0.3)
-    b: tuple[float, ...] = (0.9, 0.3, 0.9, 0.5, 0.0)
-    k1: float = 1.6
+    weights: tuple[float, ...] = (3.0, 1.0, 0.3, 0.3, 0.3)
+    b: tuple[float, ...] = (0.9, 0.3, 0.75, 0.5, 0.0)
+    k1: float = 2.0
     prefix_weight: float = 0.75  # a prefix expansion counts this much of a whole word
     prefix_max_words: int = 1000  # longer queries expand no prefixes (tuning: expand always)
     name_bonus: float = 5.0  # the query is exactly a tool's name

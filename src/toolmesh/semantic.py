@@ -283,7 +283,7 @@ class HybridIndex(SearchIndex):
         *,
         encoder: Encoder | None = None,
         cache: EmbeddingCache | str | Path | None = None,
-        semantic_weight: float = 2.0,
+        semantic_weight: float = 3.0,
     ) -> None:
         super().__init__(ranking)
         self.encoder = encoder or _shared_encoder()
