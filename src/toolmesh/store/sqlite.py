@@ -140,12 +140,16 @@ class SqliteStore(Store):
         """Write and commit the rows appended without ``durable`` (a no-op when there are none)."""
         with self._lock:
             self._commit_scheduled = False
-            if self._pending:
-                rows, self._pending = self._pending, []
-                db = self.connection()
-                db.execute("BEGIN")
-                db.executemany(self._insert_audit, rows)
-                db.execute("COMMIT")
+            if not self._pending:
+                return
+            rows, self._pending = self._pending, []
+            db = self.connection()
+            if len(rows) == 1:
+                db.execute(self._insert_audit, rows[0])  # one statement is one transaction
+                return
+            db.execute("BEGIN")
+            db.executemany(self._insert_audit, rows)
+            db.execute("COMMIT")
 
     def _commit_soon(self) -> None:
         if not self._commit_scheduled:
