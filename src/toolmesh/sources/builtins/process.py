@@ -1,0 +1,267 @@
+"""Running a child process within limits: deadline, output size, environment, resources.
+
+Shared by the shell and python tools. The child starts in a session (and process group) of its
+own. When it ends, or its deadline passes, or the call is cancelled, the whole group is killed
+(SIGKILL), so background jobs it started do not outlive the call; at a deadline the processes
+of its session that left the group are found through /proc and killed too. The child itself is
+always waited for: no zombie is left.
+
+Output is read as it comes and kept within ``max_output`` bytes per stream: the first half and
+the last half, with the number of bytes cut in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["Completed", "ProcessSettings", "build_env", "kill_session", "run_process"]
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+READ_CHUNK = 64 * 1024
+DRAIN_GRACE = 0.5  # seconds to wait for pipes still held open after the group was killed
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSettings:
+    """Limits of a child process (the shell and python tools share them)."""
+
+    timeout: float = 30.0  # seconds, when the call gives none
+    max_timeout: float = 600.0  # the most a call may ask for
+    max_output: int = 64 * 1024  # bytes kept per stream (stdout, stderr)
+    env: Literal["empty", "inherit"] | tuple[str, ...] = ("LANG", "LC_ALL", "TZ", "TERM")
+    set_env: dict[str, str] = field(default_factory=dict)  # fixed variables added on top
+    path: str = DEFAULT_PATH  # PATH unless env = "inherit"
+    cwd: str = "."  # working folder, relative to the workspace (must stay inside it)
+    memory_mb: int | None = None  # RLIMIT_AS
+    cpu_seconds: int | None = None  # RLIMIT_CPU
+    max_processes: int | None = None  # RLIMIT_NPROC (counted per user!)
+    max_file_mb: int | None = None  # RLIMIT_FSIZE
+    # isolation with bubblewrap (sandbox.py)
+    isolation: Literal["none", "bubblewrap"] = "none"
+    view: Literal["read-only", "overlay", "read-write"] = "overlay"
+    network: bool = False
+    read_only_paths: tuple[str, ...] = ()  # more host paths visible (read-only) in the sandbox
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0 or self.max_timeout <= 0:
+            raise ValueError("timeout and max_timeout must be positive")
+        if self.max_output < 256:
+            raise ValueError("max_output must be at least 256 bytes")
+
+    def call_timeout(self, asked: float | None) -> float:
+        """The timeout of one call: what it asked for, within ``max_timeout``."""
+        wanted = asked if asked is not None and asked > 0 else self.timeout
+        return min(wanted, self.max_timeout)
+
+
+@dataclass(slots=True)
+class Completed:
+    """How a child process ended and what it printed (bounded)."""
+
+    exit_code: int | None  # None when killed at the deadline; negative: killed by that signal
+    stdout: str
+    stderr: str
+    timed_out: bool
+    stdout_cut: int = 0  # bytes not kept
+    stderr_cut: int = 0
+    duration: float = 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.stdout_cut or self.stderr_cut)
+
+
+def build_env(settings: ProcessSettings, home: str) -> dict[str, str]:
+    """The child's environment: empty, an allow-list of the host's variables, or inherited."""
+    if settings.env == "inherit":
+        env = dict(os.environ)
+    else:
+        names = () if settings.env == "empty" else settings.env
+        env = {name: os.environ[name] for name in names if name in os.environ}
+        env["PATH"] = settings.path
+        env.setdefault("HOME", home)
+        env.setdefault("LANG", "C.UTF-8")
+    env.update(settings.set_env)
+    return env
+
+
+class _Bounded:
+    """Keeps the first and last ``limit / 2`` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_size += len(chunk)
+            while self.tail_size - len(self.tail[0]) >= self.tail_limit:
+                self.tail_size -= len(self.tail.popleft())
+
+    def text(self) -> tuple[str, int]:
+        tail = b"".join(self.tail)[-self.tail_limit :] if self.tail else b""
+        cut = self.total - len(self.head) - len(tail)
+        if cut <= 0:
+            return (bytes(self.head) + tail).decode("utf-8", "replace"), 0
+        head = bytes(self.head).decode("utf-8", "replace")
+        note = f"\n[... {cut} bytes cut ...]\n"
+        return head + note + tail.decode("utf-8", "replace"), cut
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout: float,
+    settings: ProcessSettings,
+    stdin: bytes | None = None,
+    pass_fds: Sequence[int] = (),
+) -> Completed:
+    """Run ``argv`` to its end or its deadline; see the module docstring."""
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=_rlimits(settings),
+        pass_fds=tuple(pass_fds),
+    )
+    out, err = _Bounded(settings.max_output), _Bounded(settings.max_output)
+    if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE was given
+        raise RuntimeError("the child process has no output pipes")
+    readers = [
+        asyncio.ensure_future(_pump(process.stdout, out)),
+        asyncio.ensure_future(_pump(process.stderr, err)),
+    ]
+    timed_out = False
+    try:
+        if stdin is not None:
+            await _feed(process, stdin)
+        try:
+            async with asyncio.timeout(timeout):
+                await process.wait()
+        except TimeoutError:
+            timed_out = True
+            kill_session(process.pid)
+    finally:
+        _kill_group(process.pid)
+        if process.returncode is None:
+            kill_session(process.pid)
+            await asyncio.shield(process.wait())
+        await _drain(readers)
+    stdout, stdout_cut = out.text()
+    stderr, stderr_cut = err.text()
+    return Completed(
+        exit_code=None if timed_out else process.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=timed_out,
+        stdout_cut=stdout_cut,
+        stderr_cut=stderr_cut,
+        duration=time.monotonic() - started,
+    )
+
+
+async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
+    stream = process.stdin
+    if stream is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.write(data)
+        await stream.drain()
+    stream.close()
+
+
+async def _pump(stream: asyncio.StreamReader, sink: _Bounded) -> None:
+    while chunk := await stream.read(READ_CHUNK):
+        sink.add(chunk)
+
+
+async def _drain(readers: Sequence[asyncio.Future[None]]) -> None:
+    """Let the readers reach the end of the pipes; a pipe held open by a process that escaped
+    the group is abandoned after a short grace."""
+    _done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE)
+    for reader in pending:
+        reader.cancel()
+    for reader in readers:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the process group ``sid`` and every process still in session ``sid`` (those that
+    moved to another group of it, as shells do for pipelines and jobs)."""
+    _kill_group(sid)
+    for pid in _session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _session_members(sid: int) -> list[int]:
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid:  # state ppid pgrp session
+            members.append(int(entry))
+    return members
+
+
+def _rlimits(settings: ProcessSettings) -> Callable[[], None] | None:
+    """A pre-exec hook setting resource limits, or None (None keeps the fast spawn path)."""
+    limits: list[tuple[int, int]] = []
+    if settings.memory_mb is not None:
+        limits.append((resource.RLIMIT_AS, settings.memory_mb * 1024 * 1024))
+    if settings.cpu_seconds is not None:
+        limits.append((resource.RLIMIT_CPU, settings.cpu_seconds))
+    if settings.max_processes is not None:
+        limits.append((resource.RLIMIT_NPROC, settings.max_processes))
+    if settings.max_file_mb is not None:
+        limits.append((resource.RLIMIT_FSIZE, settings.max_file_mb * 1024 * 1024))
+    if not limits:
+        return None
+
+    def apply() -> None:
+        for kind, value in limits:
+            resource.setrlimit(kind, (value, value))
+
+    return apply
