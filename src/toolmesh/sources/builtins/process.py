@@ -166,12 +166,12 @@ async def run_process(
                 await process.wait()
         except TimeoutError:
             timed_out = True
-            kill_session(process.pid)
     finally:
-        _kill_group(process.pid)
-        if process.returncode is None:
+        if process.returncode is None:  # the deadline passed, or the call was cancelled
             kill_session(process.pid)
-            await asyncio.shield(process.wait())
+        else:
+            _kill_group(process.pid)  # background jobs it left behind
+        await asyncio.shield(process.wait())
         await _drain(readers)
     stdout, stdout_cut = out.text()
     stderr, stderr_cut = err.text()
@@ -217,13 +217,30 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def kill_session(sid: int) -> None:
+def kill_session(sid: int, *, wait: float = 1.0) -> None:
     """SIGKILL the process group ``sid`` and every process still in session ``sid`` (those that
-    moved to another group of it, as shells do for pipelines and jobs)."""
+    moved to another group of it, as shells do for pipelines and jobs), then wait up to
+    ``wait`` seconds until none of them runs any more."""
     _kill_group(sid)
-    for pid in _session_members(sid):
+    members = _session_members(sid)
+    for pid in members:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    until = time.monotonic() + wait
+    while members and time.monotonic() < until:
+        members = [pid for pid in members if _running(pid)]
+        if members:
+            time.sleep(0.001)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has ended: it only waits to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def _session_members(sid: int) -> list[int]:

@@ -127,7 +127,6 @@ def _grep(
         _check_pattern(include)
     matcher = compile_glob(include) if include else None
     matches: list[dict[str, Any]] = []
-    lines: list[str] = []
     skipped = 0
     more = False
     for shown, file_real in _files_under(roots, real, settings, ctx):
@@ -144,9 +143,10 @@ def _grep(
                 more = True
                 break
             matches.append({"path": shown, "line": number, "text": text})
-            lines.append(f"{shown}:{number}: {text}")
         if more:
             break
+    matches.sort(key=lambda m: (m["path"], m["line"]))
+    lines = [f"{m['path']}:{m['line']}: {m['text']}" for m in matches]
     out = "\n".join(lines) if lines else f"no matches for {pattern!r}"
     if more:
         out += f"\n[stopped at {settings.max_results} matches; narrow the search]"
