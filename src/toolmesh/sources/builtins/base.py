@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -9,12 +10,19 @@ from typing import Any
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.tools import Tool, ToolContext, ToolFunction
 
-__all__ = ["Refused", "denied", "make_tool", "schema"]
+__all__ = ["Refused", "denied", "detach", "make_tool", "schema"]
 
 
 class Refused(ValueError):
     """A call the built-in's safety rules refuse (a path outside the workspace, a command the
     allow-list does not admit, a private address, ...). It answers ``tool_denied``."""
+
+
+async def detach() -> None:
+    """Suspend once, so the rest of the tool runs in the pipeline's task. The pipeline runs a
+    tool's first step eagerly in the caller's task; ``asyncio.timeout`` and anyio cancel scopes
+    must be entered and left in one task, so tools using them call this first."""
+    await asyncio.sleep(0)
 
 
 def denied(tool_name: str, reason: str) -> ToolResult:

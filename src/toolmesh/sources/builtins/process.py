@@ -17,16 +17,18 @@ import contextlib
 import os
 import resource
 import signal
+import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["Completed", "ProcessSettings", "build_env", "kill_session", "run_process"]
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 READ_CHUNK = 64 * 1024
+MARK = "TOOLMESH_RUN"  # set in each child's environment, to find daemons that left its session
 DRAIN_GRACE = 0.5  # seconds to wait for pipes still held open after the group was killed
 
 
@@ -137,13 +139,19 @@ async def run_process(
     stdin: bytes | None = None,
     pass_fds: Sequence[int] = (),
 ) -> Completed:
-    """Run ``argv`` to its end or its deadline; see the module docstring."""
+    """Run ``argv`` to its end or its deadline; see the module docstring.
+
+    The end of the process is watched through a pidfd, not through its pipes (asyncio's own
+    ``Process.wait`` also waits for the pipes, which a stray grandchild may hold open)."""
     started = time.monotonic()
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    loop = asyncio.get_running_loop()
+    token = os.urandom(8).hex()
+    env = {**env, MARK: token}
+    process = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         cwd=cwd,
         env=dict(env),
         start_new_session=True,
@@ -151,28 +159,23 @@ async def run_process(
         pass_fds=tuple(pass_fds),
     )
     out, err = _Bounded(settings.max_output), _Bounded(settings.max_output)
-    if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE was given
-        raise RuntimeError("the child process has no output pipes")
-    readers = [
-        asyncio.ensure_future(_pump(process.stdout, out)),
-        asyncio.ensure_future(_pump(process.stderr, err)),
-    ]
+    pipes = _Pipes(loop, process, {process.stdout: out, process.stderr: err}, stdin)
     timed_out = False
     try:
-        if stdin is not None:
-            await _feed(process, stdin)
         try:
             async with asyncio.timeout(timeout):
-                await process.wait()
+                await _exited(loop, process)
         except TimeoutError:
             timed_out = True
     finally:
-        if process.returncode is None:  # the deadline passed, or the call was cancelled
-            kill_session(process.pid)
-        else:
-            _kill_group(process.pid)  # background jobs it left behind
-        await asyncio.shield(process.wait())
-        await _drain(readers)
+        # Not reaped yet, so its pid and process group cannot have been reused.
+        if not _has_exited(process.pid):  # the deadline passed, or the call was cancelled
+            kill_session(process.pid, token)
+        elif _kill_group(process.pid):  # it left processes behind (background jobs)
+            kill_session(process.pid, token)
+        process.wait()  # reaps at once: it was killed or has exited
+        if not await pipes.drain(DRAIN_GRACE):  # something that escaped holds the pipes
+            kill_session(process.pid, token)
     stdout, stdout_cut = out.text()
     stderr, stderr_cut = err.text()
     return Completed(
@@ -186,43 +189,137 @@ async def run_process(
     )
 
 
-async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
-    stream = process.stdin
-    if stream is None:
+async def _exited(loop: asyncio.AbstractEventLoop, process: subprocess.Popen[bytes]) -> None:
+    """Wait until ``process`` has exited (without reaping it)."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # no pidfd here: a thread waits instead
+        await asyncio.shield(loop.run_in_executor(None, _wait_quietly, process))
         return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stream.write(data)
-        await stream.drain()
-    stream.close()
+    done = loop.create_future()
+    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
 
 
-async def _pump(stream: asyncio.StreamReader, sink: _Bounded) -> None:
-    while chunk := await stream.read(READ_CHUNK):
-        sink.add(chunk)
+def _has_exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, leaving it unreaped."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
 
 
-async def _drain(readers: Sequence[asyncio.Future[None]]) -> None:
-    """Let the readers reach the end of the pipes; a pipe held open by a process that escaped
-    the group is abandoned after a short grace."""
-    _done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE)
-    for reader in pending:
-        reader.cancel()
-    for reader in readers:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await reader
+def _wait_quietly(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+class _Pipes:
+    """Non-blocking reads of the child's output pipes (and the write of its stdin) on the loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        process: subprocess.Popen[bytes],
+        sinks: Mapping[Any, _Bounded],
+        stdin: bytes | None,
+    ) -> None:
+        self.loop = loop
+        self.open: dict[int, tuple[Any, _Bounded]] = {}
+        self.closed = loop.create_future()
+        for stream, sink in sinks.items():
+            fd = stream.fileno()
+            os.set_blocking(fd, False)
+            self.open[fd] = (stream, sink)
+            loop.add_reader(fd, self._readable, fd)
+        self.stdin = process.stdin
+        self.pending = memoryview(stdin or b"")
+        if self.stdin is not None:
+            os.set_blocking(self.stdin.fileno(), False)
+            self._writable()
+
+    def _readable(self, fd: int) -> None:
+        stream, sink = self.open[fd]
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            sink.add(chunk)
+            return
+        self._close(fd)
+
+    def _close(self, fd: int) -> None:
+        stream, _ = self.open.pop(fd)
+        self.loop.remove_reader(fd)
+        stream.close()
+        if not self.open and not self.closed.done():
+            self.closed.set_result(None)
+
+    def _writable(self) -> None:
+        stream = self.stdin
+        if stream is None:
+            return
+        fd = stream.fileno()
+        try:
+            while self.pending:
+                written = os.write(fd, self.pending[:READ_CHUNK])
+                self.pending = self.pending[written:]
+        except BlockingIOError:
+            self.loop.add_writer(fd, self._more)
+            return
+        except OSError:  # the child stopped reading (exited, or closed stdin)
+            pass
+        self._end_stdin()
+
+    def _more(self) -> None:
+        if self.stdin is not None:
+            self.loop.remove_writer(self.stdin.fileno())
+        self._writable()
+
+    def _end_stdin(self) -> None:
+        if self.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.loop.remove_writer(self.stdin.fileno())
+                self.stdin.close()
+            self.stdin = None
+
+    async def drain(self, grace: float) -> bool:
+        """Read to the end of the pipes; a pipe still held open by a process that escaped
+        the kill is abandoned after ``grace`` seconds (answers False then)."""
+        self._end_stdin()
+        if self.open:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.closed), grace)
+        ended = not self.open
+        for fd in list(self.open):
+            self._close(fd)
+        return ended
+
+
+def _kill_group(pgid: int) -> bool:
+    """SIGKILL a process group; whether there was anyone left in it."""
+    try:
         os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
-def kill_session(sid: int, *, wait: float = 1.0) -> None:
-    """SIGKILL the process group ``sid`` and every process still in session ``sid`` (those that
-    moved to another group of it, as shells do for pipelines and jobs), then wait up to
-    ``wait`` seconds until none of them runs any more."""
+def kill_session(sid: int, token: str = "", *, wait: float = 1.0) -> None:
+    """SIGKILL the process group ``sid``, every process still in session ``sid`` (those that
+    moved to another group of it, as shells do for pipelines and jobs), their descendants, and
+    every process whose environment carries ``token`` (daemons that left the session); then
+    wait up to ``wait`` seconds until none of them runs any more."""
     _kill_group(sid)
-    members = _session_members(sid)
+    members = _session_members(sid, token)
     for pid in members:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -243,12 +340,16 @@ def _running(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
-def _session_members(sid: int) -> list[int]:
-    members: list[int] = []
+def _session_members(sid: int, token: str = "") -> list[int]:
+    """Processes of session ``sid``, the descendants of its processes that started sessions of
+    their own (``setsid``) while their parents still live, and those marked with ``token``."""
+    marker = f"{MARK}={token}".encode()
+    parents: dict[int, int] = {}
+    members: set[int] = set()
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return members
+        return []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -257,10 +358,26 @@ def _session_members(sid: int) -> list[int]:
                 stat = handle.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid:  # state ppid pgrp session
-            members.append(int(entry))
-    return members
+        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid pgrp session ...
+        if len(fields) > 3:
+            parents[int(entry)] = int(fields[1])
+            if int(fields[3]) == sid or (token and _marked(entry, marker)):
+                members.add(int(entry))
+    grew = True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in members} - members
+        members |= more
+        grew = bool(more)
+    members.discard(os.getpid())
+    return sorted(members)
+
+
+def _marked(pid: str, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return marker in handle.read().split(b"\x00")
+    except OSError:
+        return False
 
 
 def _rlimits(settings: ProcessSettings) -> Callable[[], None] | None:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolmesh.sources.builtins.base import denied, make_tool, schema
+from toolmesh.sources.builtins.base import denied, detach, make_tool, schema
 from toolmesh.sources.builtins.confine import Roots
 from toolmesh.sources.builtins.process import ProcessSettings, build_env
 from toolmesh.sources.builtins.sandbox import SandboxUnavailable
@@ -45,6 +45,7 @@ def python_tool(roots: Roots, settings: PythonSettings) -> Tool:
     visible = _interpreter_paths(interpreter)
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> Any:
+        await detach()  # the process deadline is an asyncio.timeout
         code = args["code"].encode("utf-8")
         if len(code) > settings.max_code_bytes:
             raise ValueError(

@@ -21,9 +21,9 @@ from typing import Any, Literal
 from toolmesh.errors import ConfigError
 from toolmesh.models import ToolErrorCode, ToolResult
 from toolmesh.sources.base import Source, ToolSet
-from toolmesh.sources.builtins.base import denied, make_tool, schema
+from toolmesh.sources.builtins.base import denied, detach, make_tool, schema
 from toolmesh.sources.builtins.commandline import Policy, check_command
-from toolmesh.sources.builtins.confine import Roots
+from toolmesh.sources.builtins.confine import PathRefused, Roots
 from toolmesh.sources.builtins.process import Completed, ProcessSettings, build_env, run_process
 from toolmesh.sources.builtins.sandbox import Sandbox, SandboxUnavailable
 from toolmesh.sources.builtins.settings import load
@@ -88,7 +88,10 @@ class ShellSettings(ProcessSettings):
 
 def working_folder(roots: Roots, settings: ProcessSettings) -> str:
     """The resolved working folder (settings.cwd inside the workspace)."""
-    cwd = roots.resolve(settings.cwd)
+    try:
+        cwd = roots.resolve(settings.cwd)
+    except PathRefused as exc:
+        raise ConfigError(f"working folder {settings.cwd!r}: {exc}") from None
     if not os.path.isdir(cwd):
         raise ConfigError(f"working folder {settings.cwd!r} is not a folder of the workspace")
     return cwd
@@ -103,6 +106,7 @@ def shell_tool(roots: Roots, settings: ShellSettings, *, name: str = "shell") ->
     env = build_env(settings, cwd)
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await detach()  # the process deadline is an asyncio.timeout
         command: str = args["command"]
         if policy is None:
             argv = [settings.shell, "-c", command]

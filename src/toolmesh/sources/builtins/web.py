@@ -25,7 +25,7 @@ import httpcore
 import httpx
 
 from toolmesh.models import ToolResult
-from toolmesh.sources.builtins.base import Refused, make_tool, schema
+from toolmesh.sources.builtins.base import Refused, detach, make_tool, schema
 from toolmesh.sources.builtins.htmltext import html_to_text
 from toolmesh.tools import Tool, ToolContext
 
@@ -230,9 +230,7 @@ def http_request_tool(settings: HttpSettings) -> tuple[Tool, HttpClients]:
     base_headers = {"user-agent": "toolmesh-http-request/0.1", **(settings.headers or {})}
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        # The pipeline runs a tool's first step in the caller's task and the rest in a task of
-        # its own; anyio (under httpx) must enter and leave its cancel scopes in one task.
-        await asyncio.sleep(0)
+        await detach()  # anyio (under httpx) enters cancel scopes
         method = str(args.get("method") or "GET").upper()
         if method not in methods:
             raise Refused(f"method {method} is not allowed (allowed: {', '.join(sorted(methods))})")
