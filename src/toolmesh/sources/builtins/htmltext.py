@@ -125,7 +125,11 @@ class _Converter(HTMLParser):
             self.out.append(text)
 
     def _break(self, lines: int) -> None:
-        self.out.append("\n" * lines)
+        """End the current line, with ``lines`` newlines at the end in all (not more)."""
+        tail = "".join(self.out[-4:])
+        have = len(tail) - len(tail.rstrip("\n"))
+        if self.out and have < lines:
+            self.out.append("\n" * (lines - have))
 
     def result(self) -> str:
         text = "".join(self.out)
