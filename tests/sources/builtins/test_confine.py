@@ -75,8 +75,18 @@ async def test_absolute_path_to_the_secret_is_refused(make_kit: Make, outside: P
         ("grep", {"pattern": "secret", "path": "../outside"}),
         ("grep", {"pattern": "secret", "path": "sub"}),
         ("grep", {"pattern": "secret", "include": "../*"}),
-        ("apply_patch", {"patch": "--- a/../outside/secret.txt\n+++ b/../outside/secret.txt\n@@ -1 +1 @@\n-the secret outside the workspace\n+pwned\n"}),
-        ("apply_patch", {"patch": "--- a/link\n+++ b/link\n@@ -1 +1 @@\n-the secret outside the workspace\n+pwned\n"}),
+        (
+            "apply_patch",
+            {
+                "patch": "--- a/../outside/secret.txt\n+++ b/../outside/secret.txt\n@@ -1 +1 @@\n-the secret outside the workspace\n+pwned\n"
+            },
+        ),
+        (
+            "apply_patch",
+            {
+                "patch": "--- a/link\n+++ b/link\n@@ -1 +1 @@\n-the secret outside the workspace\n+pwned\n"
+            },
+        ),
     ],
 )
 async def test_the_other_file_tools_refuse_escapes(

@@ -47,7 +47,9 @@ async def test_read_errors_are_clear(make_kit: Make, workspace: Path) -> None:
     assert bad.error_code == ToolErrorCode.INVALID_ARGUMENTS
 
 
-async def test_write_replaces_atomically_and_keeps_the_mode(make_kit: Make, workspace: Path) -> None:
+async def test_write_replaces_atomically_and_keeps_the_mode(
+    make_kit: Make, workspace: Path
+) -> None:
     target = workspace / "run.sh"
     target.write_text("old\n")
     target.chmod(0o755)

@@ -30,7 +30,9 @@ async def test_runs_isolated_by_default(make_kit: Make, workspace: Path) -> None
 
 async def test_exit_code_stderr_and_timeout(make_kit: Make) -> None:
     kit = await make_kit({"python": {"isolation": "none"}})
-    failed = await kit.execute("python", {"code": "import sys\nprint('out')\nsys.exit('bad input')"})
+    failed = await kit.execute(
+        "python", {"code": "import sys\nprint('out')\nsys.exit('bad input')"}
+    )
     assert not failed.success and failed.exit_code == 1
     assert failed.data["stdout"] == "out\n" and failed.data["stderr"] == "bad input\n"
     slow = await kit.execute("python", {"code": "import time\ntime.sleep(100)", "timeout": 0.5})

@@ -87,7 +87,9 @@ async def test_private_tmp_and_no_host_processes(make_kit: Make, workspace: Path
 
 async def test_the_deadline_kills_the_sandbox(make_kit: Make) -> None:
     kit = await make_kit(isolated())
-    result = await kit.execute("shell", {"command": "sleep 100.5317 & sleep 100.5317", "timeout": 0.5})
+    result = await kit.execute(
+        "shell", {"command": "sleep 100.5317 & sleep 100.5317", "timeout": 0.5}
+    )
     assert result.error_code == ToolErrorCode.TIMEOUT
     assert running_with("100.5317") == []
 

@@ -53,7 +53,12 @@ async def test_grep(make_kit: Make, workspace: Path) -> None:
     kit = await make_kit()
     result = await kit.execute("grep", {"pattern": r"\bmain\b"})
     paths = [(m["path"], m["line"]) for m in result.data["matches"]]
-    assert paths == [("README.md", 1), ("src/app.py", 1), ("src/util/helpers.py", 2), ("src/web.ts", 1)]
+    assert paths == [
+        ("README.md", 1),
+        ("src/app.py", 1),
+        ("src/util/helpers.py", 2),
+        ("src/web.ts", 1),
+    ]
     assert "src/app.py:1: def main():" in result.output  # .git, node_modules, binaries skipped
     only_py = await kit.execute("grep", {"pattern": "main", "include": "*.py"})
     assert {m["path"] for m in only_py.data["matches"]} == {"src/app.py", "src/util/helpers.py"}

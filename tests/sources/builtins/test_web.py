@@ -44,7 +44,9 @@ class Server:
                 else:
                     self._send(200, b"echo:" + self.command.encode() + b":" + body)
 
-            def _send(self, status: int, body: bytes, *, kind: str = "text/plain", **headers: str) -> None:
+            def _send(
+                self, status: int, body: bytes, *, kind: str = "text/plain", **headers: str
+            ) -> None:
                 self.send_response(status)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(body)))
@@ -53,7 +55,7 @@ class Server:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_POST = do_HEAD = _answer
+            do_GET = do_POST = do_HEAD = _answer  # noqa: N815 - http.server's names
 
         self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
@@ -119,7 +121,9 @@ async def test_redirects_are_followed_and_bounded(make_kit: Make, server: Server
     followed = await kit.execute("http_request", {"url": server.url + "/redirect"})
     assert followed.success and followed.data["redirects"] == [server.url + "/final"]
     looping = await kit.execute("http_request", {"url": server.url + "/loop"})
-    assert looping.error_code == ToolErrorCode.TOOL_DENIED and "more than 3 redirects" in looping.error
+    assert (
+        looping.error_code == ToolErrorCode.TOOL_DENIED and "more than 3 redirects" in looping.error
+    )
     assert len(server.requests) == 2 + 4
 
 
@@ -149,6 +153,8 @@ async def test_size_limit_html_and_errors(make_kit: Make, server: Server) -> Non
     page = await kit.execute("http_request", {"url": server.url + "/page"})
     assert page.data["body"] == "# Hello\n\nA [link](/x)"
     missing = await kit.execute("http_request", {"url": server.url + "/missing"})
-    assert not missing.success and missing.data["status"] == 404 and "no such thing" in missing.output
+    assert (
+        not missing.success and missing.data["status"] == 404 and "no such thing" in missing.output
+    )
     nowhere = await kit.execute("http_request", {"url": "http://127.0.0.1:1/"})
     assert nowhere.error_code == ToolErrorCode.TOOL_ERROR and "failed" in nowhere.error

@@ -115,7 +115,10 @@ def builtin_source(
     base = base_dir or Path.cwd()
     folder = Path(workspace or table.get("workspace") or DEFAULT_WORKSPACE).expanduser()
     folder = folder if folder.is_absolute() else base / folder
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{where}: workspace {str(folder)!r} cannot be created: {exc}") from None
     extra = [p if Path(p).is_absolute() else base / p for p in table.get("roots", ())]
     try:
         roots = Roots([folder, *extra], allow_hardlinks=bool(table.get("allow_hardlinks", False)))

@@ -89,7 +89,9 @@ class Roots:
         except FileNotFoundError:
             return None
         except NotADirectoryError:
-            raise PathRefused(f"{self.relative(real)!r}: a parent is a file, not a folder") from None
+            raise PathRefused(
+                f"{self.relative(real)!r}: a parent is a file, not a folder"
+            ) from None
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not self.allow_hardlinks:
             raise PathRefused(
                 f"{self.relative(real)!r} has {info.st_nlink} hard links; it is refused because "

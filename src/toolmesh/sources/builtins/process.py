@@ -147,7 +147,7 @@ async def run_process(
     loop = asyncio.get_running_loop()
     token = os.urandom(8).hex()
     env = {**env, MARK: token}
-    process = subprocess.Popen(
+    process = subprocess.Popen(  # noqa: ASYNC220 - fork/exec only; the waiting is async
         list(argv),
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -168,10 +168,10 @@ async def run_process(
         except TimeoutError:
             timed_out = True
     finally:
-        # Not reaped yet, so its pid and process group cannot have been reused.
-        if not _has_exited(process.pid):  # the deadline passed, or the call was cancelled
-            kill_session(process.pid, token)
-        elif _kill_group(process.pid):  # it left processes behind (background jobs)
+        # Not reaped yet, so its pid and process group cannot have been reused. Kill what is
+        # left: all of it when the deadline passed or the call was cancelled, otherwise any
+        # background jobs (when the group still has members).
+        if not _has_exited(process.pid) or _kill_group(process.pid):
             kill_session(process.pid, token)
         process.wait()  # reaps at once: it was killed or has exited
         if not await pipes.drain(DRAIN_GRACE):  # something that escaped holds the pipes
@@ -197,12 +197,17 @@ async def _exited(loop: asyncio.AbstractEventLoop, process: subprocess.Popen[byt
         await asyncio.shield(loop.run_in_executor(None, _wait_quietly, process))
         return
     done = loop.create_future()
-    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    loop.add_reader(pidfd, _settle, done)
     try:
         await done
     finally:
         loop.remove_reader(pidfd)
         os.close(pidfd)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _has_exited(pid: int) -> bool:
@@ -244,7 +249,7 @@ class _Pipes:
             self._writable()
 
     def _readable(self, fd: int) -> None:
-        stream, sink = self.open[fd]
+        _stream, sink = self.open[fd]
         try:
             chunk = os.read(fd, READ_CHUNK)
         except BlockingIOError:
