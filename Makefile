@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
-setup: $(STAMP) system-packages
+setup: $(STAMP) system-packages $(VENV)/node/node_modules/.bin/esbuild
+
+# TypeScript tool packages are bundled with esbuild (the javascript kind's tests use this one).
+$(VENV)/node/node_modules/.bin/esbuild: | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/node esbuild@0.28; \
+	else echo "note: npm is missing; TypeScript tool packages need esbuild"; fi
 
 # Isolation (shell/python built-ins) needs bubblewrap: installed when missing and we are root.
 system-packages:
