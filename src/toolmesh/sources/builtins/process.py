@@ -168,12 +168,15 @@ async def run_process(
         except TimeoutError:
             timed_out = True
     finally:
-        # Not reaped yet, so its pid and process group cannot have been reused. Kill what is
-        # left: all of it when the deadline passed or the call was cancelled, otherwise any
-        # background jobs (when the group still has members).
-        if not _has_exited(process.pid) or _kill_group(process.pid):
-            kill_session(process.pid, token)
-        process.wait()  # reaps at once: it was killed or has exited
+        if not _has_exited(process.pid):  # the deadline passed, or the call was cancelled
+            kill_session(process.pid, token)  # not reaped yet: its pid cannot have been reused
+            process.wait()
+        else:
+            process.wait()
+            # Background jobs it left behind keep its process group alive; an empty group
+            # answers ESRCH at once, which keeps this path cheap.
+            if _kill_group(process.pid):
+                kill_session(process.pid, token)
         if not await pipes.drain(DRAIN_GRACE):  # something that escaped holds the pipes
             kill_session(process.pid, token)
     stdout, stdout_cut = out.text()

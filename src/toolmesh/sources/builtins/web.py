@@ -13,6 +13,7 @@ not carried to another origin. The body is read up to ``max_bytes`` (after decom
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import ssl
@@ -144,12 +145,17 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         await self.inner.sleep(seconds)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context for every client (loading the CA file takes ~100 ms)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 class _GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, policy: AddressPolicy) -> None:
-        super().__init__(retries=0)
-        context = ssl.create_default_context(cafile=certifi.where())
+        # httpx's own __init__ would build a pool (and a TLS context) only to be replaced.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context, network_backend=_GuardedBackend(policy), retries=0
+            ssl_context=_ssl_context(), network_backend=_GuardedBackend(policy), retries=0
         )
 
 
