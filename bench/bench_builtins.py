@@ -36,7 +36,7 @@ class Quiet(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         body = b"hello"
         self.send_response(200)
         self.send_header("content-type", "text/plain")
@@ -177,11 +177,13 @@ async def main() -> None:
     finally:
         server.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    load_after = os.getloadavg()[0]
+    print(f"load average {load_before[0]:.2f} -> {load_after:.2f}; python {sys.version.split()[0]}")
     print(f"{'built-in':28} {'cold ms':>9} {'warm ms':>9} {'n':>5}")
     for label, row in tools.items():
         print(f"{label:28} {row['cold_ms']:9.2f} {row['warm_ms']:9.2f} {int(row['n']):5d}")
-    print(f"\n{'shell vs subprocess.run':28} {'tool ms':>9} {'bare ms':>9} {'overhead':>9} {'ratio':>6}")
+    header = f"{'tool ms':>9} {'bare ms':>9} {'overhead':>9} {'ratio':>6}"
+    print(f"\n{'shell vs subprocess.run':28} {header}")
     for label, row in shell.items():
         print(
             f"{label:28} {row['tool_ms']:9.2f} {row['bare_ms']:9.2f} "
