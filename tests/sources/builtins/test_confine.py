@@ -142,3 +142,14 @@ def test_hard_links_may_be_allowed(workspace: Path, outside: Path) -> None:
 def test_a_path_must_be_text(workspace: Path) -> None:
     with pytest.raises(PathRefused, match="must be a string"):
         Roots([workspace]).resolve(b"x")  # type: ignore[arg-type]
+
+
+async def test_special_files_are_refused(make_kit: Make, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")  # opening it for reading would block forever
+    kit = await make_kit()
+    result = await kit.execute("read_file", {"path": "pipe"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "not a regular file" in result.error
+    edit = await kit.execute("edit_file", {"path": "pipe", "old": "a", "new": "b"})
+    assert edit.error_code == ToolErrorCode.TOOL_DENIED
+    grep = await kit.execute("grep", {"pattern": "a"})
+    assert grep.success and grep.data["skipped_files"] == 1

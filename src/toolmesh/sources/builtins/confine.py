@@ -101,11 +101,15 @@ class Roots:
 
     @contextmanager
     def open(self, real: str, flags: int, mode: int = 0o644) -> Iterator[int]:
-        """Open a resolved path without following a final symlink, then check again where
-        the descriptor really points (a symlink swapped in meanwhile is caught)."""
-        fd = os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        """Open a resolved regular file without following a final symlink (and without blocking
+        on a FIFO), then check again where the descriptor really points (a symlink swapped in
+        meanwhile is caught) and that it is a regular file."""
+        fd = os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
         try:
             self.verify_fd(fd, real)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PathRefused(f"{self.relative(real)!r} is not a regular file")
+            os.set_blocking(fd, True)
             yield fd
         finally:
             os.close(fd)
