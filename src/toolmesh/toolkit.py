@@ -485,8 +485,10 @@ async def create_toolkit(
     for item in tools:
         toolkit.add(item)
 
-    if builtins:  # files, shell, HTTP, code: confined to `workspace`
-        raise ConfigError("create_toolkit(builtins=...): built-in tools are not supported yet")
+    if builtins:  # files, shell, HTTP, code: confined to `workspace` (default ./workspace)
+        from toolmesh.sources.builtins import builtin_source
+
+        toolkit.add(builtin_source(builtins, workspace=workspace))
 
     if skills_dir is not None:
         from toolmesh.sources.skills import SkillsSource

@@ -82,7 +82,7 @@ def test_call_failure_exits_1(tmp_path: Path) -> None:
             ["call", "echo", "--args", "[1]", "--tools", "tests.fixtures.demo_tools:TOOLS"],
             "must be a JSON object",
         ),
-        (["serve", "--stdio"], "nothing to serve"),
+        (["serve", "--stdio", "--workspace", "/dev/null/ws"], "workspace"),
         (["serve", "--stdio", "--tools", "no_such_module:x"], "cannot import 'no_such_module'"),
         (
             ["serve", "--stdio", "--tools", "tests.fixtures.demo_tools:nope"],

@@ -75,6 +75,13 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help=f"largest message accepted (default {DEFAULT_MAX_MESSAGE_BYTES})",
     )
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default="workspace",
+        help="with neither --tools nor --config: serve the built-in tools confined to DIR "
+        "(default ./workspace, created if missing)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -93,8 +100,10 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
     if args.config:
         raise ConfigError("--config: manifests are not supported by this build yet")
-    if not sources:
-        raise ConfigError("nothing to serve: give --tools MODULE:ATTR or --config FILE")
+    if not sources:  # the default toolkit: the built-in tools, confined to the workspace
+        from toolmesh.sources.builtins import builtin_source
+
+        sources = [builtin_source(True, workspace=getattr(args, "workspace", "workspace"))]
     return Host(
         *sources,
         audit=audit,
