@@ -20,6 +20,7 @@ from toolmesh.errors import (
     SchemaError,
     StateError,
     ToolCallFailed,
+    ToolCallParseError,
     ToolmeshError,
     TransportError,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "Tool",
     "ToolAPI",
     "ToolCallFailed",
+    "ToolCallParseError",
     "ToolContext",
     "ToolDefinition",
     "ToolErrorCode",

@@ -235,11 +235,13 @@ class Toolkit(ToolResolver):
             p for s in self._sources if isinstance(s, SkillsSource) if (p := s.prompt())
         )
 
-    def to_openai(self, *, api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
-        """The non-deferred tools as OpenAI function tools."""
+    def to_openai(
+        self, *, api: Literal["chat", "responses"] = "chat", strict: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """The non-deferred tools as OpenAI function tools (see ``toolmesh.llm.to_openai``)."""
         from toolmesh.llm.formats import to_openai
 
-        return to_openai([self[d.name] for d in self.definitions()], api=api)
+        return to_openai([self[d.name] for d in self.definitions()], api=api, strict=strict)
 
     def to_anthropic(self) -> list[dict[str, Any]]:
         """The non-deferred tools as Anthropic tools."""

@@ -316,10 +316,10 @@ _UNSET = object()
 
 
 def _json_default(value: Any) -> Any:
+    if isinstance(value, enum.Enum):  # before the primitives: an IntEnum member is an int too
+        return _json_default(value.value)
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, enum.Enum):
-        return value.value
     if isinstance(value, list | tuple) and all(
         v is None or isinstance(v, str | int | float | bool) for v in value
     ):
