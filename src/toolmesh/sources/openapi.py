@@ -132,9 +132,8 @@ class _Document:
 def _exclusive_bounds(schema: JsonSchema) -> None:
     """OpenAPI 3.0's boolean ``exclusiveMinimum`` as the JSON Schema number form."""
     for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        if isinstance(schema.get(flag), bool):
-            if schema.pop(flag) and bound in schema:
-                schema[flag] = schema.pop(bound)
+        if isinstance(schema.get(flag), bool) and schema.pop(flag) and bound in schema:
+            schema[flag] = schema.pop(bound)
 
 
 def _allow_null(schema: JsonSchema) -> None:
