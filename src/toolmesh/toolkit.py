@@ -468,8 +468,17 @@ async def create_toolkit(
         limits=limits,
     )
 
-    if config is not None:  # the toolmesh.toml manifest
-        raise ConfigError("create_toolkit(config=...): manifests are not supported yet")
+    if config is not None:  # the toolmesh.toml manifest: its settings unless given here
+        from toolmesh.manifest import load_manifest
+
+        toolkit = load_manifest(config).toolkit(
+            name=None if name == "toolmesh" else name,
+            on_conflict=None if on_conflict == "warn" else on_conflict,
+            capabilities=capabilities,
+            capability_policy=None if capability_policy == "locked" else capability_policy,
+            audit=audit,
+            limits=limits,
+        )
 
     for item in tools:
         toolkit.add(item)
