@@ -30,7 +30,8 @@ from pydantic.fields import FieldInfo
 
 from toolmesh.capabilities import check_tag
 from toolmesh.errors import ConfigError, SchemaError
-from toolmesh.models import ToolDefinition
+from toolmesh.models import ToolDefinition, ToolParameter
+from toolmesh.schema import parameters_to_schema, schema_to_parameters
 from toolmesh.sources.base import ToolSet
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
@@ -142,8 +143,15 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     if not tool_name or tool_name == "<lambda>":
         raise ConfigError("a lambda or unnamed callable needs tool(fn, name=...)")
     input_schema, output_schema = _schemas(plan, doc)
+    input_parameters, input_exact = _parameters_of(input_schema)
+    output_parameters, output_exact = _parameters_of(output_schema)
     definition = ToolDefinition(
         name=tool_name,
+        input_parameters=input_parameters,
+        input_schema=input_exact,
+        output_parameters=output_parameters,
+        output_schema=output_exact,
+        kind="python",
         description=options["description"] or _description(doc) or tool_name,
         streaming=options["streaming"],
         idempotent=options["idempotent"],
@@ -156,15 +164,33 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
         annotations=dict(options["annotations"]) if options["annotations"] else None,
         requires_approval=options["requires_approval"],
     )
-    made = FunctionTool(
-        definition,
-        _runner(fn, plan),
-        source="python",
-        input_schema=input_schema,
-        output_schema=output_schema,
-    )
+    made = FunctionTool(definition, _runner(fn, plan), source="python", input_schema=input_schema)
     made.__wrapped__ = fn
     return made
+
+
+_PARAMETERS_CACHE: dict[str, tuple[list[ToolParameter], bool]] = {}
+_PARAMETERS_CACHE_LIMIT = 4096
+
+
+def _parameters_of(schema: JsonSchema | None) -> tuple[list[ToolParameter], JsonSchema | None]:
+    """The parameter list of ``schema``, and the schema itself when the list loses something.
+
+    Done here once per distinct schema (many tools share one shape), rather than by ``Tool``
+    for every tool: the ToolParameter objects are shared and never changed in place.
+    """
+    if schema is None:
+        return [], None
+    key = repr(schema)  # cheap; a schema written in another key order is merely another entry
+    cached = _PARAMETERS_CACHE.get(key)
+    if cached is None:
+        parameters = schema_to_parameters(schema)
+        cached = (parameters, parameters_to_schema(parameters) == schema)
+        if len(_PARAMETERS_CACHE) >= _PARAMETERS_CACHE_LIMIT:
+            _PARAMETERS_CACHE.pop(next(iter(_PARAMETERS_CACHE)))
+        _PARAMETERS_CACHE[key] = cached
+    parameters, lossless = cached
+    return list(parameters), None if lossless else schema
 
 
 def function_schema(fn: Callable[..., Any]) -> JsonSchema:
@@ -251,6 +277,10 @@ def _docstring(fn: Callable[..., Any]) -> docstring_parser.Docstring | None:
     text = inspect.getdoc(fn)
     if not text:
         return None
+    if "\n" not in text:  # one line has no sections: it is the summary (and parsing is slow)
+        doc = docstring_parser.Docstring()
+        doc.short_description = text
+        return doc
     try:
         return docstring_parser.parse(text)
     except docstring_parser.ParseError:
@@ -477,33 +507,56 @@ def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
 
 
 def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
-    positional = [p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    positional = tuple(p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY)
     coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
-    context_param = plan.context_param
+    runner = _AsyncRunner if plan.is_async else _ThreadRunner
+    return runner(fn, positional, coercers or None, plan.context_param)
 
-    def bind(arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
+
+class _Runner:
+    """Calls the function with JSON arguments bound to its parameters. One small object per
+    tool rather than closures: registering thousands of tools allocates (and GC-scans) less."""
+
+    __slots__ = ("coercers", "context_param", "fn", "positional")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        positional: tuple[str, ...],
+        coercers: dict[str, Callable[[Any], Any]] | None,
+        context_param: str | None,
+    ) -> None:
+        self.fn = fn
+        self.positional = positional
+        self.coercers = coercers
+        self.context_param = context_param
+
+    def bind(self, arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
         kwargs = dict(arguments)
-        for key, coerce in coercers.items():
-            if key in kwargs:
-                kwargs[key] = coerce(kwargs[key])
-        if context_param is not None:
-            kwargs[context_param] = ctx
-        args = [kwargs.pop(name) for name in positional if name in kwargs]
+        if self.coercers:
+            for key, coerce in self.coercers.items():
+                if key in kwargs:
+                    kwargs[key] = coerce(kwargs[key])
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        args = [kwargs.pop(name) for name in self.positional if name in kwargs]
         return args, kwargs
 
-    if plan.is_async:
 
-        async def run_async(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-            args, kwargs = bind(arguments, ctx)
-            return await fn(*args, **kwargs)
+class _AsyncRunner(_Runner):
+    __slots__ = ()
 
-        return run_async
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await self.fn(*args, **kwargs)
 
-    async def run_in_thread(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-        args, kwargs = bind(arguments, ctx)
-        return await run_blocking(functools.partial(fn, *args, **kwargs))
 
-    return run_in_thread
+class _ThreadRunner(_Runner):
+    __slots__ = ()
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await run_blocking(functools.partial(self.fn, *args, **kwargs))
 
 
 def tools_of(items: Sequence[Any], *, name: str = "functions") -> ToolSet:
