@@ -62,10 +62,10 @@ def measure_toolmesh(n: int) -> dict[str, Any]:
     fns = [make_tool(i) for i in range(n)]
     gc.collect()
     before = rss_kib()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for fn in fns:
         kit.register(fn)
-    registered = time.perf_counter() - started
+    registered, cpu = time.perf_counter() - started, time.process_time() - cpu
     after = rss_kib()
     started = time.perf_counter()
     listing = kit.definitions()
@@ -73,7 +73,13 @@ def measure_toolmesh(n: int) -> dict[str, Any]:
     wire = [d.model_dump(mode="json") for d in listing]
     dumped = time.perf_counter() - started
     assert len(wire) == n + 1
-    return {"register_s": registered, "rss_kib": after - before, "list_s": listed, "wire_s": dumped}
+    return {
+        "register_s": registered,
+        "register_cpu_s": cpu,
+        "rss_kib": after - before,
+        "list_s": listed,
+        "wire_s": dumped,
+    }
 
 
 def measure_mcp(n: int) -> dict[str, Any]:
@@ -84,10 +90,10 @@ def measure_mcp(n: int) -> dict[str, Any]:
     fns = [make_tool(i) for i in range(n)]
     gc.collect()
     before = rss_kib()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for fn in fns:
         server.add_tool(fn)
-    registered = time.perf_counter() - started
+    registered, cpu = time.perf_counter() - started, time.process_time() - cpu
     after = rss_kib()
     started = time.perf_counter()
     tools = asyncio.run(server.list_tools())
@@ -95,7 +101,13 @@ def measure_mcp(n: int) -> dict[str, Any]:
     wire = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
     dumped = time.perf_counter() - started
     assert len(wire) == n + 1
-    return {"register_s": registered, "rss_kib": after - before, "list_s": listed, "wire_s": dumped}
+    return {
+        "register_s": registered,
+        "register_cpu_s": cpu,
+        "rss_kib": after - before,
+        "list_s": listed,
+        "wire_s": dumped,
+    }
 
 
 def child(side: str, n: int) -> None:
@@ -144,6 +156,7 @@ def main() -> None:
     for side in runs:
         table[side] = {
             "register_us_per_tool": median(side, "register_s") / n * 1e6,
+            "register_cpu_us_per_tool": median(side, "register_cpu_s") / n * 1e6,
             "rss_kib_per_tool": median(side, "rss_kib") / n,
             "list_ms": median(side, "list_s") * 1e3,
             "list_and_dump_ms": median(side, "wire_s") * 1e3,
@@ -151,6 +164,8 @@ def main() -> None:
     ratios = {
         "register_speedup": table["mcp"]["register_us_per_tool"]
         / table["toolmesh"]["register_us_per_tool"],
+        "register_cpu_speedup": table["mcp"]["register_cpu_us_per_tool"]
+        / table["toolmesh"]["register_cpu_us_per_tool"],
         "memory_fraction": table["toolmesh"]["rss_kib_per_tool"] / table["mcp"]["rss_kib_per_tool"],
         "list_speedup": table["mcp"]["list_ms"] / table["toolmesh"]["list_ms"],
         "list_and_dump_speedup": table["mcp"]["list_and_dump_ms"]

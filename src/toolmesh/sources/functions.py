@@ -142,15 +142,15 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     tool_name = options["name"] or getattr(target, "__name__", None)
     if not tool_name or tool_name == "<lambda>":
         raise ConfigError("a lambda or unnamed callable needs tool(fn, name=...)")
-    input_schema, output_schema = _schemas(plan, doc)
-    input_parameters, input_exact = _parameters_of(input_schema)
-    output_parameters, output_exact = _parameters_of(output_schema)
+    raw_input, raw_output = _schemas(plan, doc)
+    input_schema, input_parameters, input_lossless = _shape_of(raw_input)
+    output_schema, output_parameters, output_lossless = _shape_of(raw_output)
     definition = ToolDefinition(
         name=tool_name,
         input_parameters=input_parameters,
-        input_schema=input_exact,
+        input_schema=None if input_lossless else input_schema,
         output_parameters=output_parameters,
-        output_schema=output_exact,
+        output_schema=None if output_lossless else output_schema,
         kind="python",
         description=options["description"] or _description(doc) or tool_name,
         streaming=options["streaming"],
@@ -169,28 +169,29 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     return made
 
 
-_PARAMETERS_CACHE: dict[str, tuple[list[ToolParameter], bool]] = {}
-_PARAMETERS_CACHE_LIMIT = 4096
+_SHAPES: dict[str, tuple[JsonSchema, list[ToolParameter], bool]] = {}
+_SHAPES_LIMIT = 4096
 
 
-def _parameters_of(schema: JsonSchema | None) -> tuple[list[ToolParameter], JsonSchema | None]:
-    """The parameter list of ``schema``, and the schema itself when the list loses something.
+def _shape_of(schema: JsonSchema | None) -> tuple[JsonSchema | None, list[ToolParameter], bool]:
+    """``schema`` (an equal one seen before, if any), its parameter list, and whether that list
+    says everything the schema does.
 
-    Done here once per distinct schema (many tools share one shape), rather than by ``Tool``
-    for every tool: the ToolParameter objects are shared and never changed in place.
+    Tools often share a schema shape; converting each shape once (rather than per tool, in
+    ``Tool``) and sharing the results makes registering thousands of tools fast and small.
+    Schemas and parameters of tools are read-only, so sharing them is safe.
     """
     if schema is None:
-        return [], None
+        return None, [], True
     key = repr(schema)  # cheap; a schema written in another key order is merely another entry
-    cached = _PARAMETERS_CACHE.get(key)
-    if cached is None:
+    shape = _SHAPES.get(key)
+    if shape is None:
         parameters = schema_to_parameters(schema)
-        cached = (parameters, parameters_to_schema(parameters) == schema)
-        if len(_PARAMETERS_CACHE) >= _PARAMETERS_CACHE_LIMIT:
-            _PARAMETERS_CACHE.pop(next(iter(_PARAMETERS_CACHE)))
-        _PARAMETERS_CACHE[key] = cached
-    parameters, lossless = cached
-    return list(parameters), None if lossless else schema
+        shape = (schema, parameters, parameters_to_schema(parameters) == schema)
+        if len(_SHAPES) >= _SHAPES_LIMIT:
+            _SHAPES.pop(next(iter(_SHAPES)))
+        _SHAPES[key] = shape
+    return shape
 
 
 def function_schema(fn: Callable[..., Any]) -> JsonSchema:
