@@ -25,12 +25,15 @@ from toolmesh.errors import (
     TransportError,
 )
 from toolmesh.host import Host
+from toolmesh.manifest import Manifest, load_manifest
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
 from toolmesh.pipeline import Decision, Limits
 from toolmesh.schema import parameters_to_schema, schema_to_parameters
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, SourceStatus, ToolSet
 from toolmesh.sources.functions import FunctionTool, tool
+from toolmesh.sources.http import HttpEndpoint, HttpSource, http_tool
+from toolmesh.sources.openapi import OpenAPISource
 from toolmesh.sources.plugin import ToolPlugin
 from toolmesh.sources.wrappers import Filtered, Prefixed, Renamed, Tagged
 from toolmesh.toolkit import Toolkit, ToolNameConflict, create_toolkit, sanitize_name
@@ -52,8 +55,12 @@ __all__ = [
     "FunctionTool",
     "HandshakeError",
     "Host",
+    "HttpEndpoint",
+    "HttpSource",
     "Limits",
+    "Manifest",
     "NameConflictError",
+    "OpenAPISource",
     "Output",
     "Prefixed",
     "ProtocolError",
@@ -86,6 +93,8 @@ __all__ = [
     "connect",
     "connect_async",
     "create_toolkit",
+    "http_tool",
+    "load_manifest",
     "parameters_to_schema",
     "sanitize_name",
     "schema_to_parameters",
