@@ -190,6 +190,9 @@ def test_strict_inlines_a_ref_with_siblings_and_turns_one_of_into_any_of() -> No
 
 
 def test_strict_refuses_untyped_values_and_deep_nesting() -> None:
+    with pytest.raises(SchemaError, match=r"\$\.properties\.x: an object with free-form keys"):
+        openai_strict_schema({"type": "object", "properties": {"x": {"type": "object"}}})
+    assert openai_strict_schema({"type": "object"})["additionalProperties"] is False
     with pytest.raises(SchemaError, match=r"\$\.properties\.x: a value of any type"):
         openai_strict_schema({"type": "object", "properties": {"x": {}}, "required": ["x"]})
     deep: dict[str, Any] = {"type": "string"}

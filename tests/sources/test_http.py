@@ -129,6 +129,17 @@ async def test_secrets_never_appear_in_definitions_results_or_logs(
     assert "very-secret-value" not in everything
 
 
+async def test_arguments_cannot_pull_environment_variables_into_headers(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "very-secret-value")
+    trace = http_tool(
+        "trace", base + "/echo", headers={"X-Trace": "{trace} by ${API_TOKEN}"}, result="json"
+    )
+    result = await Toolkit(trace).execute("trace", {"trace": "${API_TOKEN}"})
+    assert result.data["trace"] == "${API_TOKEN} by very-secret-value"
+
+
 async def test_missing_env_variable_is_an_error_result(
     base: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -255,7 +255,7 @@ class _StrictConverter:
     ) -> None:
         properties = schema.get("properties")
         extra = schema.get("additionalProperties")
-        if not properties and extra not in (None, False):
+        if not properties and extra is not False and path:  # the root: a tool without arguments
             raise SchemaError(
                 f"{_path_text(path)}: an object with free-form keys (a dict) cannot be strict"
             )

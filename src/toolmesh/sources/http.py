@@ -45,6 +45,7 @@ ResultFormat = Literal["auto", "text", "json", "status"]
 
 _PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}$]+)\}")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HEADER_TOKEN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\{([^{}$]+)\}")
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
 _EXCERPT = 500
@@ -136,12 +137,12 @@ class HttpEndpoint:
         used: set[str] = set()
         url = _fill_url(self.url, arguments, used)
         params = _fill_entries(self.query, arguments, used)
-        headers = {
-            **{k: _expand_env(v, k) for k, v in base_headers.items()},
-            **{
-                k: _expand_env(_text(v), k) for k, v in _fill_entries(self.headers, arguments, used)
-            },
-        }
+        headers = {k: _expand_env(v, k) for k, v in base_headers.items()}
+        for key, template in self.headers.items():
+            try:
+                headers[key] = _fill_header(template, arguments, used, key)
+            except _Missing:
+                continue
         body = _fill(self.body, arguments, used) if self.body is not None else None
         rest = {k: v for k, v in arguments.items() if k not in used}
         if rest:
@@ -259,16 +260,28 @@ def _flatten(entries: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
-def _expand_env(value: str, header: str) -> str:
-    def one(match: re.Match[str]) -> str:
-        found = os.environ.get(match.group(1))
-        if found is None:
-            raise KeyError(
-                f"environment variable {match.group(1)!r} (header {header!r}) is not set"
-            )
-        return found
+def _env(name: str, header: str) -> str:
+    found = os.environ.get(name)
+    if found is None:
+        raise KeyError(f"environment variable {name!r} (header {header!r}) is not set")
+    return found
 
-    return _ENV.sub(one, value)
+
+def _expand_env(value: str, header: str) -> str:
+    return _ENV.sub(lambda match: _env(match.group(1), header), value)
+
+
+def _fill_header(template: str, arguments: Mapping[str, Any], used: set[str], header: str) -> str:
+    """One pass over the template: ``${ENV}`` from the environment, ``{arg}`` from the call.
+    Nothing substituted is scanned again, so an argument cannot pull in an environment
+    variable."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return _env(match.group(1), header)
+        return _text(_take(match.group(2), arguments, used))
+
+    return _HEADER_TOKEN.sub(one, template)
 
 
 # -- running -------------------------------------------------------------------------------------
