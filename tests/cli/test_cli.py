@@ -148,6 +148,7 @@ def test_skills_command_shows_skills_and_skipped_files(tmp_path: Path) -> None:
     assert broken.returncode == 1 and "skipped" in broken.stdout and "front matter" in broken.stdout
 
 
+@pytest.mark.network_server
 def test_serve_and_tools_with_a_manifest(tmp_path: Path) -> None:
     manifest = tmp_path / "toolmesh.toml"
     manifest.write_text(

@@ -285,3 +285,18 @@ def test_toolkit_methods_match_the_functions() -> None:
     assert kit.to_openai(strict=False) == to_openai(kit, strict=False)
     with pytest.raises(SchemaError, match="count_nodes"):
         kit.to_gemini()
+
+
+def test_a_root_that_is_not_an_object_names_the_tool() -> None:
+    from toolmesh import Tool, ToolDefinition
+
+    async def run(arguments: dict[str, object], ctx: object) -> None:
+        return None
+
+    odd = Tool(
+        ToolDefinition(name="odd", description="d"),
+        run,  # type: ignore[arg-type]
+        input_schema={"anyOf": [{"type": "object"}, {"type": "string"}]},
+    )
+    with pytest.raises(SchemaError, match="tool 'odd': an input schema must be an object"):
+        to_anthropic([odd])

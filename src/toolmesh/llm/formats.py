@@ -53,7 +53,10 @@ def tool_entries(
                 "rename one (or assemble them in a Toolkit, which resolves it)"
             )
         taken[legal] = name
-        out.append((legal, text, _object_root(schema)))
+        try:
+            out.append((legal, text, _object_root(schema)))
+        except SchemaError as exc:
+            raise SchemaError(f"tool {name!r}: {exc}") from None
     return out
 
 
