@@ -113,6 +113,12 @@ def search(
 
 
 @tool
+def move(to: tuple[int, int], label: tuple[str, int] | None = None) -> str:
+    """Move to a fixed-length position."""
+    return f"{to[0]},{to[1]}"
+
+
+@tool
 def metadata(values: dict[str, int]) -> int:
     """Sum a free-form mapping."""
     return sum(values.values())
@@ -134,6 +140,7 @@ dotted = Tool(
 
 CATALOGUE = [
     add,
+    move,
     ping,
     register_person,
     paint,

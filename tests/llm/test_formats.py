@@ -8,9 +8,6 @@ left to change). Anthropic: ``ToolParam`` and its typed ``InputSchema``. Gemini:
 
 from __future__ import annotations
 
-import copy
-import typing
-from collections.abc import Mapping
 from typing import Any
 
 import fastjsonschema
@@ -18,93 +15,15 @@ import pytest
 from anthropic.types import ToolParam
 from anthropic.types.tool_param import InputSchemaTyped
 from google.genai import types as genai
-from openai.lib._pydantic import _ensure_strict_json_schema
 from openai.types.chat import ChatCompletionFunctionToolParam
 from openai.types.responses import FunctionToolParam
-from pydantic import TypeAdapter
 
 from tests.llm.catalogue import CATALOGUE, FREE_FORM, RECURSIVE, add, count_nodes, metadata
+from tests.llm.checks import assert_openai_strict, check_typed_dict, walk_keys
 from toolmesh import SchemaError, Toolkit
 from toolmesh.llm import gemini_schema, openai_strict_schema, to_anthropic, to_gemini, to_openai
 
 NAMES = [t.name for t in CATALOGUE]
-
-
-def check_typed_dict(td: Any, value: Any, where: str = "$") -> None:
-    """Validate ``value`` against an SDK TypedDict, refusing keys the TypedDict does not have."""
-    TypeAdapter(td).validate_python(value)
-    hints = typing.get_type_hints(td)
-    unknown = set(value) - set(hints)
-    assert not unknown, f"{where}: keys {unknown} are not in {td.__name__}"
-    for key, hint in hints.items():
-        if typing.is_typeddict(hint) and key in value:
-            check_typed_dict(hint, value[key], f"{where}.{key}")
-
-
-STRICT_KEYWORDS = {
-    "type",
-    "properties",
-    "required",
-    "additionalProperties",
-    "items",
-    "anyOf",
-    "enum",
-    "const",
-    "$ref",
-    "$defs",
-    "description",
-    "title",
-    "pattern",
-    "format",
-    "multipleOf",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "minItems",
-    "maxItems",
-}
-
-
-def assert_openai_strict(schema: Mapping[str, Any]) -> None:
-    """OpenAI's strict-mode rules, then the SDK's own strict pass as a fixed point."""
-    assert schema["type"] == "object" and "anyOf" not in schema
-    defs = schema.get("$defs", {})
-
-    def walk(node: Any, path: str) -> None:
-        assert isinstance(node, dict), path
-        assert set(node) <= STRICT_KEYWORDS, f"{path}: {set(node) - STRICT_KEYWORDS}"
-        if "$ref" in node:
-            assert set(node) == {"$ref"}, f"{path}: $ref with siblings"
-            ref = node["$ref"]
-            assert ref == "#" or ref.removeprefix("#/$defs/") in defs, f"{path}: {ref}"
-            return
-        assert {"type", "anyOf", "enum", "const"} & set(node), f"{path}: untyped"
-        types = node.get("type")
-        if types == "object" or (isinstance(types, list) and "object" in types):
-            assert node["additionalProperties"] is False, path
-            assert node["required"] == list(node["properties"]), path
-        if types == "array" or (isinstance(types, list) and "array" in types):
-            assert "items" in node, path
-        for key, child in node.get("properties", {}).items():
-            walk(child, f"{path}.{key}")
-        if "items" in node:
-            walk(node["items"], f"{path}[]")
-        for i, branch in enumerate(node.get("anyOf", [])):
-            walk(branch, f"{path}|{i}")
-
-    walk({k: v for k, v in schema.items() if k != "$defs"}, "$")
-    for name, value in defs.items():
-        walk(value, f"$defs.{name}")
-    assert _ensure_strict_json_schema(copy.deepcopy(dict(schema)), path=(), root={}) == schema
-
-
-def walk_keys(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        return set(value) | {k for v in value.values() for k in walk_keys(v)}
-    if isinstance(value, list):
-        return {k for v in value for k in walk_keys(v)}
-    return set()
 
 
 # -- OpenAI --------------------------------------------------------------------------------------
@@ -160,6 +79,14 @@ def test_strict_optional_fields_become_required_and_nullable() -> None:
         "description": "Default: 10.",
     }
     assert schema["properties"]["mode"]["enum"] == ["a", "b", None]
+
+
+def test_strict_fixed_length_tuples_become_arrays_of_any_position() -> None:
+    (entry,) = to_openai([t for t in CATALOGUE if t.name == "move"], strict=True)
+    to = entry["function"]["parameters"]["properties"]["to"]
+    assert to == {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer"}}
+    with pytest.raises(SchemaError, match=r"\$\.properties\.a: an array without an items schema"):
+        openai_strict_schema({"type": "object", "properties": {"a": {"type": "array"}}})
 
 
 def test_strict_keeps_recursion_as_refs_into_defs() -> None:
@@ -240,7 +167,7 @@ def test_gemini_every_expressible_tool_validates_against_genai_types() -> None:
 
 
 def test_gemini_subset_details() -> None:
-    (entry,) = to_gemini(CATALOGUE[:5])  # type: ignore[arg-type]
+    (entry,) = to_gemini([t for t in CATALOGUE if t.name not in RECURSIVE])  # type: ignore[arg-type]
     by_name = {d["name"]: d for d in entry["function_declarations"]}
     assert "parameters" not in by_name["ping"]
     person = by_name["register_person"]["parameters"]["properties"]["person"]
@@ -254,6 +181,16 @@ def test_gemini_subset_details() -> None:
     }
     priority = by_name["paint"]["parameters"]["properties"]["priority"]
     assert priority["type"] == "INTEGER" and "Allowed values: 1, 2." in priority["description"]
+    position = by_name["move"]["parameters"]["properties"]["to"]
+    assert position == {
+        "type": "ARRAY",
+        "min_items": 2,
+        "max_items": 2,
+        "items": {"type": "INTEGER"},
+    }
+    label = by_name["move"]["parameters"]["properties"]["label"]
+    assert label["nullable"] is True
+    assert label["items"] == {"any_of": [{"type": "STRING"}, {"type": "INTEGER"}]}
     labels = by_name["plot"]["parameters"]["properties"]["labels"]
     assert labels == {"type": "OBJECT", "nullable": True, "description": "Default: null."} or (
         labels["type"] == "OBJECT" and labels["nullable"] is True

@@ -9,12 +9,16 @@ from typing import Any
 
 import pytest
 import yaml
+from anthropic.types import ToolParam
+from google.genai import types as genai
+from openai.types.chat import ChatCompletionFunctionToolParam
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.fixtures.web import serve_app
+from tests.llm.checks import assert_openai_strict, check_typed_dict
 from toolmesh import ConfigError, Toolkit
 from toolmesh.llm import to_anthropic, to_gemini, to_openai
 from toolmesh.sources.openapi import OpenAPISource, openapi_endpoints, sources_from_manifest
@@ -127,9 +131,14 @@ def test_json_and_yaml_documents_give_the_same_tools(tmp_path: Path) -> None:
 
 def test_every_petstore_tool_fits_every_provider() -> None:
     tools = OpenAPISource(PETSTORE, base_url="http://127.0.0.1:9/api/v3").tools()
-    assert all(entry["function"]["strict"] for entry in to_openai(tools))
-    assert len(to_anthropic(tools)) == OPERATIONS
-    assert len(to_gemini(tools)[0]["function_declarations"]) == OPERATIONS
+    for entry in to_openai(tools):
+        check_typed_dict(ChatCompletionFunctionToolParam, entry)
+        assert entry["function"]["strict"] is True
+        assert_openai_strict(entry["function"]["parameters"])
+    for entry in to_anthropic(tools):
+        check_typed_dict(ToolParam, entry)
+    (gemini,) = to_gemini(tools)
+    assert len(genai.Tool.model_validate(gemini).function_declarations or []) == OPERATIONS
 
 
 async def test_calls_through_a_local_petstore(petstore: str) -> None:

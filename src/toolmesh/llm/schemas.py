@@ -189,8 +189,14 @@ class _StrictConverter:
                 self.node(branch, (*path, "anyOf", i), depth=depth + 1)
                 for i, branch in enumerate(out["anyOf"])
             ]
+        if "items" not in out and isinstance(schema.get("prefixItems"), list):
+            out["items"] = _tuple_items(schema["prefixItems"])
         if "items" in out:
             out["items"] = self.node(out["items"], (*path, "items"), depth=depth + 1)
+        elif _has_type(out, "array"):
+            raise SchemaError(
+                f"{_path_text(path)}: an array without an items schema cannot be strict"
+            )
         if isinstance(out.get("enum"), list) and len(out["enum"]) > OPENAI_STRICT_LIMITS["enum"]:
             raise SchemaError(f"{_path_text(path)}: more than 1000 enum values")
         if _is_object(out, schema):
@@ -275,11 +281,15 @@ def _meaningful(schema: Mapping[str, Any]) -> bool:
     return any(k not in ("description", "title", "default", "examples") for k in schema)
 
 
+def _has_type(schema: Mapping[str, Any], name: str) -> bool:
+    declared = schema.get("type")
+    return declared == name or (isinstance(declared, list) and name in declared)
+
+
 def _is_object(out: Mapping[str, Any], schema: Mapping[str, Any]) -> bool:
-    declared = out.get("type")
-    if declared == "object" or (isinstance(declared, list) and "object" in declared):
+    if _has_type(out, "object"):
         return True
-    return declared is None and "properties" in schema
+    return out.get("type") is None and "properties" in schema
 
 
 def _def_name(ref: str) -> str | None:
@@ -377,8 +387,11 @@ class _GeminiConverter:
             out["format"] = fmt
         if nullable or schema.get("nullable") is True:
             out["nullable"] = True
-        if isinstance(schema.get("items"), Mapping | bool):
-            out["items"] = self.node(schema["items"], (*path, "items"))
+        items = schema.get("items")
+        if items is None and isinstance(schema.get("prefixItems"), list):
+            items = _tuple_items(schema["prefixItems"])
+        if isinstance(items, Mapping | bool):
+            out["items"] = self.node(items, (*path, "items"))
         properties = schema.get("properties")
         if isinstance(properties, Mapping) and properties:
             out["properties"] = {
@@ -465,6 +478,13 @@ class _GeminiConverter:
         note = "Allowed values: " + ", ".join(_json(v) for v in concrete) + "."
         text = str(out.get("description") or "").rstrip()
         out["description"] = f"{text} {note}" if text else note
+
+
+def _tuple_items(prefix: list[Any]) -> Any:
+    """One items schema for a fixed-length tuple (``prefixItems``), which neither provider
+    takes: any of its positions' schemas (the pipeline still checks each position)."""
+    distinct = [s for i, s in enumerate(prefix) if s not in prefix[:i]]
+    return distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
 
 
 def _implied_type(schema: Mapping[str, Any]) -> str | None:
