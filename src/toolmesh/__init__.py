@@ -29,16 +29,20 @@ if TYPE_CHECKING:
         SchemaError,
         StateError,
         ToolCallFailed,
+        ToolCallParseError,
         ToolmeshError,
         TransportError,
     )
     from toolmesh.host import Host
+    from toolmesh.manifest import Manifest, load_manifest
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters
     from toolmesh.session import Session
     from toolmesh.sources.base import Source, SourceStatus, ToolSet
     from toolmesh.sources.functions import FunctionTool, tool
+    from toolmesh.sources.http import HttpEndpoint, HttpSource, http_tool
+    from toolmesh.sources.openapi import OpenAPISource
     from toolmesh.sources.plugin import ToolPlugin
     from toolmesh.sources.wrappers import Filtered, Prefixed, Renamed, Tagged
     from toolmesh.toolkit import Toolkit, ToolNameConflict, create_toolkit, sanitize_name
@@ -47,6 +51,13 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LOCATIONS: dict[str, str] = {
+    "ToolCallParseError": "toolmesh.errors",
+    "OpenAPISource": "toolmesh.sources.openapi",
+    "http_tool": "toolmesh.sources.http",
+    "HttpSource": "toolmesh.sources.http",
+    "HttpEndpoint": "toolmesh.sources.http",
+    "load_manifest": "toolmesh.manifest",
+    "Manifest": "toolmesh.manifest",
     "ArgumentError": "toolmesh.errors",
     "AuditError": "toolmesh.errors",
     "CallTimeout": "toolmesh.errors",
@@ -111,8 +122,12 @@ __all__ = [
     "FunctionTool",
     "HandshakeError",
     "Host",
+    "HttpEndpoint",
+    "HttpSource",
     "Limits",
+    "Manifest",
     "NameConflictError",
+    "OpenAPISource",
     "Output",
     "Prefixed",
     "ProtocolError",
@@ -127,6 +142,7 @@ __all__ = [
     "Tool",
     "ToolAPI",
     "ToolCallFailed",
+    "ToolCallParseError",
     "ToolContext",
     "ToolDefinition",
     "ToolErrorCode",
@@ -144,6 +160,8 @@ __all__ = [
     "connect",
     "connect_async",
     "create_toolkit",
+    "http_tool",
+    "load_manifest",
     "parameters_to_schema",
     "sanitize_name",
     "schema_to_parameters",

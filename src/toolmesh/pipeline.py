@@ -330,6 +330,9 @@ class Pipeline:
                 raw = await asyncio.shield(task)
         except TimeoutError:
             self._abandon(task, ctx)
+            # One turn of the loop lets a tool that handles cancellation begin its cleanup (drop
+            # a stuck connection, say) before the caller's next call can reach it.
+            await asyncio.sleep(0)
             return _failure(
                 tool.name, ToolErrorCode.TIMEOUT, f"tool {tool.name!r} timed out after {timeout:g}s"
             )

@@ -110,7 +110,8 @@ def tokenize(text: str) -> list[str]:
     for word in words:
         lowered = word.lower()
         if lowered and lowered not in STOP_WORDS:
-            out.append(_stem(lowered))
+            # Numbers have no stem, and there are too many distinct ones to cache.
+            out.append(lowered if lowered.isdigit() else _stem(lowered))
     return out
 
 

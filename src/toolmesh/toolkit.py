@@ -241,11 +241,13 @@ class Toolkit(ToolResolver):
 
         return [s for s in self._sources if isinstance(s, SkillsSource)]
 
-    def to_openai(self, *, api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
-        """The non-deferred tools as OpenAI function tools."""
+    def to_openai(
+        self, *, api: Literal["chat", "responses"] = "chat", strict: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """The non-deferred tools as OpenAI function tools (see ``toolmesh.llm.to_openai``)."""
         from toolmesh.llm.formats import to_openai
 
-        return to_openai([self[d.name] for d in self.definitions()], api=api)
+        return to_openai([self[d.name] for d in self.definitions()], api=api, strict=strict)
 
     def to_anthropic(self) -> list[dict[str, Any]]:
         """The non-deferred tools as Anthropic tools."""
@@ -479,8 +481,17 @@ async def create_toolkit(
         limits=limits,
     )
 
-    if config is not None:  # the toolmesh.toml manifest
-        raise ConfigError("create_toolkit(config=...): manifests are not supported yet")
+    if config is not None:  # the toolmesh.toml manifest: its settings unless given here
+        from toolmesh.manifest import load_manifest
+
+        toolkit = load_manifest(config).toolkit(
+            name=None if name == "toolmesh" else name,
+            on_conflict=None if on_conflict == "warn" else on_conflict,
+            capabilities=capabilities,
+            capability_policy=None if capability_policy == "locked" else capability_policy,
+            audit=audit,
+            limits=limits,
+        )
 
     for item in tools:
         toolkit.add(item)

@@ -12,7 +12,6 @@ from collections.abc import Coroutine
 from typing import Any
 
 from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
-from toolmesh.errors import ConfigError
 from toolmesh.host import Host
 from toolmesh.pipeline import Limits
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
@@ -57,8 +56,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--capability-policy",
         choices=["locked", "extensible"],
-        default="locked",
-        help="whether sessions may change the capability set (default locked)",
+        default=None,
+        help="whether sessions may change the capability set (default: the manifest's, "
+        "else locked)",
     )
     parser.add_argument(
         "--max-parallel", type=int, default=8, help="calls one session may run at once (default 8)"
@@ -99,7 +99,7 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
     if args.config:
-        raise ConfigError("--config: manifests are not supported by this build yet")
+        return _manifest_host(args, sources, audit=audit)
     if not sources:  # the default toolkit: the built-in tools, confined to the workspace
         from toolmesh.sources.builtins import builtin_source
 
@@ -113,6 +113,32 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
         auth_token=getattr(args, "auth_token", None),
         max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
         limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+    )
+
+
+def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str | None) -> Host:
+    """A host of the manifest's toolkit (``--tools`` sources after its own). The manifest gives
+    the audit file, the capabilities and the policy unless the command line does."""
+    from toolmesh.manifest import load_manifest
+
+    manifest = load_manifest(args.config)
+    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
+    if manifest.audit is not None and audit == default_audit:
+        audit = manifest.audit
+        args.audit = audit
+    toolkit = manifest.toolkit(
+        *sources,
+        capabilities=getattr(args, "capability", None),
+        capability_policy=getattr(args, "capability_policy", None),
+        audit=audit,
+    )
+    return Host(
+        toolkit,
+        max_parallel=getattr(args, "max_parallel", 8),
+        auth_token=getattr(args, "auth_token", None),
+        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+        owns_toolkit=True,  # built for this host: it opens the sources and closes them
     )
 
 

@@ -277,12 +277,15 @@ class WorkerSource(Source):
         name = str(spec["name"])
 
         async def run(args: dict[str, Any], ctx: ToolContext) -> Output:
-            await asyncio.sleep(0)  # continue in the pipeline's task (asyncio.timeout below)
             worker = await self._running()
             try:
                 answer = await worker.call(name, args, ctx)
             except asyncio.CancelledError:
-                await worker.close()  # it may be stuck in the call: start afresh next time
+                # It may be stuck in the call. Forget it now, before closing it, so the next
+                # call starts a fresh worker instead of catching this one as it dies.
+                if self._worker is worker:
+                    self._worker = None
+                await worker.close()
                 raise
             if answer.get("type") == "error":
                 raise WorkerError(str(answer.get("message") or "the tool failed"))
