@@ -24,7 +24,7 @@ async def test_schema_is_migrated_once(tmp_path: Path) -> None:
     await again.open()
     assert [e.tool_name for e in await again.recent_audit()] == ["t"]
     db = sqlite3.connect(path)
-    assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     await again.close()
 
