@@ -24,7 +24,7 @@ from toolmesh.a2a.remote import Agent, agent
 from toolmesh.errors import ConfigError
 from toolmesh.sources.base import Source
 
-__all__ = ["parse_agents_config", "sources_from_manifest"]
+__all__ = ["expand_variables", "parse_agents_config", "sources_from_manifest"]
 
 logger = logging.getLogger("toolmesh.a2a")
 
@@ -63,7 +63,7 @@ def _agent(key: str, entry: Mapping[str, Any]) -> Agent:
     try:
         return agent(
             entry["card"],
-            {str(k): _expand(v, f"{where}.headers.{k}") for k, v in headers.items()},
+            {str(k): expand_variables(v, f"{where}.headers.{k}") for k, v in headers.items()},
             timeout,
             poll_every,
             name=key,
@@ -78,7 +78,8 @@ def _seconds(value: Any, what: str, where: str) -> float:
     return float(value)
 
 
-def _expand(value: Any, where: str) -> str:
+def expand_variables(value: Any, where: str) -> str:
+    """``value`` with each ``${VAR}`` replaced from the environment (ConfigError if unset)."""
     if not isinstance(value, str):
         raise ConfigError("header values must be text", location=where)
 

@@ -145,13 +145,13 @@ class Peer:
         self._shared: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _new_client(self) -> httpx.AsyncClient:
+    def new_client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
             headers=self.headers, timeout=httpx.Timeout(REQUEST_TIMEOUT, read=None)
         )
 
     def open(self) -> None:
-        self._shared = self._new_client()
+        self._shared = self.new_client()
         self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
@@ -164,7 +164,7 @@ class Peer:
         if self._shared is not None and self._loop is asyncio.get_running_loop():
             yield self._shared
             return
-        async with self._new_client() as http:
+        async with self.new_client() as http:
             yield http
 
     def _body(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -369,7 +369,7 @@ class SkillCall:
                     "its task was cancelled",
                 )
             except asyncio.CancelledError:
-                await self._cancel_in_background(http, progress)
+                await self._cancel_in_background(progress)
                 raise
             except (wire.RpcError, TransportError, httpx.HTTPError) as exc:
                 return self._result(
@@ -462,9 +462,15 @@ class SkillCall:
         except Exception as exc:  # the call's outcome stands; the agent may not cancel
             logger.info("CancelTask for %s at %s failed: %s", progress.task_id, self.peer.url, exc)
 
-    async def _cancel_in_background(self, http: httpx.AsyncClient, progress: _Progress) -> None:
-        """Cancel the remote task although this call is being cancelled itself."""
-        job = asyncio.ensure_future(self._cancel(http, progress))
+    async def _cancel_in_background(self, progress: _Progress) -> None:
+        """Cancel the remote task although this call is being cancelled itself (with a client
+        of its own: the shared one may be closing with the toolkit)."""
+
+        async def cancel() -> None:
+            async with self.peer.new_client() as http:
+                await self._cancel(http, progress)
+
+        job = asyncio.ensure_future(cancel())
         _background.add(job)
         job.add_done_callback(_background.discard)
         with contextlib.suppress(BaseException):
