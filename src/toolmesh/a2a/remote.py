@@ -334,10 +334,6 @@ class SkillCall:
         self._waiting: dict[str, tuple[str, str]] = {}  # session -> task waiting for input
 
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        # The pipeline runs a tool's first step in the caller's task and the rest in a task of
-        # its own; httpx's anyio cancel scopes must be entered and left in one task, so the
-        # first suspension is this bare one, before any HTTP.
-        await asyncio.sleep(0)
         started = time.monotonic()
         progress = _Progress()
         waiting = self._waiting.pop(ctx.session_id, None)
