@@ -193,7 +193,9 @@ def serve_agent(args: argparse.Namespace) -> int:
         raise ConfigError("--a2a serves over HTTP; use --http HOST:PORT instead of --stdio")
     if not args.llm or not args.model:
         raise ConfigError("--a2a needs --llm BASE_URL and --model NAME to run its tasks")
-    asyncio.run(_serve_agent(args))
+    from toolmesh.cli.serve import _run
+
+    _run(_serve_agent(args), fast_loop=True)
     return 0
 
 
