@@ -191,3 +191,98 @@ async def test_a_provider_that_ignores_stream_still_works() -> None:
         client = create_client(llm.base_url, model="m")
         texts = [e.text async for e in client.stream("hi") if e.kind == "text"]
     assert texts == ["whole"]
+
+
+async def test_streamed_tool_calls_are_assembled_in_both_styles() -> None:
+    from toolmesh import Toolkit, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    openai_chunks = [
+        (
+            "",
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "c1",
+                                    "function": {"name": "add", "arguments": '{"a": 2,'},
+                                }
+                            ]
+                        }
+                    }
+                ]
+            },
+        ),
+        (
+            "",
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [{"index": 0, "function": {"arguments": ' "b": 5}'}}]
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            },
+        ),
+        ("", "[DONE]"),
+    ]
+    anthropic_events = [
+        ("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 1}}}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "t1", "name": "add"},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"a": 2, "b"'},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": ": 5}"},
+            },
+        ),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 3},
+            },
+        ),
+    ]
+    for style, first in (("openai", openai_chunks), ("anthropic", anthropic_events)):
+        final = openai_text("7") if style == "openai" else anthropic_text("7")
+
+        def answer(
+            body: dict[str, Any], index: int, first: Any = first, final: Answer = final
+        ) -> Answer:
+            return Answer(events=first) if index == 0 else final
+
+        with StubLLM(answer) as llm:
+            client = create_client(llm.base_url, style=style, model="m")
+            events = [e async for e in client.stream("2+5", toolkit=Toolkit(add))]
+        calls = [e.call for e in events if e.kind == "tool_call"]
+        assert calls[0] is not None and calls[0].arguments == {"a": 2, "b": 5}, style
+        results = [e.tool_result for e in events if e.kind == "tool_result"]
+        assert results[0] is not None and results[0].data == 7
+        assert events[-1].result is not None and events[-1].result.text == "7"

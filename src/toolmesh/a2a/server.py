@@ -209,8 +209,7 @@ class A2AServer:
         running = await self._start(params)
         config = params.get("configuration") or {}
         if running.job is not None and not config.get("returnImmediately", False):
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(running.job)  # the task outlives a client that went away
+            await asyncio.wait({running.job})  # the task outlives a client that went away
         task = _view(running.doc, config.get("historyLength"))
         result = wire.task_to_v03(task) if legacy else {"task": task}
         return _result(request_id, result)
@@ -316,8 +315,8 @@ class A2AServer:
             await self.board.save(running.doc)
             running.publish({})  # the end of a listener's stream
             return running
-        self.board.running[running.id] = running
         await self.board.save(running.doc)
+        self.board.running[running.id] = running
         running.job = asyncio.ensure_future(self._execute(running))
         return running
 
