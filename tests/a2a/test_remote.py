@@ -100,6 +100,28 @@ async def test_cancelling_the_call_cancels_the_remote_task(streaming_peer: PeerP
     assert "TASK_STATE_CANCELED" in states and "TASK_STATE_WORKING" not in states
 
 
+async def test_a_task_canceled_by_someone_else_ends_the_call(polled_peer: PeerProcess) -> None:
+    polling = asyncio.Event()
+    async with await toolkit_for(polled_peer) as kit:
+        call = asyncio.ensure_future(
+            kit.execute(SCRIPT, {"task": "hang"}, on_event=lambda e: polling.set())
+        )
+        await polling.wait()
+        live = ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+        [running] = [t for t in await peer_tasks(polled_peer) if t["status"]["state"] in live]
+        request = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "CancelTask",
+            "params": {"id": running["id"]},
+        }
+        async with httpx.AsyncClient() as http:
+            await http.post(polled_peer.url, json=request, headers={"A2A-Version": "1.0"})
+        result = await call
+    assert result.error_code == "cancelled" and result.metadata["state"] == "canceled"
+    assert result.metadata["taskId"] == running["id"] and result.metadata["polls"] >= 1
+
+
 async def test_streaming_turns_updates_into_events(streaming_peer: PeerProcess) -> None:
     events: list[ToolEvent] = []
     async with await toolkit_for(streaming_peer) as kit:

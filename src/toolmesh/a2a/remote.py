@@ -391,6 +391,7 @@ class SkillCall:
             progress.state = "completed"  # the agent answered directly, without a task
             return
         progress.take_task(answer.get("task") if isinstance(answer, dict) else None)
+        ctx.status(progress.state)
         await self._poll(http, progress, ctx)
 
     async def _poll(self, http: httpx.AsyncClient, progress: _Progress, ctx: ToolContext) -> None:
