@@ -21,6 +21,7 @@ import httpx
 from toolmesh.errors import ConfigError, ProviderError
 from toolmesh.llm.styles import ChatMessage, Reply, Style, style_named
 from toolmesh.tools import Tool
+from toolmesh.transports.lean_http import LeanTransport
 from toolmesh.transports.sse import read_events
 
 if TYPE_CHECKING:
@@ -208,9 +209,13 @@ class LLMClient:
         loop = asyncio.get_running_loop()
         if self._http is None or self._loop is not loop:
             # httpx connections belong to the loop that opened them; a new loop needs new ones.
+            # A model server on plain HTTP (usually on this machine or network) gets the lean
+            # transport: a served agent pays for one model request per task.
+            lean = LeanTransport() if self._url.startswith("http://") else None
             self._http = httpx.AsyncClient(
                 headers=self._headers,
                 timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                transport=lean,
             )
             self._loop = loop
         return self._http
