@@ -11,8 +11,9 @@ AgentExecutor with the SDK's InMemoryTaskStore and DefaultRequestHandler.
     a2a_sdk           bench/_a2a_servers.py peer
 
 Clients, the same for every server: the raw HTTP/1.1 client (rawhttp.py: JSON-RPC by hand, so
-the client costs little), and the a2a-sdk's own client (create_client + send_message +
-get_task). Runs alternate between the sides; medians of --repeats runs, ratios toolmesh / SDK.
+the client costs little), one round trip at a time and 16 at once (16 connections), and the
+a2a-sdk's own client (create_client + send_message + get_task). Runs alternate between the
+sides; medians of --repeats runs, ratios toolmesh / SDK.
 
     .venv/bin/python bench/bench_a2a.py [--repeats 3] [--n 300]
 """
@@ -43,6 +44,7 @@ import rawhttp  # noqa: E402
 
 REPO = HERE.parent
 WARMUP = 30
+CONCURRENCY = 16
 
 
 @contextmanager
@@ -76,11 +78,22 @@ def sdk_server(llm: str) -> list[str]:
     return [sys.executable, str(HERE / "_a2a_servers.py"), "peer", "--llm", llm]
 
 
-async def raw_round_trips(port: int, path: str, pid: int, n: int) -> dict[str, Any]:
-    conn = await rawhttp.Connection.open("127.0.0.1", port)
+async def raw_round_trips(
+    port: int, path: str, pid: int, n: int, concurrency: int = 1
+) -> dict[str, Any]:
+    pool: asyncio.Queue[rawhttp.Connection] = asyncio.Queue()
+    for _ in range(concurrency):
+        pool.put_nowait(await rawhttp.Connection.open("127.0.0.1", port))
     headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
 
     async def call() -> None:
+        conn = await pool.get()
+        try:
+            await round_trip(conn)
+        finally:
+            pool.put_nowait(conn)
+
+    async def round_trip(conn: rawhttp.Connection) -> None:
         message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "hi"}]}
         send = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
         _s, _h, body = await conn.request("POST", path, headers, json.dumps(send).encode())
@@ -97,9 +110,12 @@ async def raw_round_trips(port: int, path: str, pid: int, n: int) -> dict[str, A
     try:
         for _ in range(WARMUP):
             await call()
-        return await C.time_sequential(call, n, pid)
+        if concurrency == 1:
+            return await C.time_sequential(call, n, pid)
+        return await C.time_concurrent(call, n, concurrency, pid)
     finally:
-        await conn.close()
+        while not pool.empty():
+            await pool.get_nowait().close()
 
 
 async def sdk_round_trips(port: int, pid: int, n: int) -> dict[str, Any]:
@@ -167,6 +183,15 @@ async def main() -> None:
                         sqlite[0], "/a2a", sqlite[1], args.n
                     ),
                     "a2a_sdk": lambda: raw_round_trips(sdk[0], "/", sdk[1], args.n),
+                },
+                f"raw_client_{CONCURRENCY}_concurrent": {
+                    "toolmesh.memory": lambda: raw_round_trips(
+                        memory[0], "/a2a", memory[1], args.n, CONCURRENCY
+                    ),
+                    "toolmesh.sqlite": lambda: raw_round_trips(
+                        sqlite[0], "/a2a", sqlite[1], args.n, CONCURRENCY
+                    ),
+                    "a2a_sdk": lambda: raw_round_trips(sdk[0], "/", sdk[1], args.n, CONCURRENCY),
                 },
                 "a2a_sdk_client": {
                     "toolmesh.memory": lambda: sdk_round_trips(memory[0], memory[1], args.n),

@@ -3,6 +3,7 @@ SendMessage + GetTask, streaming, CancelTask, ListTasks, a restart, contextId, v
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -270,6 +271,24 @@ async def test_the_chosen_skill_is_in_the_system_prompt(served: Served) -> None:
     status = rejected["result"]["task"]["status"]
     assert status["state"] == "TASK_STATE_REJECTED"
     assert "no skill 'no-such-skill'" in status["message"]["parts"][0]["text"]
+
+
+async def test_a_rejected_streaming_message_ends_its_stream(served: Served) -> None:
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    message["metadata"] = {"skillId": "nope"}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "SendStreamingMessage",
+        "params": {"message": message},
+    }
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(served.rpc, json=request, timeout=10)
+    events = [json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:")]
+    states = [
+        (e["result"].get("task") or e["result"]["statusUpdate"])["status"]["state"] for e in events
+    ]
+    assert states == ["TASK_STATE_REJECTED", "TASK_STATE_REJECTED"]
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from toolmesh.a2a import wire
 from toolmesh.a2a.card import WELL_KNOWN_CARD
 from toolmesh.a2a.tasks import RunningTask, TaskBoard
+from toolmesh.eager import start_eagerly
 from toolmesh.errors import ConfigError
 from toolmesh.llm.loop import RunEvent
 from toolmesh.llm.styles import ChatMessage
@@ -219,8 +220,7 @@ class A2AServer:
     ) -> Response:
         running = await self._start(params, listen=True)
         queue = running.listeners[-1]
-        first = {"task": _view(running.doc, None)}
-        return _event_stream(request_id, legacy, first, running, queue)
+        return _event_stream(request_id, legacy, {"task": running.submitted}, running, queue)
 
     async def _subscribe(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         task_id = _task_id(params)
@@ -312,12 +312,15 @@ class A2AServer:
                 running.doc.setdefault("metadata", {})["skillId"] = skill_id
         if unknown:
             running.set_status("rejected", unknown)
+            running.submitted = _view(running.doc, None)
             await self.board.save(running.doc)
             running.publish({})  # the end of a listener's stream
             return running
         await self.board.save(running.doc)
+        running.submitted = _view(running.doc, None)  # as it stands before it starts
         self.board.running[running.id] = running
-        running.job = asyncio.ensure_future(self._execute(running))
+        # Eagerly: the task's first step (up to sending the model request) runs now, in its task.
+        running.job = start_eagerly(self._execute(running))
         return running
 
     async def _task_for(self, message: JsonObject, prompt: str) -> RunningTask:

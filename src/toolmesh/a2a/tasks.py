@@ -35,8 +35,9 @@ class RunningTask:
     prompt: str
     skill: Skill | None = None
     history: list[ChatMessage] = field(default_factory=list)
-    job: asyncio.Task[None] | None = None
+    job: asyncio.Future[None] | None = None
     listeners: list[asyncio.Queue[JsonObject]] = field(default_factory=list)
+    submitted: JsonObject = field(default_factory=dict)  # the task before it started
 
     @property
     def id(self) -> str:

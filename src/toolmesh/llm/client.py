@@ -101,6 +101,7 @@ class LLMClient:
         self.max_backoff = max_backoff
         self.options = options
         self._url = style.url(base_url)
+        self._endpoint = httpx.URL(self._url)  # parsed once, not per request
         self._headers = {**style.headers(api_key), **headers}
         self._http: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -165,7 +166,7 @@ class LLMClient:
     ) -> Reply:
         http = self._client()
         try:
-            async with http.stream("POST", self._url, json=body) as response:
+            async with http.stream("POST", self._endpoint, json=body) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode("utf-8", "replace")
                     raise self._refused(response, text)
