@@ -1,9 +1,8 @@
 """A toolkit served on one HTTP port: A2E always, and as an A2A agent and an MCP server on
 request (``toolkit.serve``).
 
-MCP comes from ``toolmesh.mcp.server.mount_http(toolkit, options)``, which returns something with
-``routes`` (Starlette routes) and async ``start()`` / ``stop()``; until that module exists,
-``mcp=`` is refused with a ConfigError.
+MCP comes from ``toolmesh.mcp.http.mcp_routes(host, auth_token=..., allowed_origins=...,
+**options)`` (the MCP issue's module); until it is there, ``mcp=`` is refused with a ConfigError.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute
 
@@ -25,19 +24,9 @@ if TYPE_CHECKING:
     from toolmesh.llm.client import LLMClient
     from toolmesh.toolkit import Toolkit
 
-__all__ = ["Mounted", "ServeHandle", "serve_toolkit"]
+__all__ = ["ServeHandle", "serve_toolkit"]
 
 _A2A_OPTIONS = {"name", "description", "version", "instructions", "store", "max_turns"}
-
-
-class Mounted(Protocol):
-    """Routes mounted beside A2E, with a lifetime of their own (the MCP server's contract)."""
-
-    routes: Sequence[BaseRoute]
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
 
 
 class ServeHandle:
@@ -48,13 +37,11 @@ class ServeHandle:
         server: HttpServer,
         host: Host,
         a2a: A2AServer | None,
-        mounted: Sequence[Mounted],
         owned_store: Store | None,
     ) -> None:
         self.server = server
         self.host = host
         self.a2a = a2a
-        self._mounted = list(mounted)
         self._owned_store = owned_store
         self.url = server.url
 
@@ -64,8 +51,6 @@ class ServeHandle:
         if self.a2a is not None:
             await self.a2a.close()
         await self.server.stop()
-        for mounted in reversed(self._mounted):
-            await mounted.stop()
         await self.host.close()
         if self._owned_store is not None:
             await self._owned_store.close()
@@ -105,19 +90,16 @@ async def serve_toolkit(
     if a2a is not None and a2a is not False:
         agent_server, owned = _a2a_server(toolkit, client, a2a, auth_token, allowed_origins)
         routes.extend(agent_server.routes())
-    mounted = [_mcp_mount(toolkit, mcp)] if mcp is not None and mcp is not False else []
-    for item in mounted:
-        routes.extend(item.routes)
     host = Host(toolkit, auth_token=auth_token)
+    if mcp is not None and mcp is not False:
+        routes.extend(_mcp_routes(host, mcp, auth_token, allowed_origins))
     server = HttpServer(
         host, bind, auth_token=auth_token, allowed_origins=allowed_origins, extra_routes=routes
     )
     if agent_server is not None:
         await agent_server.start()
-    for item in mounted:
-        await item.start()
     await server.start()
-    return ServeHandle(server, host, agent_server, mounted, owned)
+    return ServeHandle(server, host, agent_server, owned)
 
 
 def _a2a_server(
@@ -160,16 +142,19 @@ def _a2a_server(
     return server, store
 
 
-def _mcp_mount(toolkit: Toolkit, options: Any) -> Mounted:
+def _mcp_routes(
+    host: Host, options: Any, auth_token: str | None, allowed_origins: Sequence[str]
+) -> list[BaseRoute]:
     try:
-        module = importlib.import_module("toolmesh.mcp.server")
+        module = importlib.import_module("toolmesh.mcp.http")
     except ImportError as exc:
         raise ConfigError(
-            f"toolkit.serve(mcp=...): this build cannot serve MCP yet ({exc}); "
-            "it needs toolmesh.mcp.server.mount_http"
+            f"toolkit.serve(mcp=...): this build cannot serve MCP yet ({exc})"
         ) from None
-    mount = getattr(module, "mount_http", None)
-    if mount is None:
-        raise ConfigError("toolkit.serve(mcp=...): toolmesh.mcp.server has no mount_http")
-    mounted: Mounted = mount(toolkit, {} if options is True else options)
-    return mounted
+    settings = {} if options is True else options
+    if not isinstance(settings, Mapping):
+        raise ConfigError(f"mcp= must be True or a mapping of settings, not {options!r}")
+    routes: list[BaseRoute] = module.mcp_routes(
+        host, auth_token=auth_token, allowed_origins=tuple(allowed_origins), **settings
+    )
+    return routes

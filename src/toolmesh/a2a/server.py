@@ -341,8 +341,10 @@ class A2AServer:
             running = RunningTask(doc, prompt, history=_chat(doc.get("history") or []))
         else:
             context_id = message.get("contextId")
-            context_id = context_id if isinstance(context_id, str) and context_id else new_id()
-            history = await self.board.conversation(context_id)
+            if isinstance(context_id, str) and context_id:
+                history = await self.board.conversation(context_id)
+            else:
+                context_id, history = new_id(), []
             doc = {
                 "id": new_id(),
                 "contextId": context_id,
