@@ -37,8 +37,8 @@ if TYPE_CHECKING:
         TransportError,
     )
     from toolmesh.host import Host
-    from toolmesh.manifest import Manifest, load_manifest
     from toolmesh.llm import LLMClient, RunResult, create_client
+    from toolmesh.manifest import Manifest, load_manifest
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters

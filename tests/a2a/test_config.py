@@ -73,3 +73,28 @@ def test_manifest_hook(tmp_path: Path) -> None:
     assert isinstance(entry[0], AgentSource) and entry[0].agent.timeout == 5.0
     with pytest.raises(ConfigError, match="needs a 'card'"):
         sources_from_manifest({"kind": "a2a"}, base_dir=tmp_path)
+
+
+@pytest.mark.network_server
+async def test_agents_in_the_manifest(tmp_path: Path) -> None:
+    from tests.conftest import REPO
+    from tests.fixtures.llm_stub import StubLLM, openai_text
+    from toolmesh import create_client, create_toolkit
+
+    with StubLLM(lambda body, i: openai_text("hi")) as llm:
+        served = await create_toolkit(skills_dir=REPO / "examples" / "skills")
+        handle = await served.serve(client=create_client(llm.base_url, model="m"), a2a="desk")
+        try:
+            manifest = tmp_path / "toolmesh.toml"
+            manifest.write_text(
+                f'[[tools]]\nkind = "a2a"\ncard = "{handle.url}"\nprefix = "again"\n\n'
+                f'[agents.desk]\ncard = "{handle.url}/.well-known/agent-card.json"\n'
+                '[agents.off]\ncard = "http://127.0.0.1:9/"\nenabled = false\n'
+            )
+            async with await create_toolkit(config=manifest) as kit:
+                assert kit.names() == ["again_desk_hello-world", "desk_hello-world"]
+                result = await kit.execute("desk_hello-world", {"task": "hello"})
+        finally:
+            await handle.stop()
+            await served.close()
+    assert result.output == "hi"

@@ -133,7 +133,7 @@ async def test_bad_arguments_and_unknown_tools_go_back_to_the_model() -> None:
     codes = [outcome.error_code for _call, outcome in result.tool_calls]
     assert codes == ["invalid_arguments", "unknown_tool", "invalid_arguments"]
     sent = [m["content"] for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
-    assert sent[0].startswith("Error [invalid_arguments]: the arguments are not valid JSON")
+    assert sent[0].startswith("Error [invalid_arguments]: arguments of 'add' are not JSON")
 
 
 def deferred_tool() -> Tool:

@@ -30,6 +30,7 @@ logger = logging.getLogger("toolmesh.a2a")
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KNOWN = {"card", "headers", "timeout", "poll_every", "pollEvery", "enabled", "disabled"}
+_MANIFEST_KEYS = {"kind", "name"}  # what a [[tools]] entry carries beside the agent's own
 
 
 def parse_agents_config(cfg: Mapping[str, Any]) -> list[Agent]:
@@ -52,7 +53,7 @@ def parse_agents_config(cfg: Mapping[str, Any]) -> list[Agent]:
 
 def _agent(key: str, entry: Mapping[str, Any]) -> Agent:
     where = f"agents.{key}"
-    unknown = sorted(set(entry) - _KNOWN)
+    unknown = sorted(set(entry) - _KNOWN - _MANIFEST_KEYS)
     if unknown:
         logger.warning("%s: ignoring unknown settings %s", where, ", ".join(unknown))
     headers = entry.get("headers") or {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh.errors import CallTimeout, ConfigError
-from toolmesh.llm.styles import ChatMessage, ToolCall, Usage
+from toolmesh.llm.styles import ChatMessage, ModelCall, Usage
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolResult, new_id
 from toolmesh.session import Session
 from toolmesh.tools import Tool, ToolContext
@@ -41,7 +41,7 @@ class RunResult:
     usage: Usage
     turns: int
     stop_reason: str  # the model's own ("stop", "end_turn", ...), or "max_turns"
-    tool_calls: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
+    tool_calls: list[tuple[ModelCall, ToolResult]] = field(default_factory=list)
     retries: int = 0
     run_id: str = ""
 
@@ -59,7 +59,7 @@ class RunEvent:
     kind: EventKind
     turn: int = 0
     text: str = ""
-    call: ToolCall | None = None
+    call: ModelCall | None = None
     tool_result: ToolResult | None = None
     event: ToolEvent | None = None
     status: int = 0
@@ -157,7 +157,7 @@ class _Loop:
         deadline: float | None,
     ) -> RunResult:
         self.deadline = deadline
-        done: list[tuple[ToolCall, ToolResult]] = []
+        done: list[tuple[ModelCall, ToolResult]] = []
         text, stop = "", ""
         for self.turn in range(1, max_turns + 1):
             reply = await self.client.complete(
@@ -171,7 +171,7 @@ class _Loop:
             )
             self.usage.add(reply.usage)
             calls = [
-                c if c.id else ToolCall(f"call_{self.turn}_{i}", c.name, c.arguments, c.error)
+                c if c.id else ModelCall(f"call_{self.turn}_{i}", c.name, c.arguments, c.error)
                 for i, c in enumerate(reply.tool_calls)
             ]
             messages.append(ChatMessage("assistant", reply.text, calls))
@@ -194,7 +194,7 @@ class _Loop:
         text: str,
         messages: list[ChatMessage],
         stop: str,
-        done: list[tuple[ToolCall, ToolResult]],
+        done: list[tuple[ModelCall, ToolResult]],
     ) -> RunResult:
         return RunResult(
             text, messages, self.usage, self.turn, stop, done, self.retries, self.run_id
@@ -225,7 +225,7 @@ class _Loop:
             tools.append(_SEARCH)
         return tools
 
-    async def call(self, call: ToolCall) -> ToolResult:
+    async def call(self, call: ModelCall) -> ToolResult:
         if call.error:
             return _refused(call, ToolErrorCode.INVALID_ARGUMENTS, call.error)
         kit = self.toolkit
@@ -240,7 +240,7 @@ class _Loop:
         on_event = None
         if self.on_event is not None:
 
-            def on_event(event: ToolEvent, call: ToolCall = call) -> None:
+            def on_event(event: ToolEvent, call: ModelCall = call) -> None:
                 self.emit(RunEvent("tool_event", self.turn, call=call, event=event))
 
         return await kit.execute(
@@ -252,7 +252,7 @@ class _Loop:
             session=self.session,
         )
 
-    def search(self, kit: Toolkit, call: ToolCall) -> ToolResult:
+    def search(self, kit: Toolkit, call: ModelCall) -> ToolResult:
         started = time.perf_counter()
         query = call.arguments.get("query")
         if not isinstance(query, str) or not query.strip():
@@ -304,7 +304,7 @@ _SEARCH = Tool(
 )
 
 
-def _refused(call: ToolCall, code: ToolErrorCode, message: str) -> ToolResult:
+def _refused(call: ModelCall, code: ToolErrorCode, message: str) -> ToolResult:
     return ToolResult(
         success=False, tool_name=call.name, error=message, error_code=code, duration_ms=0
     )

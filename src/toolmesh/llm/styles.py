@@ -14,18 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolmesh.errors import ProviderError
+from toolmesh.errors import ProviderError, ToolCallParseError
+from toolmesh.llm.calls import parse_tool_call
 from toolmesh.llm.formats import to_anthropic, to_openai
 from toolmesh.tools import Tool
 
 __all__ = [
     "AnthropicStyle",
     "ChatMessage",
+    "ModelCall",
     "OpenAIStyle",
     "Reply",
     "StreamParser",
     "Style",
-    "ToolCall",
     "Usage",
     "style_named",
 ]
@@ -37,8 +38,9 @@ OnText = Callable[[str], None]
 
 
 @dataclass(slots=True)
-class ToolCall:
-    """A tool call the model asked for. ``error`` says why its arguments were unusable."""
+class ModelCall:
+    """A tool call the model asked for (read by ``toolmesh.llm.calls.parse_tool_call``);
+    ``error`` says why it could not be read, and then it is answered, not run."""
 
     id: str
     name: str
@@ -67,7 +69,7 @@ class Reply:
     """One answer of the model: its text, the tools it wants called, why it stopped."""
 
     text: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ModelCall] = field(default_factory=list)
     stop_reason: str = ""
     usage: Usage = field(default_factory=Usage)
 
@@ -78,7 +80,7 @@ class ChatMessage:
 
     role: Literal["user", "assistant", "tool"]
     text: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ModelCall] = field(default_factory=list)
     tool_call_id: str = ""
     is_error: bool = False
 
@@ -178,8 +180,9 @@ class OpenAIStyle(Style):
         except (KeyError, IndexError, TypeError):
             raise _malformed(payload, "no choices[0].message") from None
         calls = [
-            _call(c.get("id", ""), c.get("function", {}).get("name", ""), c.get("function", {}))
+            _call(c, str(c.get("id") or ""), str((c.get("function") or {}).get("name") or ""))
             for c in message.get("tool_calls") or []
+            if isinstance(c, dict)
         ]
         return Reply(
             text=_openai_text(message.get("content")),
@@ -251,7 +254,11 @@ class _OpenAIStream(StreamParser):
 
     def finish(self) -> Reply:
         self.reply.tool_calls = [
-            _call(s["id"], s["name"], {"arguments": s["args"]})
+            _call(
+                {"id": s["id"], "function": {"name": s["name"], "arguments": s["args"]}},
+                s["id"],
+                s["name"],
+            )
             for _, s in sorted(self._calls.items())
         ]
         return self.reply
@@ -308,7 +315,7 @@ class AnthropicStyle(Style):
                 reply.text += block.get("text", "")
             elif block.get("type") == "tool_use":
                 reply.tool_calls.append(
-                    _call(block.get("id", ""), block.get("name", ""), {"input": block.get("input")})
+                    _call(block, str(block.get("id") or ""), str(block.get("name") or ""))
                 )
         return reply
 
@@ -393,7 +400,11 @@ class _AnthropicStream(StreamParser):
 
     def finish(self) -> Reply:
         self.reply.tool_calls = [
-            _call(s["id"], s["name"], {"arguments": s["args"] or "{}"})
+            _call(
+                {"type": "tool_use", "id": s["id"], "name": s["name"], "input": s["args"]},
+                s["id"],
+                s["name"],
+            )
             for _, s in sorted(self._blocks.items())
         ]
         return self.reply
@@ -402,21 +413,13 @@ class _AnthropicStream(StreamParser):
 # -- shared ----------------------------------------------------------------------------------------
 
 
-def _call(call_id: str, name: str, source: dict[str, Any]) -> ToolCall:
-    """A ToolCall from ``{"input": object}`` or ``{"arguments": json text}``."""
-    if "input" in source:
-        arguments: Any = source["input"] if source["input"] is not None else {}
-        error = ""
-    else:
-        raw = source.get("arguments") or "{}"
-        try:
-            arguments = json.loads(raw) if isinstance(raw, str) else raw
-            error = ""
-        except json.JSONDecodeError as exc:
-            arguments, error = {}, f"the arguments are not valid JSON ({exc.msg})"
-    if not isinstance(arguments, dict):
-        arguments, error = {}, "the arguments must be a JSON object"
-    return ToolCall(call_id, name, arguments, error)
+def _call(raw: dict[str, Any], call_id: str, name: str) -> ModelCall:
+    """A call in a provider's own shape, read by ``parse_tool_call``."""
+    try:
+        parsed = parse_tool_call(raw)
+    except ToolCallParseError as exc:
+        return ModelCall(call_id, name, {}, str(exc))
+    return ModelCall(parsed.id or call_id, parsed.name, parsed.arguments)
 
 
 def _json(data: str) -> dict[str, Any]:
