@@ -216,7 +216,7 @@ async def _serve_agent(args: argparse.Namespace) -> None:
         config=args.config,
         audit=args.audit,
         capabilities=args.capability,
-        capability_policy=args.capability_policy,
+        capability_policy=args.capability_policy or "locked",
         name=args.a2a,
     )
     try:
