@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test,fast
+EXTRAS ?= test,fast,a2a
 PORT ?= 8765
 
 .PHONY: setup system-packages run test lint typecheck unit bench clean

@@ -82,6 +82,9 @@ def add_parser(commands: Any) -> None:
         help="with neither --tools nor --config: serve the built-in tools confined to DIR "
         "(default ./workspace, created if missing)",
     )
+    from toolmesh.cli.agents import add_serve_options
+
+    add_serve_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -98,6 +101,10 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 
 def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
+    if getattr(args, "skills", None):
+        from toolmesh.sources.skills import SkillsSource
+
+        sources.append(SkillsSource(args.skills))
     if args.config:
         return _manifest_host(args, sources, audit=audit)
     if not sources:  # the default toolkit: the built-in tools, confined to the workspace
@@ -143,6 +150,10 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.a2a:
+        from toolmesh.cli.agents import serve_agent
+
+        return serve_agent(args)
     host = build_host(args, audit=args.audit)
     if args.stdio:
         from toolmesh.transports.stdio import serve_stdio

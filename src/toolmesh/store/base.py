@@ -1,7 +1,8 @@
 """The store interface: everything toolmesh keeps beyond one call.
 
-Audit entries, sessions and their state documents live behind this one interface so the
-embedded default (SQLite, one file) and a shared server database are interchangeable.
+Audit entries, sessions and their state documents, and the tasks of the A2A server, live behind
+this one interface so the embedded default (SQLite, one file) and a shared server database are
+interchangeable.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from toolmesh.audit import AuditEntry
 
-__all__ = ["SessionRecord", "StateRecord", "Store"]
+__all__ = ["A2ATaskRecord", "SessionRecord", "StateRecord", "Store"]
 
 
 @dataclass(slots=True)
@@ -32,6 +33,17 @@ class StateRecord:
 
     document: dict[str, Any]
     version: int
+
+
+@dataclass(slots=True)
+class A2ATaskRecord:
+    """An A2A task served by this host: its A2A 1.0 JSON document and the keys it is found by."""
+
+    task_id: str
+    context_id: str
+    state: str
+    updated_at: float
+    document: dict[str, Any]
 
 
 class Store(ABC):
@@ -77,3 +89,20 @@ class Store(ABC):
     ) -> bool:
         """Store ``document`` as version ``expected_version + 1`` if the stored version is still
         ``expected_version`` (compare-and-set); False when another writer got there first."""
+
+    # -- A2A tasks -----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        """Create or replace a task (committed before returning)."""
+
+    @abstractmethod
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        """A task, or None when the id is unknown."""
+
+    @abstractmethod
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        """Tasks (of one context and/or in one state when given), most recently updated first,
+        and how many match in all."""
