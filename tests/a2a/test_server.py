@@ -374,3 +374,57 @@ def test_the_sdk_parses_our_stream_items() -> None:
         "statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
     }
     assert ParseDict(item, StreamResponse()).status_update.task_id == "t"
+
+
+async def test_a_call_needing_approval_waits_in_input_required() -> None:
+    @tool(requires_approval=True)
+    def transfer(amount: int) -> str:
+        """Move money (a person approves each call)."""
+        return f"moved {amount}"
+
+    answers = [
+        openai_calls(("c1", "transfer", {"amount": 5})),
+        openai_text("done"),
+        openai_calls(("c2", "transfer", {"amount": 9})),
+        openai_text("refused, as you wished"),
+    ]
+    with StubLLM(lambda body, i: answers[min(i, 3)]) as stub:
+        kit = await create_toolkit(tools=[transfer], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="bank")
+        client = await a2a_client(handle.url, ClientConfig(streaming=False))
+        try:
+            first = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("pay 5"))
+                )
+            ]
+            task = first[-1].task
+            assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            assert "transfer" in task.status.message.parts[0].text
+            approve = user_message("approve", task_id=task.id, context_id=task.context_id)
+            done = [e async for e in client.send_message(SendMessageRequest(message=approve))]
+            assert done[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert text_of(done[-1].task) == "done"
+
+            second = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("pay 9"))
+                )
+            ]
+            waiting = second[-1].task
+            assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            unclear = user_message("maybe later", task_id=waiting.id, context_id=waiting.context_id)
+            with pytest.raises(Exception, match="approve' or 'deny"):
+                [e async for e in client.send_message(SendMessageRequest(message=unclear))]
+            deny = user_message("deny", task_id=waiting.id, context_id=waiting.context_id)
+            refused = [e async for e in client.send_message(SendMessageRequest(message=deny))]
+            assert refused[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+        finally:
+            await client.close()
+            await handle.stop()
+            await kit.close()
+    rows = [(e.tool_name, e.error_code, e.decision) for e in await kit.store.recent_audit()]
+    assert ("transfer", None, "approval:approved") in rows
+    assert ("transfer", "tool_denied", "approval:denied") in rows

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import hmac
 import json
 import logging
@@ -35,6 +37,7 @@ from toolmesh.errors import ConfigError
 from toolmesh.llm.loop import RunEvent
 from toolmesh.llm.styles import ChatMessage
 from toolmesh.models import new_id
+from toolmesh.pipeline import ApprovalRequest
 from toolmesh.sources.skills import Skill
 from toolmesh.store.base import Store
 from toolmesh.transports.sse import encode_event
@@ -210,7 +213,11 @@ class A2AServer:
         running = await self._start(params)
         config = params.get("configuration") or {}
         if running.job is not None and not config.get("returnImmediately", False):
-            await asyncio.wait({running.job})  # the task outlives a client that went away
+            # Until it ends or waits for input; the task outlives a client that went away.
+            paused: asyncio.Future[Any] = asyncio.ensure_future(running.paused.wait())
+            job: asyncio.Future[Any] = running.job
+            await asyncio.wait({job, paused}, return_when=asyncio.FIRST_COMPLETED)
+            paused.cancel()
         task = _view(running.doc, config.get("historyLength"))
         result = wire.task_to_v03(task) if legacy else {"task": task}
         return _result(request_id, result)
@@ -294,6 +301,11 @@ class A2AServer:
         message = params.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
             raise wire.RpcError(wire.INVALID_PARAMS, "params.message with parts is required")
+        waiting = self._waiting_for_approval(message)
+        if waiting is not None:
+            if listen:
+                waiting.listen()
+            return waiting
         prompt = wire.text_of(message["parts"]).strip()
         if not prompt:
             raise wire.RpcError(wire.INVALID_PARAMS, "the message has no text")
@@ -360,6 +372,10 @@ class A2AServer:
     async def _execute(self, running: RunningTask) -> None:
         running.set_status("working")
         on_event = _progress_reporter(running) if running.listeners else None
+        # A call needing approval puts the task in input-required until the client answers.
+        session = dataclasses.replace(
+            self.toolkit.session, approver=functools.partial(self._ask_approval, running)
+        )
         try:
             result = await self.client.run(
                 running.prompt,
@@ -368,6 +384,7 @@ class A2AServer:
                 history=running.history,
                 max_turns=self.max_turns,
                 on_event=on_event,
+                session=session,
             )
         except asyncio.CancelledError:
             state, text = ("failed", STOPPED) if self._stopping else ("canceled", "")
@@ -379,6 +396,51 @@ class A2AServer:
         else:
             self._complete(running, result.text)
         await self._finish(running)
+
+    async def _ask_approval(self, running: RunningTask, request: ApprovalRequest) -> bool:
+        """Ask the A2A client: the task waits in input-required for 'approve' or 'deny'."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        running.approval = future
+        arguments = json.dumps(dict(request.arguments), ensure_ascii=False, default=str)
+        status = running.set_status(
+            "input-required",
+            f"Approval needed: {request.reason}. Tool {request.tool_name!r} with arguments "
+            f"{arguments}. Reply 'approve' or 'deny' in this task.",
+        )
+        status["message"]["metadata"] = {
+            "approval": {
+                "approvalId": request.id,
+                "toolName": request.tool_name,
+                "arguments": dict(request.arguments),
+                "reason": request.reason,
+            }
+        }
+        await self.board.save(running.doc)
+        running.paused.set()
+        try:
+            return await future
+        finally:
+            running.paused.clear()
+            running.approval = None
+            if running.state == "input-required":
+                running.set_status("working")
+
+    def _waiting_for_approval(self, message: JsonObject) -> RunningTask | None:
+        """The running task this message answers an approval of, with the answer given."""
+        running = self.board.running.get(str(message.get("taskId") or ""))
+        if running is None or running.approval is None or running.approval.done():
+            return None
+        answer = _approval_answer(message)
+        if answer is None:
+            raise wire.RpcError(
+                wire.INVALID_PARAMS,
+                f"task {running.id!r} waits for an approval: reply 'approve' or 'deny'",
+            )
+        stored = {**message, "taskId": running.id, "contextId": running.doc["contextId"]}
+        stored.setdefault("messageId", new_id())
+        running.doc.setdefault("history", []).append(stored)
+        running.approval.set_result(answer)
+        return running
 
     def _complete(self, running: RunningTask, text: str) -> None:
         doc = running.doc
@@ -418,6 +480,24 @@ class A2AServer:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+_YES = frozenset({"approve", "approved", "yes", "y", "allow", "ok"})
+_NO = frozenset({"deny", "denied", "no", "n", "reject"})
+
+
+def _approval_answer(message: JsonObject) -> bool | None:
+    """True/False from a reply: metadata ``approved``, or a text starting approve/deny."""
+    metadata = message.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("approved"), bool):
+        return bool(metadata["approved"])
+    words = wire.text_of(message.get("parts") or []).strip().lower().split()
+    first = words[0].strip(".!,") if words else ""
+    if first in _YES:
+        return True
+    if first in _NO:
+        return False
+    return None
 
 
 def _package_version() -> str:

@@ -38,6 +38,8 @@ class RunningTask:
     job: asyncio.Future[None] | None = None
     listeners: list[asyncio.Queue[JsonObject]] = field(default_factory=list)
     submitted: JsonObject = field(default_factory=dict)  # the task before it started
+    approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
+    paused: asyncio.Event = field(default_factory=asyncio.Event)  # set while it waits for input
 
     @property
     def id(self) -> str:
