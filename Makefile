@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test,fast
+EXTRAS ?= test,fast,mcp
 PORT ?= 8765
 
 .PHONY: setup run test lint typecheck unit bench clean
@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Node MCP peers for the tests (the reference "everything" server, the TypeScript SDK client).
+NODE_STAMP := node_modules/.package-lock.json
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+
+setup: $(STAMP) $(NODE_STAMP)
 
 ## run: serve the default toolkit over HTTP on 127.0.0.1:$(PORT), audit in toolmesh-audit.db
 run: setup

@@ -199,6 +199,7 @@ class Pipeline:
             state=(lambda: state) if state is not None else None,
             sink=on_event if spec.streaming else None,
         )
+        ctx._deadline_cap = time.monotonic() + self.limits.max_timeout
         result = await self._execute(tool, spec.arguments, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
@@ -222,14 +223,21 @@ class Pipeline:
         except Exception as exc:  # the tool's own failure becomes a result
             ctx._close()
             return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
-        task = asyncio.get_running_loop().create_task(_resume(coro, first), context=context)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(_resume(coro, first), context=context)
+        initial = ctx.deadline
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(_remaining(ctx, timeout)) as scope:
+                # A tool may push its deadline later (ctx.extend_deadline, e.g. on progress).
+                ctx._reschedule = lambda when: scope.reschedule(loop.time() + when - time.monotonic())
                 raw = await asyncio.shield(task)
         except TimeoutError:
             self._abandon(task, ctx)
+            extended = "" if ctx.deadline == initial else " (deadline extended by progress)"
             return _failure(
-                tool.name, ToolErrorCode.TIMEOUT, f"tool {tool.name!r} timed out after {timeout:g}s"
+                tool.name,
+                ToolErrorCode.TIMEOUT,
+                f"tool {tool.name!r} timed out after {timeout:g}s{extended}",
             )
         except asyncio.CancelledError:
             if task.done() and task.cancelled() and not _being_cancelled():
@@ -327,6 +335,11 @@ class Pipeline:
 
 
 _ALLOWED = Decision(True)
+
+
+def _remaining(ctx: ToolContext, timeout: float) -> float:
+    """Seconds left to the deadline (which the tool may already have moved)."""
+    return timeout if ctx.deadline is None else max(0.0, ctx.deadline - time.monotonic())
 
 
 def _being_cancelled() -> bool:
