@@ -23,7 +23,10 @@ def add_parser(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "serve",
         help="serve tools to agents over stdio or HTTP",
-        description="Serve tools to agents: A2E over NDJSON on stdio, or A2E over HTTP+SSE.",
+        description=(
+            "Serve tools to agents: A2E over NDJSON on stdio, A2E over HTTP+SSE (plus MCP at "
+            "/mcp with --mcp), or MCP on stdio (--mcp-stdio)."
+        ),
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--stdio", action="store_true", help="speak NDJSON on stdin/stdout")
@@ -31,6 +34,10 @@ def add_parser(commands: Any) -> None:
         "--http",
         metavar="HOST:PORT",
         help="listen for HTTP (default 127.0.0.1:8765); prints the URL as its first line",
+    )
+    mode.add_argument("--mcp-stdio", action="store_true", help="speak MCP on stdin/stdout")
+    parser.add_argument(
+        "--mcp", action="store_true", help="with --http: also serve MCP (streamable HTTP) at /mcp"
     )
     add_source_options(parser)
     parser.add_argument(
@@ -79,14 +86,28 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         help="a ToolPlugin (class or instance), Toolkit, @tool function or list of these",
     )
     parser.add_argument("--config", metavar="FILE", help="a toolmesh.toml manifest")
+    parser.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers as sources: a JSON file in the mcpServers shape (repeatable)",
+    )
 
 
 def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
+    if getattr(args, "mcp_config", None):
+        from toolmesh.mcp.config import load_mcp_config
+        from toolmesh.mcp.source import mcp_source
+
+        sources += [mcp_source(c) for path in args.mcp_config for c in load_mcp_config(path)]
     if args.config:
         raise ConfigError("--config: manifests are not supported by this build yet")
     if not sources:
-        raise ConfigError("nothing to serve: give --tools MODULE:ATTR or --config FILE")
+        raise ConfigError(
+            "nothing to serve: give --tools MODULE:ATTR, --config FILE or --mcp-config FILE"
+        )
     return Host(
         *sources,
         audit=audit,
@@ -100,6 +121,14 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
 
 def run(args: argparse.Namespace) -> int:
     host = build_host(args, audit=args.audit)
+    if args.mcp and not args.http:
+        raise ConfigError("--mcp serves MCP beside A2E over HTTP: give --http HOST:PORT too")
+    if args.mcp_stdio:
+        from toolmesh.mcp.stdio import serve_mcp_stdio
+
+        asyncio.run(_until_stopped(serve_mcp_stdio(host), host))
+        _leave_stuck_threads()
+        return 0
     if args.stdio:
         from toolmesh.transports.stdio import serve_stdio
 
@@ -118,9 +147,13 @@ def run(args: argparse.Namespace) -> int:
         )
 
     bind = args.http or "127.0.0.1:8765"
-    asyncio.run(
-        _until_stopped(serve_http(host, bind, auth_token=args.auth_token, on_ready=ready), host)
-    )
+    routes = []
+    if args.mcp:
+        from toolmesh.mcp.http import mcp_routes
+
+        routes = mcp_routes(host, auth_token=args.auth_token)
+    serving = serve_http(host, bind, auth_token=args.auth_token, on_ready=ready, extra_routes=routes)
+    asyncio.run(_until_stopped(serving, host))
     _leave_stuck_threads()
     return 0
 

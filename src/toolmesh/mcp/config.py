@@ -163,6 +163,7 @@ def parse_mcp_config(
     configs = []
     for name, table in servers.items():
         configs.append(parse_mcp_server(str(name), table, base_dir=base_dir, location=location))
+    _check_prefixes(configs, location)
     return configs
 
 
@@ -190,7 +191,28 @@ def load_mcp_config(path: str | Path) -> list[MCPServerConfig]:
             document = json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"{file}: not valid {file.suffix.lstrip('.') or 'JSON'}: {exc}") from exc
+    if file.suffix == ".toml":
+        return _manifest_servers(document, base_dir=file.parent, location=str(file))
     return parse_mcp_config(document, base_dir=file.parent, location=str(file))
+
+
+def _manifest_servers(
+    document: Mapping[str, Any], *, base_dir: Path, location: str
+) -> list[MCPServerConfig]:
+    """The MCP servers of a toolmesh.toml: its server tables and ``kind = "mcp"`` tools."""
+    configs = []
+    for key in _WRAPPERS:
+        if key in document:
+            configs += parse_mcp_config({key: document[key]}, base_dir=base_dir, location=location)
+    for index, entry in enumerate(document.get("tools") or ()):
+        if isinstance(entry, Mapping) and entry.get("kind") == "mcp":
+            where = f"{location}: tools[{index}]"
+            name = entry.get("name")
+            if not isinstance(name, str):
+                raise ConfigError(f'{where} (kind "mcp"): needs a name')
+            table = {k: v for k, v in entry.items() if k not in ("kind", "name")}
+            configs.append(parse_mcp_server(name, table, base_dir=base_dir, location=where))
+    return configs
 
 
 def parse_mcp_server(
@@ -415,6 +437,21 @@ def _mode(value: Any, where: str) -> ConnectMode:
         raise ConfigError(f"{where}: 'mode' must be 'auto', 'legacy' or '2026-07-28'")
     mode: ConnectMode = value
     return mode
+
+
+def _check_prefixes(configs: Sequence[MCPServerConfig], location: str) -> None:
+    """Two servers must not give their tools one prefix: names would collide."""
+    seen: dict[str, str] = {}
+    for config in configs:
+        prefix = config.tool_prefix
+        if not prefix:
+            continue
+        other = seen.setdefault(prefix, config.name)
+        if other != config.name:
+            raise ConfigError(
+                f"{location}: servers {other!r} and {config.name!r} would both name their tools "
+                f"{prefix}_*; give one of them another 'prefix'"
+            )
 
 
 def _check_capabilities(tags: Sequence[str], where: str) -> None:
