@@ -270,8 +270,8 @@ async def _exchange(
             return
         if handler in done and first not in done:
             reply = handler.result()
-            if reply is None:
-                await Response(status_code=204, headers=dict(_text(extra)))(scope, receive, send)
+            if reply is None:  # cancelled by the client: no answer is owed, end the stream
+                await _empty_stream(sse_ok, extra, scope, receive, send)
                 return
             status = _status(reply) if modern else 200
             await _json(reply, status, extra)(scope, receive, send)
@@ -335,6 +335,16 @@ async def _sse(
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
         watcher.cancel()
+
+
+async def _empty_stream(
+    sse_ok: bool, extra: list[tuple[bytes, bytes]], scope: Scope, receive: Receive, send: Send
+) -> None:
+    if not sse_ok:
+        await Response(status_code=204, headers=dict(_text(extra)))(scope, receive, send)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -86,6 +86,9 @@ class MCPService:
         self.server_info = {"name": name or host.toolkit.name, "version": version or __version__}
         self.instructions = instructions
         self.peers: set[MCPPeer] = set()
+        # Tools that search_tools found for 2026-07-28 HTTP clients: their requests share no
+        # session, so what one search loads is listed for all of them.
+        self.shared_loaded: frozenset[str] = frozenset()
         self._listings: dict[tuple[Any, ...], tuple[list[ToolDefinition], str]] = {}
         self._watched: set[int] = set()
         self._search_name = SEARCH_TOOL
@@ -176,7 +179,7 @@ class MCPPeer:
         self.initialized = False
         self.client_info: dict[str, Any] = {}
         self.http_session = http_session
-        self.loaded: frozenset[str] = frozenset()
+        self._loaded: frozenset[str] = frozenset()
         self._session: Session | None = None
         self._calls: dict[Any, asyncio.Future[Any]] = {}
         self._listens: dict[Any, Send] = {}
@@ -317,6 +320,19 @@ class MCPPeer:
     # -- tools -------------------------------------------------------------------------------------
 
     @property
+    def loaded(self) -> frozenset[str]:
+        """Deferred tools this peer's listing includes (found by search_tools)."""
+        return self._loaded if self.stateful else self.service.shared_loaded
+
+    def _load(self, names: frozenset[str]) -> None:
+        if self.stateful:
+            self._loaded = self._loaded | names
+            self.announce_list_changed()
+        else:
+            self.service.shared_loaded = self.service.shared_loaded | names
+            self.service.tools_changed()
+
+    @property
     def session(self) -> Session:
         """The toolmesh session of this conversation, made on first use."""
         if self._session is None:
@@ -405,8 +421,7 @@ class MCPPeer:
         entries = [mcp_tool_entry(tool) for tool in found]
         new = frozenset(t.name for t in found if t.definition.defer_loading) - self.loaded
         if new:
-            self.loaded = self.loaded | new
-            self.announce_list_changed()
+            self._load(new)
         lines = [f"{e['name']}: {e['description']}" for e in entries] or ["no tool matches"]
         wire: dict[str, Any] = {
             "content": [{"type": "text", "text": "\n".join(lines)}],
@@ -430,6 +445,7 @@ class MCPPeer:
         key = _id_key(request_id)
         if tools:
             self._listens[key] = notify
+            self.service.peers.add(self)  # a stateless peer hears changes while it listens
         ended = asyncio.get_running_loop().create_future()
         self._calls[key] = ended  # cancelling it ends the stream
         try:
@@ -440,6 +456,8 @@ class MCPPeer:
         finally:
             self._listens.pop(key, None)
             self._calls.pop(key, None)
+            if not self.stateful and not self._listens:
+                self.service.forget(self)
         result = {"_meta": {SUBSCRIPTION_ID_KEY: request_id}, "resultType": "complete"}
         return self._result(request_id, json.dumps(result), stamped=False)
 
