@@ -93,15 +93,23 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="MCP servers as sources: a JSON file in the mcpServers shape (repeatable)",
     )
+    parser.add_argument(
+        "--mcp-defer-over",
+        type=int,
+        metavar="N",
+        help="defer the tools of an MCP server with more than N of them (found by search)",
+    )
 
 
 def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
     if getattr(args, "mcp_config", None):
-        from toolmesh.mcp.config import load_mcp_config
+        from toolmesh.mcp.gateway import gateway_configs
         from toolmesh.mcp.source import mcp_source
 
-        sources += [mcp_source(c) for path in args.mcp_config for c in load_mcp_config(path)]
+        defer = getattr(args, "mcp_defer_over", None)
+        for path in args.mcp_config:
+            sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
     if args.config:
         raise ConfigError("--config: manifests are not supported by this build yet")
     if not sources:

@@ -84,7 +84,16 @@ class MCPServerConfig:
     ``capabilities``/``tags``: added to every tool of the server.
     ``reset_timeout_on_progress``: each progress notification restarts the call's timeout,
     never beyond ``max_total_timeout`` seconds from the start of the call.
+    ``defer_loading``: true defers every tool (found through search instead of listed); a number
+    defers them once the server has more tools than that.
     """
+
+    def defers(self, tool_count: int) -> bool:
+        """Whether this server's tools are deferred when it has ``tool_count`` of them."""
+        setting = self.defer_loading
+        if isinstance(setting, bool):
+            return setting
+        return tool_count > setting
 
     name: str
     transport: Transport
@@ -104,7 +113,7 @@ class MCPServerConfig:
     reset_timeout_on_progress: bool = False
     max_total_timeout: float | None = None
     enabled: bool = True
-    defer_loading: bool = False
+    defer_loading: bool | int = False
     mode: ConnectMode = "auto"
 
     @property
@@ -251,7 +260,7 @@ def parse_mcp_server(
         "reset_timeout_on_progress": _bool(settings, "reset_timeout_on_progress", where, False),
         "max_total_timeout": _optional_seconds(settings, "max_total_timeout", where),
         "enabled": enabled,
-        "defer_loading": _bool(settings, "defer_loading", where, False),
+        "defer_loading": _defer(settings.get("defer_loading", False), where),
         "mode": _mode(settings.get("mode", "auto"), where),
     }
     if transport == "stdio":
@@ -420,6 +429,12 @@ def _optional_seconds(settings: Mapping[str, Any], key: str, where: str) -> floa
     if settings.get(key) is None:
         return None
     return _seconds(settings, key, where, 0.0)
+
+
+def _defer(value: Any, where: str) -> bool | int:
+    if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+        return value
+    raise ConfigError(f"{where}: 'defer_loading' must be true, false or a number of tools")
 
 
 def _prefix(value: Any, where: str) -> str | None:

@@ -143,10 +143,11 @@ class MCPSource(Source):
 
     def _set_tools(self, listing: list[dict[str, Any]]) -> None:
         known = {t.name: t for t in self._tools}
+        defer = self.config.defers(len(listing))
         tools = []
         for entry in listing:
             previous = known.get(str(entry["name"]))
-            made = self._tool(entry)
+            made = self._tool(entry, defer)
             if previous is not None and previous.definition == made.definition:
                 made = previous  # unchanged: the toolkit keeps its index entry
             tools.append(made)
@@ -155,11 +156,9 @@ class MCPSource(Source):
         if changed:
             self.changed()
 
-    def _tool(self, entry: dict[str, Any]) -> Tool:
+    def _tool(self, entry: dict[str, Any], defer: bool) -> Tool:
         name = str(entry["name"])
-        definition = definition_from_mcp(
-            entry, server=self.name, defer_loading=self.config.defer_loading
-        )
+        definition = definition_from_mcp(entry, server=self.name, defer_loading=defer)
         schema = input_schema_of(entry)
         try:
             tool = Tool(definition, self._caller(name), source="mcp", input_schema=schema)
