@@ -229,7 +229,9 @@ class Pipeline:
         try:
             async with asyncio.timeout(_remaining(ctx, timeout)) as scope:
                 # A tool may push its deadline later (ctx.extend_deadline, e.g. on progress).
-                ctx._reschedule = lambda when: scope.reschedule(loop.time() + when - time.monotonic())
+                ctx._reschedule = lambda when: scope.reschedule(
+                    loop.time() + when - time.monotonic()
+                )
                 raw = await asyncio.shield(task)
         except TimeoutError:
             self._abandon(task, ctx)

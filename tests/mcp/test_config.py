@@ -157,7 +157,7 @@ def test_json_and_toml_files(tmp_path: Path) -> None:
     assert [c.name for c in mcp_configs(str(toml_file))] == ["two", "three"]
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    with pytest.raises(ConfigError, match="bad.json: not valid json"):
+    with pytest.raises(ConfigError, match=r"bad\.json: not valid json"):
         load_mcp_config(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_mcp_config(tmp_path / "missing.json")

@@ -16,7 +16,7 @@ from tests.mcp.conftest import (
     live_children,
     time_server,
 )
-from toolmesh import Toolkit, ToolEvent
+from toolmesh import ToolEvent, Toolkit
 from toolmesh.mcp.config import MCPServerConfig, parse_mcp_server
 from toolmesh.mcp.source import MCPSource, mcp_source
 
@@ -119,7 +119,9 @@ async def test_everything_progress_arrives_while_the_call_runs(
 
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("prefix", ["every", "web"])
-async def test_everything_call_is_cancelled_at_its_deadline(everything: Toolkit, prefix: str) -> None:
+async def test_everything_call_is_cancelled_at_its_deadline(
+    everything: Toolkit, prefix: str
+) -> None:
     result = await everything.execute(
         f"{prefix}_trigger-long-running-operation", {"duration": 30, "steps": 2}, timeout=0.3
     )

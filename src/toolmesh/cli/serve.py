@@ -160,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
         from toolmesh.mcp.http import mcp_routes
 
         routes = mcp_routes(host, auth_token=args.auth_token)
-    serving = serve_http(host, bind, auth_token=args.auth_token, on_ready=ready, extra_routes=routes)
+    serving = serve_http(
+        host, bind, auth_token=args.auth_token, on_ready=ready, extra_routes=routes
+    )
     asyncio.run(_until_stopped(serving, host))
     _leave_stuck_threads()
     return 0

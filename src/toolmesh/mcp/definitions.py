@@ -75,7 +75,9 @@ def mcp_tool_entry(tool: Tool) -> dict[str, Any]:
     title = annotations.pop("title", None)
     if isinstance(title, str):
         entry["title"] = title
-    hints = {k: v for k, v in annotations.items() if k in HINTS and isinstance(v, bool)}
+    hints: dict[str, Any] = {
+        k: v for k, v in annotations.items() if k in HINTS and isinstance(v, bool)
+    }
     if definition.idempotent and "idempotentHint" not in hints:
         hints["idempotentHint"] = True
     if isinstance(title, str):

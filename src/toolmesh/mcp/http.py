@@ -91,6 +91,7 @@ class MCPHttpEndpoint:
         self.auth_token = auth_token or None
         self.allowed_origins = set(allowed_origins)
         self.sessions: dict[str, _HttpSession] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self._started = False
 
     def routes(self, path: str = "/mcp") -> list[BaseRoute]:
@@ -119,7 +120,7 @@ class MCPHttpEndpoint:
         else:
             await self._delete(scope, receive, send, headers)
 
-    # -- checks ----------------------------------------------------------------------------------
+    # -- checks ------------------------------------------------------------------------------------
 
     def _refuse(self, headers: Headers) -> Response | None:
         origin = headers.get("origin")
@@ -191,9 +192,11 @@ class MCPHttpEndpoint:
         for session in list(self.sessions.values()):
             if not session.streams and now - session.last_seen > IDLE_SESSION_SECONDS:
                 self.sessions.pop(session.id, None)
-                asyncio.ensure_future(session.close())
+                task = asyncio.ensure_future(session.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
-    # -- GET: the session's notification stream ------------------------------------------------------
+    # -- GET: the session's notification stream ----------------------------------------------------
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
         if headers.get(VERSION_HEADER) in (None, *HANDSHAKE_VERSIONS) and SESSION_HEADER in headers:
@@ -204,7 +207,14 @@ class MCPHttpEndpoint:
             queue: asyncio.Queue[bytes] = asyncio.Queue()
             found.streams.append(queue)
             try:
-                await _sse(queue, None, scope, receive, send, [(SESSION_HEADER.encode(), found.id.encode())])
+                await _sse(
+                    queue,
+                    None,
+                    scope,
+                    receive,
+                    send,
+                    [(SESSION_HEADER.encode(), found.id.encode())],
+                )
             finally:
                 found.streams.remove(queue)
             return
@@ -311,7 +321,9 @@ async def _sse(
             waiting: set[asyncio.Future[Any]] = {getter, watcher}
             if handler is not None:
                 waiting.add(handler)
-            done, _ = await asyncio.wait(waiting, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                waiting, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
             if getter in done:
                 data = getter.result()
                 if not data:
@@ -326,10 +338,14 @@ async def _sse(
             if handler is not None and handler in done:
                 while not queue.empty():
                     data = queue.get_nowait()
-                    await send({"type": "http.response.body", "body": _event(data), "more_body": True})
+                    await send(
+                        {"type": "http.response.body", "body": _event(data), "more_body": True}
+                    )
                 reply = handler.result()
                 if reply is not None:
-                    await send({"type": "http.response.body", "body": _event(reply), "more_body": True})
+                    await send(
+                        {"type": "http.response.body", "body": _event(reply), "more_body": True}
+                    )
                 break
             await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -379,7 +395,9 @@ def _status(reply: bytes) -> int:
 
 
 def _json(reply: bytes, status: int, extra: list[tuple[bytes, bytes]]) -> Response:
-    return Response(reply, status_code=status, media_type="application/json", headers=dict(_text(extra)))
+    return Response(
+        reply, status_code=status, media_type="application/json", headers=dict(_text(extra))
+    )
 
 
 def _json_error(status: int, code: int, message: str) -> Response:

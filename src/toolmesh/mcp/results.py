@@ -15,11 +15,19 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from mcp_types import (
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult
 
 if TYPE_CHECKING:
-    from mcp_types import CallToolResult
-
     from toolmesh.tools import ToolContext
 
 __all__ = ["ERROR_CODE_META_KEY", "mcp_call_result", "result_from_mcp"]
@@ -32,20 +40,18 @@ def result_from_mcp(result: CallToolResult, ctx: ToolContext, *, tool_name: str)
     texts: list[str] = []
     links: list[dict[str, Any]] = []
     for index, block in enumerate(result.content):
-        kind = block.type
-        if kind == "text":
+        if isinstance(block, TextContent):
             texts.append(block.text)
-        elif kind in ("image", "audio"):
-            ctx.artifact(f"{kind}-{index}", block.data, mime=block.mime_type)
-        elif kind == "resource":
+        elif isinstance(block, ImageContent | AudioContent):
+            ctx.artifact(f"{block.type}-{index}", block.data, mime=block.mime_type)
+        elif isinstance(block, EmbeddedResource):
             resource = block.resource
             mime = resource.mime_type or "application/octet-stream"
-            chunk = getattr(resource, "text", None)
-            if chunk is None:
-                chunk = getattr(resource, "blob", "")
-                mime = f"{mime};base64" if ";base64" not in mime else mime
-            ctx.artifact(str(resource.uri), chunk, mime=mime)
-        elif kind == "resource_link":
+            if isinstance(resource, TextResourceContents):
+                ctx.artifact(str(resource.uri), resource.text, mime=mime)
+            else:
+                ctx.artifact(str(resource.uri), resource.blob, mime=f"{mime};base64")
+        elif isinstance(block, ResourceLink):
             links.append(block.model_dump(by_alias=True, mode="json", exclude_none=True))
     text = "\n".join(texts)
     metadata: dict[str, Any] = {"resource_links": links} if links else {}

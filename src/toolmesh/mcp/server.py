@@ -111,7 +111,7 @@ class MCPService:
             self.peers.add(peer)
         return peer
 
-    # -- listing ---------------------------------------------------------------------------------
+    # -- listing -----------------------------------------------------------------------------------
 
     def listing_json(self, held: CapabilitySet, loaded: frozenset[str] = frozenset()) -> str:
         """The ``tools`` array a session holding ``held`` sees, serialized (cached)."""
@@ -128,7 +128,9 @@ class MCPService:
             if tool is not None and held.allows(tool.definition.capabilities):
                 entries.append(mcp_tool_entry(tool))
         if self.has_deferred(held):
-            self._search_name = SEARCH_TOOL if SEARCH_TOOL not in toolkit else "toolmesh_search_tools"
+            self._search_name = (
+                SEARCH_TOOL if SEARCH_TOOL not in toolkit else "toolmesh_search_tools"
+            )
             entries.append(_search_entry(self._search_name))
         text = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
         if len(self._listings) > 256:
@@ -141,7 +143,7 @@ class MCPService:
         everything = toolkit.definitions(capabilities=held, include_deferred=True)
         return len(everything) != len(toolkit.definitions(capabilities=held))
 
-    # -- changes ---------------------------------------------------------------------------------
+    # -- changes -----------------------------------------------------------------------------------
 
     def _watch_sources(self) -> None:
         for source in self.host.toolkit.sources:
@@ -185,7 +187,7 @@ class MCPPeer:
         self._listens: dict[Any, Send] = {}
         self._closed = False
 
-    # -- entry point -----------------------------------------------------------------------------
+    # -- entry point -------------------------------------------------------------------------------
 
     async def handle(
         self,
@@ -234,7 +236,9 @@ class MCPPeer:
         if method == "ping":
             return self._result(request_id, "{}")
         if self.era == "legacy" and not self.initialized:
-            raise _RpcError(INVALID_REQUEST, "send initialize (and notifications/initialized) first")
+            raise _RpcError(
+                INVALID_REQUEST, "send initialize (and notifications/initialized) first"
+            )
         if method == "tools/call":
             return await self._call(request_id, params, notify or self.send)
         if method == "tools/list":
@@ -256,7 +260,10 @@ class MCPPeer:
                 raise _RpcError(
                     UNSUPPORTED_PROTOCOL_VERSION,
                     "this connection serves the 2026-07-28 protocol; initialize is not accepted",
-                    {"supported": list(MODERN_VERSIONS), "requested": params.get("protocolVersion")},
+                    {
+                        "supported": list(MODERN_VERSIONS),
+                        "requested": params.get("protocolVersion"),
+                    },
                 )
             self._check_envelope(method, params, headers)
         elif enveloped and method != "initialize":
@@ -271,7 +278,9 @@ class MCPPeer:
         from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 
         verdict = classify_inbound_request(
-            {"method": method, "params": params}, headers=headers, supported_modern_versions=MODERN_VERSIONS
+            {"method": method, "params": params},
+            headers=headers,
+            supported_modern_versions=MODERN_VERSIONS,
         )
         if isinstance(verdict, InboundLadderRejection):
             raise _RpcError(verdict.code, verdict.message, verdict.data)
@@ -280,7 +289,7 @@ class MCPPeer:
         if isinstance(info, dict):
             self.client_info = info
 
-    # -- handshake and discovery ------------------------------------------------------------------
+    # -- handshake and discovery -------------------------------------------------------------------
 
     def _initialize(self, request_id: Any, params: dict[str, Any]) -> bytes:
         requested = params.get("protocolVersion")
@@ -370,7 +379,9 @@ class MCPPeer:
             return self._result(request_id, '{"tools":' + tools + tail + "}", stamped=False)
         return self._result(request_id, '{"tools":' + tools + "}")
 
-    async def _call(self, request_id: Any, params: dict[str, Any], notify: Send | None) -> bytes | None:
+    async def _call(
+        self, request_id: Any, params: dict[str, Any], notify: Send | None
+    ) -> bytes | None:
         name = params.get("name")
         if not isinstance(name, str) or not name:
             raise _RpcError(INVALID_PARAMS, "tools/call needs the tool's name")
@@ -432,9 +443,11 @@ class MCPPeer:
             wire["resultType"] = "complete"
         return wire
 
-    # -- tool-list changes --------------------------------------------------------------------------
+    # -- tool-list changes -------------------------------------------------------------------------
 
-    async def _listen(self, request_id: Any, params: dict[str, Any], notify: Send | None) -> bytes | None:
+    async def _listen(
+        self, request_id: Any, params: dict[str, Any], notify: Send | None
+    ) -> bytes | None:
         wanted = params.get("notifications")
         tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
         if notify is None:
@@ -486,7 +499,7 @@ class MCPPeer:
         if self._session is not None:
             self.service.host.sessions.pop(self._session.id, None)
 
-    # -- encoding ------------------------------------------------------------------------------------
+    # -- encoding ----------------------------------------------------------------------------------
 
     def _result(self, request_id: Any, result_json: str, *, stamped: bool = True) -> bytes:
         if self.era == "modern" and stamped:
@@ -523,8 +536,8 @@ def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    message = {"jsonrpc": "2.0", "id": request_id, "error": error}
-    return json.dumps(message, separators=(",", ":")).encode()
+    envelope = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return json.dumps(envelope, separators=(",", ":")).encode()
 
 
 def _notification(method: str, params: Any) -> bytes:

@@ -26,10 +26,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from toolmesh.errors import SchemaError
 from toolmesh.mcp.config import MCPServerConfig
 from toolmesh.mcp.definitions import definition_from_mcp, input_schema_of
 from toolmesh.mcp.results import result_from_mcp
-from toolmesh.errors import SchemaError
 from toolmesh.models import ToolErrorCode, ToolResult
 from toolmesh.schema import Validator, compile_validator
 from toolmesh.sources.base import Source, SourceStatus
@@ -86,6 +86,10 @@ class MCPSource(Source):
     def tools(self) -> Sequence[Tool]:
         return self._tools
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -129,7 +133,7 @@ class MCPSource(Source):
             self.status = SourceStatus("failed", reason)
             logger.warning("MCP server %r: %s", self.name, reason)
             raise _ConnectFailed(reason) from None
-        if self._closed:
+        if self.closed:  # closed while connecting
             await connection.stop()
             raise _ConnectFailed(f"MCP server {self.name!r} is closed")
         self._connection = connection
@@ -190,16 +194,18 @@ class MCPSource(Source):
         from mcp import MCPError
 
         try:
-            result = await connection.client.call_tool(
-                name, arguments, progress_callback=progress
-            )
+            result = await connection.client.call_tool(name, arguments, progress_callback=progress)
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED:
                 connection.lost()
                 if self._closed:
-                    return _failure(ctx.tool_name, f"MCP server {self.name!r} was closed during the call")
+                    return _failure(
+                        ctx.tool_name, f"MCP server {self.name!r} was closed during the call"
+                    )
                 return _failure(ctx.tool_name, _lost_message(self, connection))
-            return _failure(ctx.tool_name, f"MCP server {self.name!r} answered error {exc.code}: {exc}")
+            return _failure(
+                ctx.tool_name, f"MCP server {self.name!r} answered error {exc.code}: {exc}"
+            )
         except (RuntimeError, ValueError) as exc:  # e.g. content that breaks its outputSchema
             return _failure(ctx.tool_name, f"MCP server {self.name!r}: {exc}")
         return result_from_mcp(result, ctx, tool_name=ctx.tool_name)
@@ -305,7 +311,9 @@ class _Connection:
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
             page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-            tools.extend(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools)
+            tools.extend(
+                t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
+            )
             cursor = page.next_cursor
             if cursor is None or cursor in seen:
                 break
@@ -316,24 +324,26 @@ class _Connection:
         from mcp import Client
 
         ready = self._ready
-        assert ready is not None  # noqa: S101 - set by start() before the task runs
+        assert ready is not None
         try:
-            async with self._transport() as transport:
-                async with Client(
+            async with (
+                self._transport() as transport,
+                Client(
                     transport,
                     mode=self.config.mode,
                     message_handler=self._on_message,
                     cache=None,
-                ) as client:
-                    self._client = client
-                    self.protocol_version = client.protocol_version
-                    info = client.server_info
-                    self.server_info = info.model_dump(mode="json", exclude_none=True) if info else {}
-                    listing = await self.list_tools()
-                    self.alive = True
-                    if not ready.done():
-                        ready.set_result(listing)
-                    await self._serve(client)
+                ) as client,
+            ):
+                self._client = client
+                self.protocol_version = client.protocol_version
+                info = client.server_info
+                self.server_info = info.model_dump(mode="json", exclude_none=True) if info else {}
+                listing = await self.list_tools()
+                self.alive = True
+                if not ready.done():
+                    ready.set_result(listing)
+                await self._serve(client)
         except BaseException as exc:
             if not ready.done():
                 if isinstance(exc, Exception):
@@ -399,8 +409,9 @@ class _Connection:
 
     @contextlib.asynccontextmanager
     async def _stdio(self) -> AsyncIterator[Any]:
-        from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
+
+        from mcp import StdioServerParameters
 
         params = StdioServerParameters(
             command=self.config.command,
@@ -531,7 +542,9 @@ class _ProgressRelay:
         self.started = time.monotonic()
         self.window = (ctx.deadline - self.started) if ctx.deadline is not None else None
         self.limit = (
-            self.started + config.max_total_timeout if config.max_total_timeout is not None else None
+            self.started + config.max_total_timeout
+            if config.max_total_timeout is not None
+            else None
         )
         self.extend = config.reset_timeout_on_progress
 

@@ -1,13 +1,13 @@
 """MCP servers built on the official SDK, for the tests. Run as a script:
 
-    python sdk_server.py tools      # MCPServer: wait, progress, cancellations, add_tool, crash, ...
-    python sdk_server.py paged      # lowlevel Server whose tools/list comes in pages of two
-    python sdk_server.py garbage    # prints non-JSON lines to stdout, then serves `tools`
-    python sdk_server.py hang       # never answers (and ignores end of input)
+python sdk_server.py tools      # MCPServer: wait, progress, cancellations, add_tool, crash, ...
+python sdk_server.py paged      # lowlevel Server whose tools/list comes in pages of two
+python sdk_server.py garbage    # prints non-JSON lines to stdout, then serves `tools`
+python sdk_server.py hang       # never answers (and ignores end of input)
 """
 
-
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -42,10 +42,8 @@ def tools_server() -> Any:
     @server.tool()
     async def cancelled_calls() -> int:
         """How many calls were cancelled, once one was (within 10 s)."""
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(CANCELLED.wait(), 10)
-        except TimeoutError:
-            pass
         return seen["cancelled"]
 
     @server.tool()
