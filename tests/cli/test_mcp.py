@@ -58,3 +58,25 @@ def test_status_needs_a_configuration(tmp_path: Path) -> None:
 def test_serve_mcp_needs_http() -> None:
     shown = run("serve", "--mcp", "--tools", "tests.fixtures.demo_tools:TOOLS")
     assert shown.returncode == 2 and "--http" in shown.stderr
+
+
+@pytest.mark.network_server
+async def test_serve_http_with_mcp_answers_mcp_clients(tmp_path: Path) -> None:
+    from mcp import Client
+
+    command = toolmesh_command(
+        "serve", "--http", "127.0.0.1:0", "--mcp", "--audit", str(tmp_path / "a.db")
+    )
+    command += ["--tools", "tests.fixtures.demo_tools:TOOLS"]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()  # the first line is the URL
+        async with Client(f"{url}/mcp") as client:
+            result = await client.call_tool("echo", {"text": "over /mcp"})
+            assert result.content[0].text == "over /mcp"  # type: ignore[union-attr]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mcp_stdio:
         from toolmesh.mcp.stdio import serve_mcp_stdio
 
+        _use_uvloop()
         asyncio.run(_until_stopped(serve_mcp_stdio(host), host))
         _leave_stuck_threads()
         return 0
@@ -166,6 +167,15 @@ def run(args: argparse.Namespace) -> int:
     asyncio.run(_until_stopped(serving, host))
     _leave_stuck_threads()
     return 0
+
+
+def _use_uvloop() -> None:
+    """The faster event loop when the `fast` extra installed it (a thread hop per blocking
+    tool costs about half as much)."""
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def _leave_stuck_threads() -> None:

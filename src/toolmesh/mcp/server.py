@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolmesh.mcp.definitions import mcp_tool_entry
 from toolmesh.mcp.results import mcp_call_result
-from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id
+from toolmesh.models import ToolErrorCode, ToolEvent, new_id
 from toolmesh.pipeline import CallSpec
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
@@ -184,6 +184,7 @@ class MCPPeer:
         self._loaded: frozenset[str] = frozenset()
         self._session: Session | None = None
         self._calls: dict[Any, asyncio.Future[Any]] = {}
+        self._cancelled: set[Any] = set()  # requests the client cancelled
         self._listens: dict[Any, Send] = {}
         self._closed = False
 
@@ -322,8 +323,10 @@ class MCPPeer:
         if method == "notifications/initialized":
             self.initialized = True
         elif method == "notifications/cancelled" and isinstance(params, dict):
-            task = self._calls.get(_id_key(params.get("requestId")))
+            key = _id_key(params.get("requestId"))
+            task = self._calls.get(key)
             if task is not None:
+                self._cancelled.add(key)
                 task.cancel()
 
     # -- tools -------------------------------------------------------------------------------------
@@ -401,19 +404,20 @@ class MCPPeer:
             req_id=str(request_id),
             streaming=on_event is not None,
         )
-        pipeline = self.service.host.pipeline
-        task = asyncio.ensure_future(pipeline.call(self.session, spec, on_event))
         key = _id_key(request_id)
-        self._calls[key] = task
+        task = asyncio.current_task()
+        if task is not None:
+            self._calls[key] = task  # notifications/cancelled cancels it
         try:
-            result: ToolResult = await task
+            result = await self.service.host.pipeline.call(self.session, spec, on_event)
         except asyncio.CancelledError:
-            if not task.cancelled() or _being_cancelled():
-                task.cancel()
+            if task is None or key not in self._cancelled:
                 raise
-            return None  # cancelled by the client: no answer is owed
+            task.uncancel()  # cancelled by the client (and audited): no answer is owed
+            return None
         finally:
             self._calls.pop(key, None)
+            self._cancelled.discard(key)
         if result.error_code == ToolErrorCode.UNKNOWN_TOOL:
             raise _RpcError(INVALID_PARAMS, result.error or f"unknown tool {name!r}")
         wire = mcp_call_result(result, modern=self.era == "modern")
