@@ -8,10 +8,12 @@
     clients: a thin JSON-RPC client (shows the servers' own cost) and the SDK's `mcp.Client`.
     Goals: calls/s >= 2x, listing 1,000 tools >= 5x faster.
 
-Runs are interleaved (A, B, A, B, ...) and summarized by their medians, as in
-/work/shared/bench-peers. Everything runs on this machine over pipes; no network.
+Both sides stay connected and are measured in alternating batches (A, B, A, B, ...: BENCH_ROUNDS
+rounds of BENCH_BATCH calls, or BENCH_LISTS listings); a ratio is taken per round and the median
+ratio is reported, so load from other processes hits both sides alike (the method of
+/work/shared/bench-peers, paired). Everything runs on this machine over pipes; no network.
 
-    .venv/bin/python bench/bench_mcp.py            # ~1 minute; BENCH_REPEATS=5 by default
+    .venv/bin/python bench/bench_mcp.py            # ~2 minutes
     BENCH_ECHO=async .venv/bin/python bench/bench_mcp.py   # echo as a coroutine in both servers
 """
 
@@ -29,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
-CALLS = int(os.environ.get("BENCH_CALLS", "500"))
-LISTS = int(os.environ.get("BENCH_LISTS", "10"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
+BATCH = int(os.environ.get("BENCH_BATCH", "50"))
+LISTS = int(os.environ.get("BENCH_LISTS", "3"))
 N_TOOLS = 1000
 WARMUP = 50
 
@@ -67,7 +69,6 @@ async def source_overhead() -> dict[str, Any]:
     config = parse_mcp_server("bench", {"command": command[0], "args": command[1:]})
     toolkit = await Toolkit(mcp_source(config)).start()
     arguments = {"text": "hello"}
-    direct_rates, source_rates = [], []
     async with Client(params) as client:
 
         async def direct() -> None:
@@ -78,24 +79,41 @@ async def source_overhead() -> dict[str, Any]:
             if not result.success:
                 raise RuntimeError(result.error)
 
-        for call in (direct, through_toolmesh):
-            for _ in range(WARMUP):
-                await call()
-        for _ in range(REPEATS):
-            direct_rates.append(await timed(direct, CALLS))
-            source_rates.append(await timed(through_toolmesh, CALLS))
+        CPU_US.clear()
+        rates = await paired({"direct": direct, "source": through_toolmesh}, BATCH)
     await toolkit.close()
-    direct_median = statistics.median(direct_rates)
-    source_median = statistics.median(source_rates)
     return {
-        "direct_calls_per_s": round(direct_median, 1),
-        "source_calls_per_s": round(source_median, 1),
-        "overhead": round(direct_median / source_median - 1, 4),
-        "runs": {
-            "direct": [round(r) for r in direct_rates],
-            "source": [round(r) for r in source_rates],
-        },
+        "calls_per_s": medians(rates),
+        "overhead": round(median_ratio(rates, "direct", "source") - 1, 4),
+        "client_cpu_us_per_call": {n: round(statistics.median(v)) for n, v in CPU_US.items()},
     }
+
+
+CPU_US: dict[str, list[float]] = {}  # this process's CPU time per call, by side
+
+
+async def paired(
+    calls: dict[str, Callable[[], Awaitable[Any]]], batch: int, rounds: int = ROUNDS
+) -> dict[str, list[float]]:
+    """Rates of each side, measured in alternating batches after a warm-up."""
+    for call in calls.values():
+        await timed(call, WARMUP if batch > 1 else 1)
+    rates: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            cpu = time.process_time()
+            rates[name].append(await timed(call, batch))
+            CPU_US.setdefault(name, []).append((time.process_time() - cpu) / batch * 1e6)
+    return rates
+
+
+def medians(rates: dict[str, list[float]]) -> dict[str, float]:
+    return {name: round(statistics.median(values), 1) for name, values in rates.items()}
+
+
+def median_ratio(rates: dict[str, list[float]], top: str, bottom: str) -> float:
+    """The median over rounds of rate[top] / rate[bottom]."""
+    return statistics.median(a / b for a, b in zip(rates[top], rates[bottom], strict=True))
 
 
 # -- (2) toolmesh's MCP server vs the SDK's MCPServer -----------------------------------------
@@ -155,69 +173,76 @@ async def server_comparison(audit: str) -> dict[str, Any]:
     from mcp import Client, StdioServerParameters
 
     env = {**os.environ, "BENCH_MCP_TOOLS": str(N_TOOLS), "PYTHONPATH": str(ROOT)}
-    servers = {"sdk": sdk_command(N_TOOLS), "toolmesh": toolmesh_command(audit)}
+    sdk, mesh = sdk_command(N_TOOLS), toolmesh_command(audit)
     arguments = {"text": "hello"}
-    raw_calls: dict[str, list[float]] = {name: [] for name in servers}
-    raw_lists: dict[str, list[float]] = {name: [] for name in servers}
-    sdk_calls: dict[str, list[float]] = {name: [] for name in servers}
-    sdk_lists: dict[str, list[float]] = {name: [] for name in servers}
+    report: dict[str, Any] = {}
 
-    for _ in range(REPEATS):
-        for name, command in servers.items():
-            async with RawClient(command, env) as raw:
-                listed = await raw.request("tools/list", {})
-                assert len(listed["tools"]) >= N_TOOLS + 1, name
+    async with RawClient(sdk, env) as raw_sdk, RawClient(mesh, env) as raw_mesh:
+        for raw in (raw_sdk, raw_mesh):
+            assert len((await raw.request("tools/list", {}))["tools"]) >= N_TOOLS + 1
 
-                async def call(raw: RawClient = raw) -> None:
-                    result = await raw.request(
-                        "tools/call", {"name": "echo", "arguments": arguments}
-                    )
-                    assert result["content"][0]["text"] == "hello"
+        def raw_call(raw: RawClient) -> Callable[[], Awaitable[Any]]:
+            async def call() -> None:
+                result = await raw.request("tools/call", {"name": "echo", "arguments": arguments})
+                assert result["content"][0]["text"] == "hello"
 
-                async def list_tools(raw: RawClient = raw) -> None:
-                    await raw.request("tools/list", {})
+            return call
 
-                await timed(call, WARMUP)
-                raw_calls[name].append(await timed(call, CALLS))
-                raw_lists[name].append(1 / await timed(list_tools, LISTS))
+        def raw_list(raw: RawClient) -> Callable[[], Awaitable[Any]]:
+            async def listing() -> None:
+                await raw.request("tools/list", {})
 
-            params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=ROOT)
-            async with Client(params, mode="legacy") as client:
+            return listing
+
+        calls = await paired({"sdk": raw_call(raw_sdk), "toolmesh": raw_call(raw_mesh)}, BATCH)
+        lists = await paired({"sdk": raw_list(raw_sdk), "toolmesh": raw_list(raw_mesh)}, LISTS)
+        report["thin_client"] = summary(calls, lists)
+
+    def stdio(command: list[str]) -> StdioServerParameters:
+        return StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=ROOT)
+
+    async with (
+        Client(stdio(sdk), mode="legacy") as client_sdk,
+        Client(stdio(mesh), mode="legacy") as client_mesh,
+    ):
+
+        def sdk_call(client: Client) -> Callable[[], Awaitable[Any]]:
+            async def call() -> None:
+                await client.call_tool("echo", arguments)
+
+            return call
+
+        def sdk_list(client: Client) -> Callable[[], Awaitable[Any]]:
+            async def listing() -> None:
                 await client.list_tools(cache_mode="bypass")
 
-                async def sdk_call(client: Client = client) -> None:
-                    await client.call_tool("echo", arguments)
+            return listing
 
-                async def sdk_list(client: Client = client) -> None:
-                    await client.list_tools(cache_mode="bypass")
+        for client in (client_sdk, client_mesh):
+            await client.list_tools(cache_mode="bypass")
+        calls = await paired(
+            {"sdk": sdk_call(client_sdk), "toolmesh": sdk_call(client_mesh)}, BATCH
+        )
+        lists = await paired(
+            {"sdk": sdk_list(client_sdk), "toolmesh": sdk_list(client_mesh)}, LISTS
+        )
+        report["sdk_client"] = summary(calls, lists)
+    return report
 
-                await timed(sdk_call, WARMUP)
-                sdk_calls[name].append(await timed(sdk_call, CALLS))
-                sdk_lists[name].append(1 / await timed(sdk_list, LISTS))
 
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
-
+def summary(calls: dict[str, list[float]], lists: dict[str, list[float]]) -> dict[str, Any]:
     return {
-        "thin_client": {
-            "calls_per_s": {n: round(median(v)) for n, v in raw_calls.items()},
-            "calls_ratio": round(median(raw_calls["toolmesh"]) / median(raw_calls["sdk"]), 2),
-            "list_1000_ms": {n: round(median(v) * 1000, 2) for n, v in raw_lists.items()},
-            "list_speedup": round(median(raw_lists["sdk"]) / median(raw_lists["toolmesh"]), 1),
-        },
-        "sdk_client": {
-            "calls_per_s": {n: round(median(v)) for n, v in sdk_calls.items()},
-            "calls_ratio": round(median(sdk_calls["toolmesh"]) / median(sdk_calls["sdk"]), 2),
-            "list_1000_ms": {n: round(median(v) * 1000, 2) for n, v in sdk_lists.items()},
-            "list_speedup": round(median(sdk_lists["sdk"]) / median(sdk_lists["toolmesh"]), 1),
-        },
+        "calls_per_s": medians(calls),
+        "calls_ratio": round(median_ratio(calls, "toolmesh", "sdk"), 2),
+        "list_1000_ms": {n: round(1000 / statistics.median(v), 2) for n, v in lists.items()},
+        "list_speedup": round(median_ratio(lists, "toolmesh", "sdk"), 1),
     }
 
 
 async def main() -> None:
     load_before = os.getloadavg()
     echo = os.environ.get("BENCH_ECHO", "sync")
-    report: dict[str, Any] = {"repeats": REPEATS, "calls": CALLS, "lists": LISTS, "echo": echo}
+    report: dict[str, Any] = {"rounds": ROUNDS, "batch": BATCH, "lists": LISTS, "echo": echo}
     report["source"] = await source_overhead()
     with tempfile.TemporaryDirectory() as folder:
         report["server"] = await server_comparison(str(Path(folder) / "audit.db"))

@@ -24,6 +24,7 @@ from toolmesh.errors import (
     TransportError,
 )
 from toolmesh.host import Host
+from toolmesh.mcp.config import MCPServerConfig, parse_mcp_config
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
 from toolmesh.pipeline import Decision, Limits
 from toolmesh.schema import parameters_to_schema, schema_to_parameters
@@ -52,6 +53,7 @@ __all__ = [
     "HandshakeError",
     "Host",
     "Limits",
+    "MCPServerConfig",
     "NameConflictError",
     "Output",
     "Prefixed",
@@ -85,6 +87,7 @@ __all__ = [
     "connect_async",
     "create_toolkit",
     "parameters_to_schema",
+    "parse_mcp_config",
     "sanitize_name",
     "schema_to_parameters",
     "tool",
