@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= test,fast,mcp
 PORT ?= 8765
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup system-packages run test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,14 +17,31 @@ $(STAMP): pyproject.toml
 
 # Node MCP peers for the tests (the reference "everything" server, the TypeScript SDK client).
 NODE_STAMP := node_modules/.package-lock.json
+
+setup: $(STAMP) system-packages $(VENV)/node/node_modules/.bin/esbuild $(NODE_STAMP)
+
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
-setup: $(STAMP) $(NODE_STAMP)
+# TypeScript tool packages are bundled with esbuild (the javascript kind's tests use this one).
+$(VENV)/node/node_modules/.bin/esbuild: | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/node esbuild@0.28; \
+	else echo "note: npm is missing; TypeScript tool packages need esbuild"; fi
 
-## run: serve the default toolkit over HTTP on 127.0.0.1:$(PORT), audit in toolmesh-audit.db
+# Isolation (shell/python built-ins) needs bubblewrap: installed when missing and we are root.
+system-packages:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null; \
+	  else \
+	    echo "note: bubblewrap (bwrap) is missing; install it (apt-get install bubblewrap) for the isolation tests"; \
+	  fi; }
+
+## run: serve the built-in tools, confined to ./workspace, over HTTP on 127.0.0.1:$(PORT);
+## audit in toolmesh-audit.db
 run: setup
-	$(BIN)/toolmesh serve --http 127.0.0.1:$(PORT) --tools examples.quickstart:TOOLS --audit toolmesh-audit.db
+	$(BIN)/toolmesh serve --http 127.0.0.1:$(PORT) --audit toolmesh-audit.db
 
 ## test: lint, type-check (strict) and run the whole suite
 test: lint typecheck unit

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.fixtures.demo_tools import RELEASE, TOOLS
-from toolmesh import AsyncClient, Host, connect_async
+from toolmesh import AsyncClient, Host, Limits, connect_async
 from toolmesh.protocol import encode
 from toolmesh.transports.http import HttpServer
 
@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 HOST_CAPABILITIES = ["demo"]
 MAX_PARALLEL = 2
 MAX_MESSAGE_BYTES = 1024 * 1024
+APPROVAL_TIMEOUT = 1.0
 
 
 def toolmesh_command(*args: str) -> list[str]:
@@ -43,6 +44,8 @@ def serve_stdio_command(audit: Path, *extra: str) -> list[str]:
         str(MAX_PARALLEL),
         "--max-message-bytes",
         str(MAX_MESSAGE_BYTES),
+        "--approval-timeout",
+        str(APPROVAL_TIMEOUT),
         *extra,
     )
 
@@ -76,6 +79,7 @@ def demo_host(audit: Path | str | None, **options: Any) -> Host:
         "capabilities": HOST_CAPABILITIES,
         "max_parallel": MAX_PARALLEL,
         "max_message_bytes": MAX_MESSAGE_BYTES,
+        "limits": Limits(approval_timeout=APPROVAL_TIMEOUT),
         **options,
     }
     return Host(*TOOLS, audit=audit, **settings)

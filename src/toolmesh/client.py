@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from toolmesh.errors import CallTimeout, HandshakeError, ProtocolError, TransportError
 from toolmesh.host import Connection, Host
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
-from toolmesh.pipeline import CallSpec
+from toolmesh.pipeline import ApprovalRequest, CallSpec
 from toolmesh.protocol import (
+    ApprovalResponse,
     CapabilityOverride,
     ErrorMessage,
     HandshakeRequest,
@@ -34,6 +36,8 @@ from toolmesh.protocol import (
     Ping,
     Pong,
     Shutdown,
+    StateRequest,
+    StateResponse,
     ToolCallRequest,
     ToolCallResponse,
     ToolListRequest,
@@ -45,6 +49,8 @@ __all__ = ["AsyncClient", "AsyncToolAPI", "Client", "ToolAPI", "connect", "conne
 
 T = TypeVar("T")
 EventCallback = Callable[[ToolEvent], None]
+ApprovalHandler = Callable[[ToolEvent], "bool | Awaitable[bool]"]
+"""Answers an approval request (the call's `approval` event): True approves, False denies."""
 RESPONSE_GRACE_SECONDS = 5.0
 
 
@@ -74,6 +80,7 @@ class AsyncClient:
         capability_override: CapabilityOverride | Mapping[str, Any] | None = None,
         session_id: str = "",
         owned_host: Host | None = None,
+        on_approval: ApprovalHandler | None = None,
     ) -> None:
         self._channel = channel
         self._connection = connection
@@ -95,6 +102,8 @@ class AsyncClient:
         self._listeners: dict[str, EventCallback] = {}
         self._slots: asyncio.Semaphore | None = None
         self._closed_reason = ""
+        self.on_approval = on_approval
+        self._answering: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -122,6 +131,8 @@ class AsyncClient:
         self.accepted_caps = response.accepted_caps
         self.max_parallel = max(1, response.max_parallel)
         self._slots = asyncio.Semaphore(self.max_parallel)
+        if self._connection is not None:
+            self._connection.approval_handler = self._decide_in_process
         return self
 
     async def close(self) -> None:
@@ -179,7 +190,8 @@ class AsyncClient:
         try:
             await self._channel.send(message)
             try:
-                return await asyncio.wait_for(future, timeout)
+                async with asyncio.timeout(timeout):
+                    return await future
             except TimeoutError:
                 raise CallTimeout(f"no answer to {message.type} within {timeout:g}s") from None
         finally:
@@ -191,10 +203,42 @@ class AsyncClient:
             listener = self._listeners.get(message.req_id)
             if listener is not None:
                 listener(message)
+            if message.kind == "approval":
+                task = asyncio.ensure_future(self._answer(message))
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
             return
         future = self._pending.get(getattr(message, "req_id", ""))
         if future is not None and not future.done():
             future.set_result(message)
+
+    async def _decide(self, event: ToolEvent) -> bool:
+        """This client's approval handler's answer to an `approval` event."""
+        handler = self.on_approval
+        if handler is None:
+            return False
+        answer = handler(event)
+        return bool(await answer if inspect.isawaitable(answer) else answer)
+
+    async def _decide_in_process(self, request: ApprovalRequest) -> bool:
+        if self.on_approval is None:
+            raise ProtocolError("approval_unavailable", "this client has no approval handler")
+        return await self._decide(request.event)
+
+    async def _answer(self, event: ToolEvent) -> None:
+        if self.on_approval is None or self._channel is None:
+            return  # unanswered: the host's approval timeout decides
+        approved = await self._decide(event)
+        await self._channel.send(
+            ApprovalResponse(req_id=str(event.data.get("approval_id", "")), approved=approved)
+        )
+
+    async def get_state(self) -> tuple[dict[str, Any], int]:
+        """The session's state document and its version."""
+        response = await self.request(StateRequest(), timeout=30.0)
+        if not isinstance(response, StateResponse):
+            raise ProtocolError("invalid_message", f"expected state/get/resp, got {response.type}")
+        return response.state, response.state_version
 
     def _on_close(self, reason: str) -> None:
         self._closed_reason = reason
@@ -445,14 +489,18 @@ async def connect_async(
     capability_override: CapabilityOverride | Mapping[str, Any] | None = None,
     session_id: str = "",
     headers: dict[str, str] | None = None,
+    on_approval: ApprovalHandler | None = None,
 ) -> AsyncClient:
-    """Connect to a Host, a stdio command or an http(s) URL and do the handshake."""
+    """Connect to a Host, a stdio command or an http(s) URL and do the handshake.
+
+    ``on_approval`` answers calls that need approval (it gets the call's `approval` event)."""
     options: dict[str, Any] = {
         "agent_id": agent_id,
         "agent_caps": agent_caps,
         "auth_token": auth_token,
         "capability_override": capability_override,
         "session_id": session_id,
+        "on_approval": on_approval,
     }
     if isinstance(target, Toolkit):
         host = Host(target)
@@ -486,6 +534,7 @@ def connect(
     capability_override: CapabilityOverride | Mapping[str, Any] | None = None,
     session_id: str = "",
     headers: dict[str, str] | None = None,
+    on_approval: ApprovalHandler | None = None,
 ) -> Client:
     """The blocking form of ``connect_async``: returns a client for ``ToolAPI(client)``."""
     return Client(
@@ -497,6 +546,7 @@ def connect(
             capability_override=capability_override,
             session_id=session_id,
             headers=headers,
+            on_approval=on_approval,
         )
     )
 

@@ -12,6 +12,7 @@ A tool that fails is not an exception: it is a ``ToolResult`` with ``success=Fal
     ├── StateError             a state update that cannot be applied (bad path, failed test)
     ├── AuditError             the audit sink could not record an entry
     ├── ToolCallFailed         raised by ``ToolResult.raise_for_error()``
+    ├── ToolCallParseError     a model's tool call that cannot be read back (bad name, not JSON)
     └── ProtocolError          a malformed, unexpected or refused A2E message (has a ``code``)
         ├── TransportError     the peer cannot be reached or went away
         ├── HandshakeError     the host refused the handshake (``reason``)
@@ -39,6 +40,7 @@ __all__ = [
     "SchemaError",
     "StateError",
     "ToolCallFailed",
+    "ToolCallParseError",
     "ToolmeshError",
     "TransportError",
 ]
@@ -94,6 +96,11 @@ class ToolCallFailed(ToolmeshError):
     def __init__(self, result: ToolResult) -> None:
         self.result = result
         super().__init__(f"{result.tool_name} failed [{result.error_code}]: {result.error}")
+
+
+class ToolCallParseError(ToolmeshError):
+    """A model's tool call (OpenAI, Anthropic, Gemini shape) that cannot become a toolkit call:
+    an illegal or unknown tool name, arguments that are not a JSON object, an unknown shape."""
 
 
 class ProtocolError(ToolmeshError):

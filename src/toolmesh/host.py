@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
+from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
 from toolmesh.models import ToolEvent, ToolResult, new_id
-from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook
+from toolmesh.pipeline import ApprovalRequest, CallSpec, Limits, Pipeline, PolicyHook
 from toolmesh.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    ApprovalResponse,
     ErrorCode,
     ErrorMessage,
     HandshakeRequest,
@@ -32,6 +35,8 @@ from toolmesh.protocol import (
     Ping,
     Pong,
     Shutdown,
+    StateRequest,
+    StateResponse,
     ToolCallRequest,
     ToolCallResponse,
     ToolListRequest,
@@ -44,6 +49,9 @@ from toolmesh.state import StateManager
 from toolmesh.store import Store, open_store
 from toolmesh.store.base import SessionRecord
 from toolmesh.toolkit import SourceLike, Toolkit
+
+if TYPE_CHECKING:
+    from toolmesh.agui import AguiStream
 
 __all__ = ["Connection", "Host"]
 
@@ -81,6 +89,7 @@ class Host:
         hooks: Sequence[PolicyHook] = (),
         host_id: str = "",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        owns_toolkit: bool | None = None,
     ) -> None:
         if audit is not None and store is not None:
             raise ConfigError("give either audit= (a SQLite path) or store=, not both")
@@ -88,10 +97,10 @@ class Host:
             raise ConfigError("max_parallel must be at least 1")
         if len(sources) == 1 and isinstance(sources[0], Toolkit):
             self.toolkit = sources[0]
-            self._owns_toolkit = False
+            self._owns_toolkit = bool(owns_toolkit)
         else:
             self.toolkit = Toolkit(*sources)
-            self._owns_toolkit = True
+            self._owns_toolkit = owns_toolkit is not False
         chosen = audit if audit is not None else store
         self.store = open_store(chosen) if chosen is not None else self.toolkit.store
         self.capabilities = (
@@ -122,6 +131,7 @@ class Host:
         )
         self.sessions: dict[str, Session] = {}
         self.started_at = time.monotonic()
+        self._agui: AguiStream | None = None
         self._connections: set[Connection] = set()
         self._started = False
 
@@ -138,6 +148,8 @@ class Host:
         return self
 
     async def close(self) -> None:
+        if self._agui is not None:
+            self._agui.close()
         for connection in list(self._connections):
             await connection.close()
         await self.pipeline.drain()
@@ -157,6 +169,15 @@ class Host:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    @property
+    def agui(self) -> AguiStream:
+        """The AG-UI view of this host's sessions (``agui.events(session_id)``)."""
+        if self._agui is None:
+            from toolmesh.agui import AguiStream
+
+            self._agui = AguiStream(self.pipeline, self.state)
+        return self._agui
 
     @property
     def healthy(self) -> bool:
@@ -247,8 +268,11 @@ class Connection:
         self.preferred_id = session_id
         self.session: Session | None = None
         self._deliver = deliver
-        self._calls: dict[str, asyncio.Task[None]] = {}
+        self._calls: dict[str, asyncio.Future[None]] = {}
+        self._approvals: dict[str, asyncio.Future[bool]] = {}
         self._closed = False
+        self.approval_handler: Callable[[ApprovalRequest], Any] | None = None
+        """In-process clients answer approvals directly; wire peers get an `approval` event."""
 
     # -- wire entry points -----------------------------------------------------------------------
 
@@ -271,6 +295,9 @@ class Connection:
             return
         if isinstance(message, ErrorMessage):
             logger.warning("peer reported an error: [%s] %s", message.code, message.message)
+            return
+        if isinstance(message, ApprovalResponse):
+            self._answer_approval(message)
             return
         try:
             response = await self._answer(message)
@@ -299,6 +326,12 @@ class Connection:
             return Pong(req_id=message.id, uptime_seconds=round(uptime, 3))
         if isinstance(message, ToolListRequest):
             return self._list(message)
+        if isinstance(message, StateRequest):
+            session = self._tools_session()
+            record = await self.host.state.current(session.id)
+            return StateResponse(
+                req_id=message.id, state=record.document, state_version=record.version
+            )
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE, f"a host does not accept {message.type!r} messages"
         )
@@ -312,6 +345,7 @@ class Connection:
             reason = exc.message if isinstance(exc, ProtocolError) else str(exc)
             return HandshakeResponse(req_id=request.id, ok=False, reason=reason)
         self.session = session
+        session.approver = self._ask_approval
         accepted = (
             [
                 NegotiatedCapability(
@@ -373,10 +407,12 @@ class Connection:
         except ProtocolError as exc:
             self._deliver(ErrorMessage.from_exception(exc, request.id))
             return
-        task = asyncio.ensure_future(self._run_call(session, request))
+        task = start_eagerly(self._run_call(session, request))
+        if task.done():
+            return  # answered already
         self._calls[request.id] = task
 
-        def finished(_task: asyncio.Task[None], key: str = request.id) -> None:
+        def finished(_task: asyncio.Future[None], key: str = request.id) -> None:
             self._calls.pop(key, None)
 
         task.add_done_callback(finished)
@@ -437,6 +473,34 @@ class Connection:
             return await self.host.pipeline.call(session, spec, on_event)
         finally:
             session.active_calls -= 1
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    async def _ask_approval(self, request: ApprovalRequest) -> bool:
+        handler = self.approval_handler
+        if handler is not None:
+            answer = handler(request)
+            return bool(await answer if inspect.isawaitable(answer) else answer)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._approvals[request.id] = future
+        self._deliver(request.event)  # even for a non-streaming call: it needs an answer
+        try:
+            return await future
+        finally:
+            self._approvals.pop(request.id, None)
+
+    def _answer_approval(self, response: ApprovalResponse) -> None:
+        future = self._approvals.get(response.req_id)
+        if future is None or future.done():
+            self._deliver(
+                ErrorMessage(
+                    req_id=response.id,
+                    code=ErrorCode.INVALID_MESSAGE,
+                    message=f"no approval {response.req_id!r} is waiting for an answer",
+                )
+            )
+            return
+        future.set_result(response.approved)
 
     # -- ending ----------------------------------------------------------------------------------
 

@@ -20,9 +20,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
-    SerializerFunctionWrapHandler,
-    model_serializer,
 )
 
 __all__ = [
@@ -90,7 +87,7 @@ class ToolParameter(BaseModel):
     them back their parameter's type. ``items`` (extension) is the element of an ``array``.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     name: str
     type: str
@@ -111,7 +108,7 @@ class ToolDefinition(BaseModel):
     ``requires_approval``.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     name: str
     description: str
@@ -134,7 +131,7 @@ class ToolDefinition(BaseModel):
 class Envelope(BaseModel):
     """The fields every A2E message carries."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     type: str
     id: str = Field(default_factory=new_id)
@@ -165,13 +162,20 @@ class ToolEvent(Envelope):
 class ToolResult(BaseModel):
     """The outcome of one call (seed 000), one type for every source and transport.
 
-    Extensions: ``output`` is the text a model sees (derived from ``data`` or ``error`` unless the
-    source gave its own), ``is_error`` mirrors ``success``, ``metadata`` carries source details
-    (an A2A task id, HTTP status, ...) and ``state_update`` is an RFC 6902 patch for the session's
-    state document (seed 003).
+    Extensions: ``output`` is the text a model sees: the source's own text when it gave one
+    (stored as ``output_text``, sent on the wire as ``output``), else derived from ``data`` or
+    ``error`` when read. ``is_error`` mirrors ``success``, ``metadata`` carries source details
+    (an A2A task id, HTTP status, ...) and ``state_update`` is an RFC 6902 patch for the
+    session's state document (seed 003).
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore",
+        defer_build=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
 
     success: bool
     tool_name: str
@@ -183,29 +187,24 @@ class ToolResult(BaseModel):
     error_code: str | None = Field(default=None, exclude_if=_is_none)
     duration_ms: int
     events: list[ToolEvent] = Field(default_factory=list, exclude_if=_is_empty)
-    output: str | None = Field(default=None, exclude_if=_is_none)
+    output_text: str | None = Field(default=None, alias="output", exclude_if=_is_none)
     metadata: dict[str, Any] = Field(default_factory=dict, exclude_if=_is_empty)
     state_update: list[dict[str, Any]] | None = Field(default=None, exclude_if=_is_none)
 
-    _derived: bool = PrivateAttr(default=False)
+    @property
+    def output(self) -> str:
+        """The text a model sees."""
+        if self.output_text is not None:
+            return self.output_text
+        return derive_output(self.data, self.error)
 
-    def model_post_init(self, context: Any, /) -> None:
-        # Keep `output` off the wire when it says nothing `data`/`error` do not already say;
-        # the receiving side derives it again.
-        if self.output is None:
-            self.output = derive_output(self.data, self.error)
-            self._derived = True
+    @output.setter
+    def output(self, text: str) -> None:
+        self.output_text = text
 
     @property
     def is_error(self) -> bool:
         return not self.success
-
-    @model_serializer(mode="wrap")
-    def _wire_form(self, handler: SerializerFunctionWrapHandler) -> Any:
-        wire = handler(self)
-        if self._derived and isinstance(wire, dict):
-            wire.pop("output", None)
-        return wire
 
     def raise_for_error(self) -> ToolResult:
         """Return self, or raise ``ToolCallFailed`` when the call did not succeed."""

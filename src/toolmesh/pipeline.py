@@ -14,21 +14,21 @@ waiting at the deadline, cancels the tool, and answers with a timeout result at 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import difflib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
+from toolmesh.eager import start_eagerly
 from toolmesh.errors import ArgumentError, SchemaError, StateError
-from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult
+from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id
 from toolmesh.tools import Output, Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -45,11 +45,43 @@ EventSink = Callable[[ToolEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A policy hook's verdict on one call; ``rule`` names what decided (it is audited)."""
+    """A policy hook's verdict on one call; ``rule`` names what decided (it is audited).
+    ``needs_approval``: allowed only once an approver says yes."""
 
     allowed: bool
     reason: str = ""
     rule: str = ""
+    needs_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approver is asked: may this call run?"""
+
+    id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    reason: str
+    session_id: str
+    req_id: str
+    event: ToolEvent  # the call's `approval` event (seq 0), for the transport to deliver
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[bool]]
+"""Answers an approval request: True runs the call, False denies it."""
+
+
+class CallObserver:
+    """Sees every call of a pipeline: its start, its events and its result (for AG-UI)."""
+
+    def call_started(self, session: Session, spec: CallSpec, tool: Tool | None) -> None:
+        """Before policy and validation."""
+
+    def call_event(self, session: Session, spec: CallSpec, event: ToolEvent) -> None:
+        """Each event, streaming or not."""
+
+    def call_ended(self, session: Session, spec: CallSpec, result: ToolResult) -> None:
+        """With the final result (state already applied)."""
 
 
 PolicyHook = Callable[
@@ -65,6 +97,7 @@ class Limits:
     default_timeout: float = 30.0
     max_timeout: float = 3600.0
     max_output_chars: int = 200_000
+    approval_timeout: float = 300.0
 
 
 @dataclass(slots=True)
@@ -77,6 +110,7 @@ class CallSpec:
     correlation_id: str = ""
     streaming: bool = False
     timeout: float | None = None
+    prior_events: list[ToolEvent] = field(default_factory=list)  # before the tool ran: approval
 
 
 class ToolResolver:
@@ -109,7 +143,8 @@ class Pipeline:
         self.hooks = list(hooks)
         self.host_id = host_id
         self.audit_failures = 0
-        self._stragglers: set[asyncio.Task[Any]] = set()
+        self.observers: list[CallObserver] = []
+        self._stragglers: set[asyncio.Future[Any]] = set()
 
     async def call(
         self, session: Session, spec: CallSpec, on_event: EventSink | None = None
@@ -119,24 +154,37 @@ class Pipeline:
         started = time.perf_counter()
         tool = self.tools.get(spec.tool_name)
         decision = ""
+        observers = self.observers
+        if observers:
+            for observer in observers:
+                observer.call_started(session, spec, tool)
+            on_event = _observed(observers, session, spec, on_event)
         try:
             if tool is None:
                 result = self._unknown(spec.tool_name)
             else:
                 verdict = await self._decide(session, tool, spec.arguments)
+                if verdict.allowed and (
+                    verdict.needs_approval or tool.definition.requires_approval
+                ):
+                    verdict = await self._approve(session, tool, spec, verdict)
                 decision = verdict.rule
                 if not verdict.allowed:
                     result = _failure(tool.name, ToolErrorCode.TOOL_DENIED, verdict.reason)
                     result.metadata = {"rule": verdict.rule}
+                    if verdict.rule.endswith("approval:timeout"):
+                        result.error_code = ToolErrorCode.TIMEOUT
                 else:
                     result = await self._validated_run(session, tool, spec, on_event)
         except asyncio.CancelledError:
             result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
             result.duration_ms = _elapsed_ms(started)
-            await self._audit(session, spec, tool, result, decision)
+            await self._audit(session, spec, tool, result, decision, self._bound(result))
             raise
         result.duration_ms = _elapsed_ms(started)
-        await self._audit(session, spec, tool, result, decision)
+        await self._audit(session, spec, tool, result, decision, self._bound(result))
+        for observer in observers:
+            observer.call_ended(session, spec, result)
         return result
 
     async def drain(self) -> None:
@@ -172,6 +220,60 @@ class Pipeline:
                 return verdict
         return _ALLOWED
 
+    async def _approve(
+        self, session: Session, tool: Tool, spec: CallSpec, verdict: Decision
+    ) -> Decision:
+        """Ask the session's approver; the answer (or its absence) becomes the verdict."""
+        rule = f"{verdict.rule}:" if verdict.rule else ""
+        approver = session.approver
+        if approver is None:
+            return Decision(
+                False,
+                f"tool {tool.name!r} requires approval and no approver is connected",
+                rule=f"{rule}approval:unavailable",
+            )
+        approval_id = new_id()
+        reason = verdict.reason or f"{tool.name!r} requires approval"
+        event = ToolEvent(
+            kind="approval",
+            req_id=spec.req_id,
+            data={
+                "approval_id": approval_id,
+                "tool_name": tool.name,
+                "arguments": dict(spec.arguments),
+                "reason": reason,
+            },
+        )
+        spec.prior_events.append(event)
+        request = ApprovalRequest(
+            id=approval_id,
+            tool_name=tool.name,
+            arguments=spec.arguments,
+            reason=reason,
+            session_id=session.id,
+            req_id=spec.req_id,
+            event=event,
+        )
+        wait = self.limits.approval_timeout
+        try:
+            async with asyncio.timeout(wait):
+                approved = await approver(request)
+        except TimeoutError:
+            return Decision(
+                False,
+                f"nobody approved {tool.name!r} within {wait:g}s",
+                rule=f"{rule}approval:timeout",
+            )
+        except Exception as exc:
+            return Decision(
+                False, f"approval failed: {_describe(exc)}", rule=f"{rule}approval:failed"
+            )
+        if not approved:
+            return Decision(
+                False, f"the approver denied {tool.name!r}", rule=f"{rule}approval:denied"
+            )
+        return Decision(True, verdict.reason, rule=f"{rule}approval:approved")
+
     async def _validated_run(
         self, session: Session, tool: Tool, spec: CallSpec, on_event: EventSink | None
     ) -> ToolResult:
@@ -198,12 +300,12 @@ class Pipeline:
             capabilities=session.capabilities,
             state=(lambda: state) if state is not None else None,
             sink=on_event if spec.streaming else None,
+            events=spec.prior_events,
         )
         ctx._deadline_cap = time.monotonic() + self.limits.max_timeout
         result = await self._execute(tool, spec.arguments, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
-        self._bound(result)
         if result.state_update:
             await self._apply_state(session, result, ctx)
         return result
@@ -213,18 +315,18 @@ class Pipeline:
     ) -> ToolResult:
         # Start the tool eagerly: most finish without suspending, and then need neither a task
         # nor a timer. One that suspends continues as a task under the deadline.
-        context = contextvars.copy_context()
-        coro = tool.run(arguments, ctx)
-        try:
-            first = context.run(coro.send, None)
-        except StopIteration as done:
+        task = start_eagerly(tool.run(arguments, ctx))
+        if task.done():
             ctx._close()
-            return _shape(tool.name, done.value)
-        except Exception as exc:  # the tool's own failure becomes a result
-            ctx._close()
-            return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
+            if task.cancelled():
+                return _failure(tool.name, ToolErrorCode.CANCELLED, "the tool was cancelled")
+            error = task.exception()
+            if error is not None:
+                if not isinstance(error, Exception):
+                    raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
+                return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
+            return _shape(tool.name, task.result())
         loop = asyncio.get_running_loop()
-        task = loop.create_task(_resume(coro, first), context=context)
         initial = ctx.deadline
         try:
             async with asyncio.timeout(_remaining(ctx, timeout)) as scope:
@@ -235,6 +337,9 @@ class Pipeline:
                 raw = await asyncio.shield(task)
         except TimeoutError:
             self._abandon(task, ctx)
+            # One turn of the loop lets a tool that handles cancellation begin its cleanup (drop
+            # a stuck connection, say) before the caller's next call can reach it.
+            await asyncio.sleep(0)
             extended = "" if ctx.deadline == initial else " (deadline extended by progress)"
             return _failure(
                 tool.name,
@@ -256,29 +361,30 @@ class Pipeline:
     def _abandon(self, task: asyncio.Future[Any], ctx: ToolContext) -> None:
         ctx._close(cancelled=True)
         task.cancel()
-        if not task.done() and isinstance(task, asyncio.Task):
+        if not task.done():
             self._stragglers.add(task)
             task.add_done_callback(self._straggler_done)
 
-    def _straggler_done(self, task: asyncio.Task[Any]) -> None:
+    def _straggler_done(self, task: asyncio.Future[Any]) -> None:
         self._stragglers.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.debug("tool finished with an error after its deadline", exc_info=True)
 
-    def _bound(self, result: ToolResult) -> None:
+    def _bound(self, result: ToolResult) -> int:
+        """Cut an output longer than the limit (flagging it); return its size in bytes."""
         limit = self.limits.max_output_chars
-        output = result.output or ""
+        output = result.output
         if len(output) <= limit:
-            return
+            return len(output.encode())
         note = f"\n[output truncated: {limit} of {len(output)} characters shown]"
         result.output = output[:limit] + note
-        result._derived = False
         result.truncated = True
         if isinstance(result.data, str):
             result.data = result.output
         elif result.data is not None:
             result.data = None
             result.metadata = {**result.metadata, "data_omitted": "larger than the output limit"}
+        return len(result.output.encode())
 
     async def _apply_state(self, session: Session, result: ToolResult, ctx: ToolContext) -> None:
         patch = result.state_update or []
@@ -309,6 +415,7 @@ class Pipeline:
         tool: Tool | None,
         result: ToolResult,
         decision: str,
+        output_bytes: int,
     ) -> None:
         input_bytes, digest = digest_arguments(spec.arguments)
         entry = AuditEntry(
@@ -323,7 +430,7 @@ class Pipeline:
             source=tool.source if tool is not None else "",
             transport=session.transport,
             input_bytes=input_bytes,
-            output_bytes=len((result.output or "").encode()),
+            output_bytes=output_bytes,
             args_digest=digest,
             decision=decision,
             host_id=self.host_id,
@@ -349,37 +456,24 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-class _Resumed:
-    """Awaitable that carries on a coroutine which already ran to its first suspension."""
+def _observed(
+    observers: Sequence[CallObserver],
+    session: Session,
+    spec: CallSpec,
+    on_event: EventSink | None,
+) -> EventSink:
+    """An event sink that also shows every event to the observers (and streams it on)."""
 
-    __slots__ = ("coro", "pending")
+    forward = on_event if spec.streaming else None  # the caller's own choice stands
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
-        self.coro = coro
-        self.pending = pending
+    def sink(event: ToolEvent) -> None:
+        for observer in observers:
+            observer.call_event(session, spec, event)
+        if forward is not None:
+            forward(event)
 
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, value = self.coro, self.pending
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: cancellation, mostly
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
-
-
-async def _resume(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
-    return await _Resumed(coro, pending)
+    spec.streaming = True  # the observers need the events even when the caller did not ask
+    return sink
 
 
 def _elapsed_ms(started: float) -> int:
@@ -408,7 +502,7 @@ def _shape(tool_name: str, raw: Any) -> ToolResult:
             success=True,
             tool_name=tool_name,
             data=jsonable(raw.value),
-            output=raw.text,
+            output_text=raw.text,
             metadata=raw.metadata,
             state_update=raw.state_update,
             duration_ms=0,

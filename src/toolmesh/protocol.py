@@ -14,7 +14,7 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 
 from toolmesh.errors import ProtocolError
 from toolmesh.models import (
@@ -28,6 +28,8 @@ from toolmesh.models import (
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "MESSAGE_TYPES",
+    "ApprovalResponse",
     "CapabilityOverride",
     "ErrorCode",
     "ErrorMessage",
@@ -38,6 +40,8 @@ __all__ = [
     "Ping",
     "Pong",
     "Shutdown",
+    "StateRequest",
+    "StateResponse",
     "ToolCallRequest",
     "ToolCallResponse",
     "ToolEvent",
@@ -75,7 +79,7 @@ class ErrorCode(enum.StrEnum):
 class CapabilityOverride(BaseModel):
     """How a session asks to adjust the host's capability tags (seed 003's per-session policy)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     strategy: Literal["inherit", "extend", "replace"] = "inherit"
     capabilities: list[str] = Field(default_factory=list)
@@ -98,7 +102,7 @@ class HandshakeRequest(Envelope):
 class NegotiatedCapability(BaseModel):
     """One A2E capability the host accepted for the session (``tools`` here)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     capability: str
     enabled: bool = True
@@ -211,6 +215,28 @@ class ToolCallResponse(Envelope):
     created_at: float = Field(default_factory=time.time)
 
 
+class ApprovalResponse(Envelope):
+    """Agent -> host: the answer to an ``approval`` event (``req_id`` is its ``approval_id``)."""
+
+    type: Literal["tool/approval/resp"] = "tool/approval/resp"
+    req_id: str
+    approved: bool
+    reason: str = ""
+
+
+class StateRequest(Envelope):
+    """Agent -> host: send the session's state document."""
+
+    type: Literal["state/get/req"] = "state/get/req"
+
+
+class StateResponse(Envelope):
+    type: Literal["state/get/resp"] = "state/get/resp"
+    req_id: str = ""
+    state: dict[str, Any] = Field(default_factory=dict)
+    state_version: int = 0  # bumped by every applied update (`version` is the protocol's)
+
+
 Message = Annotated[
     HandshakeRequest
     | HandshakeResponse
@@ -222,12 +248,35 @@ Message = Annotated[
     | ToolListResponse
     | ToolCallRequest
     | ToolCallResponse
-    | ToolEvent,
+    | ToolEvent
+    | ApprovalResponse
+    | StateRequest
+    | StateResponse,
     Field(discriminator="type"),
 ]
 """Any A2E message toolmesh speaks."""
 
-_MESSAGE: TypeAdapter[Any] = TypeAdapter(Message)
+MESSAGE_TYPES: dict[str, type[Envelope]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        HandshakeRequest,
+        HandshakeResponse,
+        Ping,
+        Pong,
+        Shutdown,
+        ErrorMessage,
+        ToolListRequest,
+        ToolListResponse,
+        ToolCallRequest,
+        ToolCallResponse,
+        ToolEvent,
+        ApprovalResponse,
+        StateRequest,
+        StateResponse,
+    )
+}
+"""Message classes by their ``type``. Each builds its validator on first use, so a host starting
+up pays only for the messages it meets."""
 
 
 def encode(message: BaseModel) -> bytes:
@@ -244,9 +293,29 @@ def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> 
             detail={"size": len(line), "limit": max_bytes},
         )
     try:
-        return _MESSAGE.validate_json(line, strict=True)
+        raw = json.loads(line, parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object")
+    kind = raw.get("type")
+    if kind is None:
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, "message has no 'type' field")
+    cls = MESSAGE_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_MESSAGE_TYPE,
+            f"unknown message type {kind!r}",
+            detail={"type": str(kind)},
+        )
+    try:
+        return cls.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise _protocol_error(exc, line) from None
+        raise _invalid(exc, str(kind)) from None
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def request_id_of(line: bytes | str) -> str:
@@ -260,32 +329,18 @@ def request_id_of(line: bytes | str) -> str:
     return ""
 
 
-def _protocol_error(exc: ValidationError, line: bytes | str) -> ProtocolError:
-    first = exc.errors(include_url=False)[0]
-    kind = first["type"]
-    if kind == "json_invalid":
-        return ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {first['msg']}")
-    if kind == "union_tag_invalid":
-        tag = first.get("ctx", {}).get("tag", "?")
-        return ProtocolError(
-            ErrorCode.UNKNOWN_MESSAGE_TYPE,
-            f"unknown message type {tag!r}",
-            detail={"type": tag},
-        )
-    if kind == "union_tag_not_found":
-        return ProtocolError(ErrorCode.INVALID_MESSAGE, "message has no 'type' field")
-    if kind in ("model_type", "model_attributes_type", "dict_type") and len(first["loc"]) <= 1:
-        return ProtocolError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object")
-    # loc[0] is the message type (the union branch); the rest is the field's path.
-    loc = [str(part) for part in first["loc"][1:]]
-    field = ".".join(loc) or "message"
-    reason = "is required" if kind == "missing" else first["msg"].lower()
-    errors = [
-        {"field": ".".join(str(p) for p in e["loc"][1:]), "error": e["msg"]}
-        for e in exc.errors(include_url=False)
-    ]
+def _invalid(exc: ValidationError, kind: str) -> ProtocolError:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    field = ".".join(str(part) for part in first["loc"]) or "message"
+    reason = "is required" if first["type"] == "missing" else first["msg"].lower()
     return ProtocolError(
         ErrorCode.INVALID_MESSAGE,
         f"field {field!r} {reason}",
-        detail={"type": str(first["loc"][0]) if first["loc"] else "", "errors": errors},
+        detail={
+            "type": kind,
+            "errors": [
+                {"field": ".".join(str(p) for p in e["loc"]), "error": e["msg"]} for e in errors
+            ],
+        },
     )

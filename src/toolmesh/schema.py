@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import fastjsonschema
-
 from toolmesh.errors import ArgumentError, SchemaError
 from toolmesh.models import ToolParameter
 
@@ -230,6 +228,8 @@ def _compiled(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
     fn = _cache.get(key)
     if fn is not None:
         return fn
+    import fastjsonschema  # on first compile: importing it costs 15 ms at startup
+
     try:
         fn = fastjsonschema.compile(dict(schema), handlers=_NO_REMOTE_REFS, use_default=False)
     except fastjsonschema.JsonSchemaDefinitionException as exc:
@@ -257,7 +257,9 @@ class Validator:
             fn = self._fn = _compiled(self.schema)
         try:
             fn(arguments)
-        except fastjsonschema.JsonSchemaValueException as exc:
+        except Exception as exc:
+            if type(exc).__name__ != "JsonSchemaValueException":
+                raise
             raise _argument_error(exc) from None
 
 
@@ -268,7 +270,7 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def _argument_error(exc: fastjsonschema.JsonSchemaValueException) -> ArgumentError:
+def _argument_error(exc: Any) -> ArgumentError:
     name = exc.name or "data"
     path = "$" + name[len("data") :] if name.startswith("data") else f"$.{name}"
     value = exc.value

@@ -16,8 +16,7 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-import snowballstemmer
+from typing import Any
 
 from toolmesh.models import ToolDefinition, ToolParameter
 
@@ -89,12 +88,18 @@ STOP_WORDS = frozenset(
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NON_WORD = re.compile(r"[^0-9A-Za-z]+")
-_stemmer = snowballstemmer.stemmer("english")
+
+
+@functools.lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import snowballstemmer  # on first use: it costs 10+ ms to import
+
+    return snowballstemmer.stemmer("english")
 
 
 @functools.lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    return str(_stemmer.stemWord(word))
+    return str(_stemmer().stemWord(word))
 
 
 def tokenize(text: str) -> list[str]:
@@ -105,7 +110,8 @@ def tokenize(text: str) -> list[str]:
     for word in words:
         lowered = word.lower()
         if lowered and lowered not in STOP_WORDS:
-            out.append(_stem(lowered))
+            # Numbers have no stem, and there are too many distinct ones to cache.
+            out.append(lowered if lowered.isdigit() else _stem(lowered))
     return out
 
 

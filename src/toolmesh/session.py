@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolmesh.capabilities import CapabilitySet
 from toolmesh.models import new_id
+
+if TYPE_CHECKING:
+    from toolmesh.pipeline import Approver
 
 __all__ = ["Session"]
 
@@ -25,3 +28,4 @@ class Session:
     created_at: float = field(default_factory=time.time)
     metadata: dict[str, Any] = field(default_factory=dict)
     active_calls: int = 0
+    approver: Approver | None = None

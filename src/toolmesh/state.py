@@ -13,8 +13,6 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-import jsonpatch
-
 from toolmesh.errors import StateError
 from toolmesh.store.base import StateRecord, Store
 
@@ -40,6 +38,11 @@ class StateManager:
         record = self._cache.get(session_id)
         return None if record is None else record.document
 
+    async def current(self, session_id: str) -> StateRecord:
+        """The session's document (a private copy) and its version."""
+        record = await self._load(session_id)
+        return StateRecord(copy.deepcopy(record.document), record.version)
+
     async def snapshot(self, session_id: str) -> dict[str, Any]:
         """The session's document (a private copy)."""
         record = await self._load(session_id)
@@ -55,6 +58,8 @@ class StateManager:
     async def apply(self, session_id: str, patch: Sequence[dict[str, Any]]) -> StateRecord:
         """Apply ``patch`` atomically and persist it; raise ``StateError`` and change nothing
         when it is malformed, touches a forbidden path or fails."""
+        import jsonpatch  # on first update: most sessions never need it
+
         operations = self._check(patch)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:

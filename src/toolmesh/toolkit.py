@@ -13,6 +13,7 @@ deadline, events, state, audit).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import re
@@ -21,22 +22,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
-from toolmesh.pipeline import CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
+from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
 from toolmesh.search import SearchIndex
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
 from toolmesh.sources.plugin import PluginSource, ToolPlugin
-from toolmesh.sources.skills import Skill, SkillsSource
 from toolmesh.sources.wrappers import Prefixed
 from toolmesh.state import StateManager
 from toolmesh.store import Store, open_store
 from toolmesh.tools import Tool
+
+if TYPE_CHECKING:
+    from toolmesh.sources.skills import Skill, SkillsSource
 
 __all__ = ["ToolNameConflict", "Toolkit", "create_toolkit", "sanitize_name"]
 
@@ -228,19 +231,24 @@ class Toolkit(ToolResolver):
     @property
     def skills(self) -> list[Skill]:
         """Every skill of the toolkit's skills folders."""
-        return [skill for s in self._sources if isinstance(s, SkillsSource) for skill in s.skills]
+        return [skill for s in self._skill_sources() for skill in s.skills]
 
     def skills_prompt(self) -> str:
         """The catalogue of skills, for a system prompt (empty when there are none)."""
-        return "\n\n".join(
-            p for s in self._sources if isinstance(s, SkillsSource) if (p := s.prompt())
-        )
+        return "\n\n".join(p for s in self._skill_sources() if (p := s.prompt()))
 
-    def to_openai(self, *, api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
-        """The non-deferred tools as OpenAI function tools."""
+    def _skill_sources(self) -> list[SkillsSource]:
+        from toolmesh.sources.skills import SkillsSource
+
+        return [s for s in self._sources if isinstance(s, SkillsSource)]
+
+    def to_openai(
+        self, *, api: Literal["chat", "responses"] = "chat", strict: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """The non-deferred tools as OpenAI function tools (see ``toolmesh.llm.to_openai``)."""
         from toolmesh.llm.formats import to_openai
 
-        return to_openai([self[d.name] for d in self.definitions()], api=api)
+        return to_openai([self[d.name] for d in self.definitions()], api=api, strict=strict)
 
     def to_anthropic(self) -> list[dict[str, Any]]:
         """The non-deferred tools as Anthropic tools."""
@@ -324,8 +332,12 @@ class Toolkit(ToolResolver):
         on_event: Callable[[ToolEvent], None] | None = None,
         correlation_id: str = "",
         session: Session | None = None,
+        on_approval: Approver | None = None,
     ) -> ToolResult:
-        """Call a tool through the pipeline; tool failures come back as results."""
+        """Call a tool through the pipeline; tool failures come back as results.
+
+        ``on_approval`` answers approval requests of this call (without it, a tool that needs
+        approval is denied)."""
         spec = CallSpec(
             tool_name=name,
             arguments=dict(arguments or {}),
@@ -334,7 +346,10 @@ class Toolkit(ToolResolver):
             streaming=on_event is not None,
             timeout=timeout,
         )
-        return await self.pipeline.call(session or self.session, spec, on_event)
+        caller = session or self.session
+        if on_approval is not None:
+            caller = dataclasses.replace(caller, approver=on_approval)
+        return await self.pipeline.call(caller, spec, on_event)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -472,14 +487,25 @@ async def create_toolkit(
         limits=limits,
     )
 
-    if config is not None:  # the toolmesh.toml manifest
-        raise ConfigError("create_toolkit(config=...): manifests are not supported yet")
+    if config is not None:  # the toolmesh.toml manifest: its settings unless given here
+        from toolmesh.manifest import load_manifest
+
+        toolkit = load_manifest(config).toolkit(
+            name=None if name == "toolmesh" else name,
+            on_conflict=None if on_conflict == "warn" else on_conflict,
+            capabilities=capabilities,
+            capability_policy=None if capability_policy == "locked" else capability_policy,
+            audit=audit,
+            limits=limits,
+        )
 
     for item in tools:
         toolkit.add(item)
 
-    if builtins:  # files, shell, HTTP, code: confined to `workspace`
-        raise ConfigError("create_toolkit(builtins=...): built-in tools are not supported yet")
+    if builtins:  # files, shell, HTTP, code: confined to `workspace` (default ./workspace)
+        from toolmesh.sources.builtins import builtin_source
+
+        toolkit.add(builtin_source(builtins, workspace=workspace))
 
     if skills_dir is not None:
         from toolmesh.sources.skills import SkillsSource

@@ -174,6 +174,7 @@ class ToolContext:
         capabilities: CapabilitySet | None = None,
         state: Callable[[], Mapping[str, Any]] | None = None,
         sink: EventSink | None = None,
+        events: list[ToolEvent] | None = None,
     ) -> None:
         self.tool_name = tool_name
         self.req_id = req_id
@@ -182,7 +183,7 @@ class ToolContext:
         self.correlation_id = correlation_id
         self.deadline = deadline
         self.capabilities = capabilities
-        self.events: list[ToolEvent] = []
+        self.events: list[ToolEvent] = events if events is not None else []
         self._state_source = state
         self._state: dict[str, Any] | None = None
         self._sink = sink

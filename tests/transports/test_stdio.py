@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,3 +77,25 @@ async def test_blank_lines_are_ignored_and_last_line_needs_no_newline(tmp_path: 
     )
     stdout, _ = await asyncio.wait_for(process.communicate(b'\n\n{"type":"ping","id":"p"}'), 30)
     assert [json.loads(line)["req_id"] for line in stdout.splitlines()] == ["p"]
+
+
+def test_input_and_output_may_be_regular_files(tmp_path: Path) -> None:
+    """`toolmesh serve --stdio < requests.ndjson > answers.ndjson` works like a pipe."""
+    requests = tmp_path / "requests.ndjson"
+    answers = tmp_path / "answers.ndjson"
+    requests.write_text(
+        '{"type":"handshake/req","id":"h","agent_caps":["tools"]}\n'
+        '{"type":"tool/call/req","id":"c","tool_name":"echo","arguments":{"text":"from a file"}}\n'
+    )
+    with requests.open("rb") as stdin, answers.open("wb") as stdout:
+        done = subprocess.run(
+            serve_stdio_command(tmp_path / "a.db"),
+            stdin=stdin,
+            stdout=stdout,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0
+    messages = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [m["type"] for m in messages] == ["handshake/resp", "tool/call/resp"]
+    assert messages[1]["data"]["data"] == "from a file"

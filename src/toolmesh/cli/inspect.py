@@ -6,13 +6,15 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolmesh.cli.loading import parse_target
 from toolmesh.cli.serve import add_source_options, build_host
-from toolmesh.client import AsyncClient, connect_async
 from toolmesh.errors import ConfigError
-from toolmesh.models import ToolEvent
+
+if TYPE_CHECKING:
+    from toolmesh.client import AsyncClient
+    from toolmesh.models import ToolEvent
 
 __all__ = ["add_parsers"]
 
@@ -52,6 +54,8 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def _client(args: argparse.Namespace) -> AsyncClient:
+    from toolmesh.client import connect_async
+
     target = parse_target(args.target) if args.target else build_host(args, audit=None)
     return await connect_async(target, agent_id="toolmesh-cli", auth_token=args.auth_token)
 

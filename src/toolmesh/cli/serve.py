@@ -8,11 +8,12 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
-from toolmesh.errors import ConfigError
 from toolmesh.host import Host
+from toolmesh.pipeline import Limits
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from toolmesh.tools import busy_threads
 
@@ -62,17 +63,31 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--capability-policy",
         choices=["locked", "extensible"],
-        default="locked",
-        help="whether sessions may change the capability set (default locked)",
+        default=None,
+        help="whether sessions may change the capability set (default: the manifest's, "
+        "else locked)",
     )
     parser.add_argument(
         "--max-parallel", type=int, default=8, help="calls one session may run at once (default 8)"
+    )
+    parser.add_argument(
+        "--approval-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a call needing approval waits for an answer (default 300)",
     )
     parser.add_argument(
         "--max-message-bytes",
         type=int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help=f"largest message accepted (default {DEFAULT_MAX_MESSAGE_BYTES})",
+    )
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default="workspace",
+        help="with neither --tools nor --config: serve the built-in tools confined to DIR "
+        "(default ./workspace, created if missing)",
     )
     parser.set_defaults(run=run)
 
@@ -111,11 +126,11 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
         for path in args.mcp_config:
             sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
     if args.config:
-        raise ConfigError("--config: manifests are not supported by this build yet")
-    if not sources:
-        raise ConfigError(
-            "nothing to serve: give --tools MODULE:ATTR, --config FILE or --mcp-config FILE"
-        )
+        return _manifest_host(args, sources, audit=audit)
+    if not sources:  # the default toolkit: the built-in tools, confined to the workspace
+        from toolmesh.sources.builtins import builtin_source
+
+        sources = [builtin_source(True, workspace=getattr(args, "workspace", "workspace"))]
     return Host(
         *sources,
         audit=audit,
@@ -124,6 +139,33 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
         max_parallel=getattr(args, "max_parallel", 8),
         auth_token=getattr(args, "auth_token", None),
         max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+    )
+
+
+def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str | None) -> Host:
+    """A host of the manifest's toolkit (``--tools`` sources after its own). The manifest gives
+    the audit file, the capabilities and the policy unless the command line does."""
+    from toolmesh.manifest import load_manifest
+
+    manifest = load_manifest(args.config)
+    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
+    if manifest.audit is not None and audit == default_audit:
+        audit = manifest.audit
+        args.audit = audit
+    toolkit = manifest.toolkit(
+        *sources,
+        capabilities=getattr(args, "capability", None),
+        capability_policy=getattr(args, "capability_policy", None),
+        audit=audit,
+    )
+    return Host(
+        toolkit,
+        max_parallel=getattr(args, "max_parallel", 8),
+        auth_token=getattr(args, "auth_token", None),
+        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+        owns_toolkit=True,  # built for this host: it opens the sources and closes them
     )
 
 
@@ -134,14 +176,14 @@ def run(args: argparse.Namespace) -> int:
     if args.mcp_stdio:
         from toolmesh.mcp.stdio import serve_mcp_stdio
 
-        _use_uvloop()
-        asyncio.run(_until_stopped(serve_mcp_stdio(host), host))
+        # uvloop halves the thread hop of blocking tools, which MCP clients call back to back
+        _run(_until_stopped(serve_mcp_stdio(host), host), fast_loop=True)
         _leave_stuck_threads()
         return 0
     if args.stdio:
         from toolmesh.transports.stdio import serve_stdio
 
-        asyncio.run(_until_stopped(serve_stdio(host), host))
+        _run(_until_stopped(serve_stdio(host), host), fast_loop=False)
         _leave_stuck_threads()
         return 0
     from toolmesh.transports.http import serve_http
@@ -164,18 +206,25 @@ def run(args: argparse.Namespace) -> int:
     serving = serve_http(
         host, bind, auth_token=args.auth_token, on_ready=ready, extra_routes=routes
     )
-    asyncio.run(_until_stopped(serving, host))
+    _run(_until_stopped(serving, host), fast_loop=True)
     _leave_stuck_threads()
     return 0
 
 
-def _use_uvloop() -> None:
-    """The faster event loop when the `fast` extra installed it (a thread hop per blocking
-    tool costs about half as much)."""
-    with contextlib.suppress(ImportError):
+def _run(main: Coroutine[Any, Any, None], *, fast_loop: bool) -> None:
+    """Run the server. HTTP serving uses uvloop when it is installed (the `fast` extra); stdio
+    uses asyncio's own loop, where uvloop measured no faster and costs 15 ms to import.
+    TOOLMESH_LOOP=asyncio|uvloop overrides the choice."""
+    choice = os.environ.get("TOOLMESH_LOOP") or ("uvloop" if fast_loop else "asyncio")
+    try:
+        if choice != "uvloop":
+            raise ImportError("asyncio's own loop was chosen")
         import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def _leave_stuck_threads() -> None:

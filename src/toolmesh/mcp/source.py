@@ -178,9 +178,8 @@ class MCPSource(Source):
 
     def _caller(self, remote_name: str) -> Callable[[dict[str, Any], ToolContext], Any]:
         async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-            # Suspend once so the pipeline moves this call into its own task before the SDK
-            # enters anyio cancel scopes (they must be left by the task that entered them).
-            await asyncio.sleep(0)
+            # The pipeline starts this in its own task (eagerly), so the SDK's anyio cancel
+            # scopes are entered and left by one task.
             return await self._call(remote_name, arguments, ctx)
 
         return call

@@ -24,13 +24,13 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
-import docstring_parser
 from pydantic import TypeAdapter
 from pydantic.fields import FieldInfo
 
 from toolmesh.capabilities import check_tag
 from toolmesh.errors import ConfigError, SchemaError
-from toolmesh.models import ToolDefinition
+from toolmesh.models import ToolDefinition, ToolParameter
+from toolmesh.schema import parameters_to_schema, schema_to_parameters
 from toolmesh.sources.base import ToolSet
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
@@ -141,9 +141,16 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     tool_name = options["name"] or getattr(target, "__name__", None)
     if not tool_name or tool_name == "<lambda>":
         raise ConfigError("a lambda or unnamed callable needs tool(fn, name=...)")
-    input_schema, output_schema = _schemas(plan, doc)
+    raw_input, raw_output = _schemas(plan, doc)
+    input_schema, input_parameters, input_lossless = _shape_of(raw_input)
+    output_schema, output_parameters, output_lossless = _shape_of(raw_output)
     definition = ToolDefinition(
         name=tool_name,
+        input_parameters=input_parameters,
+        input_schema=None if input_lossless else input_schema,
+        output_parameters=output_parameters,
+        output_schema=None if output_lossless else output_schema,
+        kind="python",
         description=options["description"] or _description(doc) or tool_name,
         streaming=options["streaming"],
         idempotent=options["idempotent"],
@@ -156,15 +163,34 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
         annotations=dict(options["annotations"]) if options["annotations"] else None,
         requires_approval=options["requires_approval"],
     )
-    made = FunctionTool(
-        definition,
-        _runner(fn, plan),
-        source="python",
-        input_schema=input_schema,
-        output_schema=output_schema,
-    )
+    made = FunctionTool(definition, _runner(fn, plan), source="python", input_schema=input_schema)
     made.__wrapped__ = fn
     return made
+
+
+_SHAPES: dict[str, tuple[JsonSchema, list[ToolParameter], bool]] = {}
+_SHAPES_LIMIT = 4096
+
+
+def _shape_of(schema: JsonSchema | None) -> tuple[JsonSchema | None, list[ToolParameter], bool]:
+    """``schema`` (an equal one seen before, if any), its parameter list, and whether that list
+    says everything the schema does.
+
+    Tools often share a schema shape; converting each shape once (rather than per tool, in
+    ``Tool``) and sharing the results makes registering thousands of tools fast and small.
+    Schemas and parameters of tools are read-only, so sharing them is safe.
+    """
+    if schema is None:
+        return None, [], True
+    key = repr(schema)  # cheap; a schema written in another key order is merely another entry
+    shape = _SHAPES.get(key)
+    if shape is None:
+        parameters = schema_to_parameters(schema)
+        shape = (schema, parameters, parameters_to_schema(parameters) == schema)
+        if len(_SHAPES) >= _SHAPES_LIMIT:
+            _SHAPES.pop(next(iter(_SHAPES)))
+        _SHAPES[key] = shape
+    return shape
 
 
 def function_schema(fn: Callable[..., Any]) -> JsonSchema:
@@ -247,30 +273,42 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
 
-def _docstring(fn: Callable[..., Any]) -> docstring_parser.Docstring | None:
+@dataclasses.dataclass(slots=True)
+class _Doc:
+    summary: str
+    params: dict[str, str]
+    returns: str = ""
+
+
+def _docstring(fn: Callable[..., Any]) -> _Doc | None:
     text = inspect.getdoc(fn)
     if not text:
         return None
+    if "\n" not in text.strip():
+        return _Doc(text.strip(), {})  # one line: no sections to parse
+    import docstring_parser  # only for docstrings with more than a summary line
+
     try:
-        return docstring_parser.parse(text)
+        parsed = docstring_parser.parse(text)
     except docstring_parser.ParseError:
-        return docstring_parser.Docstring()
+        return _Doc(text.strip(), {})
+    parts = [p for p in (parsed.short_description, parsed.long_description) if p]
+    return _Doc(
+        "\n\n".join(parts).strip(),
+        {p.arg_name: p.description or "" for p in parsed.params},
+        (parsed.returns.description or "") if parsed.returns else "",
+    )
 
 
-def _description(doc: docstring_parser.Docstring | None) -> str:
-    if doc is None:
-        return ""
-    parts = [p for p in (doc.short_description, doc.long_description) if p]
-    return "\n\n".join(parts).strip()
+def _description(doc: _Doc | None) -> str:
+    return doc.summary if doc is not None else ""
 
 
 # -- schemas -------------------------------------------------------------------------------------
 
 
-def _schemas(
-    plan: _Plan, doc: docstring_parser.Docstring | None
-) -> tuple[JsonSchema, JsonSchema | None]:
-    described = {p.arg_name: p.description or "" for p in doc.params} if doc else {}
+def _schemas(plan: _Plan, doc: _Doc | None) -> tuple[JsonSchema, JsonSchema | None]:
+    described = doc.params if doc else {}
     builder = _SchemaBuilder()
     properties: JsonSchema = {}
     required: list[str] = []
@@ -297,7 +335,7 @@ def _schemas(
     return input_schema, _output_schema(plan.returns, doc)
 
 
-def _output_schema(returns: Any, doc: docstring_parser.Docstring | None) -> JsonSchema | None:
+def _output_schema(returns: Any, doc: _Doc | None) -> JsonSchema | None:
     if returns is inspect.Signature.empty or returns in _NONE_TYPES or returns is Any:
         return None
     builder = _SchemaBuilder()
@@ -307,8 +345,8 @@ def _output_schema(returns: Any, doc: docstring_parser.Docstring | None) -> Json
         return None
     if builder.defs:
         schema = {**schema, "$defs": builder.defs}
-    if doc is not None and doc.returns is not None and doc.returns.description:
-        schema.setdefault("description", doc.returns.description)
+    if doc is not None and doc.returns:
+        schema.setdefault("description", doc.returns)
     return schema
 
 
@@ -316,10 +354,10 @@ _UNSET = object()
 
 
 def _json_default(value: Any) -> Any:
+    if isinstance(value, enum.Enum):  # before the primitives: an IntEnum member is an int too
+        return _json_default(value.value)
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, enum.Enum):
-        return value.value
     if isinstance(value, list | tuple) and all(
         v is None or isinstance(v, str | int | float | bool) for v in value
     ):
@@ -477,33 +515,56 @@ def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
 
 
 def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
-    positional = [p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    positional = tuple(p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY)
     coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
-    context_param = plan.context_param
+    runner = _AsyncRunner if plan.is_async else _ThreadRunner
+    return runner(fn, positional, coercers or None, plan.context_param)
 
-    def bind(arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
+
+class _Runner:
+    """Calls the function with JSON arguments bound to its parameters. One small object per
+    tool rather than closures: registering thousands of tools allocates (and GC-scans) less."""
+
+    __slots__ = ("coercers", "context_param", "fn", "positional")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        positional: tuple[str, ...],
+        coercers: dict[str, Callable[[Any], Any]] | None,
+        context_param: str | None,
+    ) -> None:
+        self.fn = fn
+        self.positional = positional
+        self.coercers = coercers
+        self.context_param = context_param
+
+    def bind(self, arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
         kwargs = dict(arguments)
-        for key, coerce in coercers.items():
-            if key in kwargs:
-                kwargs[key] = coerce(kwargs[key])
-        if context_param is not None:
-            kwargs[context_param] = ctx
-        args = [kwargs.pop(name) for name in positional if name in kwargs]
+        if self.coercers:
+            for key, coerce in self.coercers.items():
+                if key in kwargs:
+                    kwargs[key] = coerce(kwargs[key])
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        args = [kwargs.pop(name) for name in self.positional if name in kwargs]
         return args, kwargs
 
-    if plan.is_async:
 
-        async def run_async(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-            args, kwargs = bind(arguments, ctx)
-            return await fn(*args, **kwargs)
+class _AsyncRunner(_Runner):
+    __slots__ = ()
 
-        return run_async
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await self.fn(*args, **kwargs)
 
-    async def run_in_thread(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-        args, kwargs = bind(arguments, ctx)
-        return await run_blocking(functools.partial(fn, *args, **kwargs))
 
-    return run_in_thread
+class _ThreadRunner(_Runner):
+    __slots__ = ()
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await run_blocking(functools.partial(self.fn, *args, **kwargs))
 
 
 def tools_of(items: Sequence[Any], *, name: str = "functions") -> ToolSet:

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from toolmesh.errors import ConfigError
 from toolmesh.models import ToolDefinition
 from toolmesh.sources.base import Source
@@ -73,7 +71,7 @@ def load_skills(folder: str | Path) -> tuple[list[Skill], list[tuple[Path, str]]
     for path in _skill_files(root):
         try:
             skill = _parse(path)
-        except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, _yaml_error()) as exc:
             problems.append((path, _reason(exc)))
             continue
         if skill.name in names:
@@ -102,6 +100,8 @@ def _skill_files(root: Path) -> list[Path]:
 
 
 def _parse(path: Path) -> Skill:
+    import yaml
+
     text = path.read_text(encoding="utf-8")
     match = _FRONT_MATTER.match(text)
     if match is None:
@@ -120,8 +120,15 @@ def _parse(path: Path) -> Skill:
     return Skill(name.strip(), description.strip(), path, match.group(2).strip(), metadata)
 
 
+def _yaml_error() -> type[Exception]:
+    import yaml
+
+    error: type[Exception] = yaml.YAMLError
+    return error
+
+
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, yaml.YAMLError):
+    if isinstance(exc, _yaml_error()):
         return f"front matter is not valid YAML: {str(exc).splitlines()[0]}"
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"

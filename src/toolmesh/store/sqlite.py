@@ -97,7 +97,7 @@ class SqliteStore(Store):
         self.url = f"sqlite:///{self.path}"
         self._db: sqlite3.Connection | None = None
         self._lock = threading.RLock()  # a sync client may call from its own loop thread
-        self._batched = 0  # rows written in the open transaction, not yet committed
+        self._pending: list[tuple[Any, ...]] = []  # audit rows waiting for the next commit
         self._commit_scheduled = False
         self._insert_audit = (
             f"INSERT INTO audit ({', '.join(_AUDIT_COLUMNS)}) "  # noqa: S608 - fixed columns
@@ -137,12 +137,19 @@ class SqliteStore(Store):
             self._db = None
 
     def commit(self) -> None:
-        """Commit rows written without ``durable`` (a no-op when there are none)."""
+        """Write and commit the rows appended without ``durable`` (a no-op when there are none)."""
         with self._lock:
             self._commit_scheduled = False
-            if self._batched and self._db is not None:
-                self._batched = 0
-                self._db.execute("COMMIT")
+            if not self._pending:
+                return
+            rows, self._pending = self._pending, []
+            db = self.connection()
+            if len(rows) == 1:
+                db.execute(self._insert_audit, rows[0])  # one statement is one transaction
+                return
+            db.execute("BEGIN")
+            db.executemany(self._insert_audit, rows)
+            db.execute("COMMIT")
 
     def _commit_soon(self) -> None:
         if not self._commit_scheduled:
@@ -170,18 +177,10 @@ class SqliteStore(Store):
             entry.decision,
             entry.host_id,
         )
-        db = self.connection()
         with self._lock:
-            if durable:
-                db.execute(self._insert_audit, row)
-                self.commit()
-                return
-            if not self._batched:
-                db.execute("BEGIN")
-            db.execute(self._insert_audit, row)
-            self._batched += 1
-            if self._batched >= BATCH_ROWS:
-                self.commit()
+            self._pending.append(row)
+            if durable or len(self._pending) >= BATCH_ROWS:
+                self.commit()  # one transaction for this row and any waiting ones
             else:
                 self._commit_soon()
 

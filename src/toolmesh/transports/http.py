@@ -85,6 +85,8 @@ class _Sessions:
 
     async def close(self) -> None:
         """End every stream cleanly (so clients see a complete response) and every session."""
+        if self.host._agui is not None:
+            self.host._agui.close()  # AG-UI streams end too
         for peer in list(self.peers.values()):
             peer.stream_owner = None
             peer.queue.put_nowait(_END)
@@ -196,6 +198,24 @@ def build_app(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    async def agui(request: Request) -> Response:
+        refused = refuse(request)
+        if refused is not None:
+            return refused
+        session_id = request.path_params["session_id"]
+        if session_id not in host.sessions:
+            return JSONResponse({"error": f"no live session {session_id!r}"}, status_code=404)
+
+        async def frames() -> AsyncIterator[bytes]:
+            async for event in host.agui.events(session_id):
+                yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+
+        return StreamingResponse(
+            frames(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
     async def health(request: Request) -> Response:
         report = host.health()
         return JSONResponse({"status": report["status"]}, status_code=200)
@@ -205,6 +225,7 @@ def build_app(
         Route("/send", send, methods=["POST"]),
         Route("/stream", stream, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/agui/{session_id}", agui, methods=["GET"]),
         *extra_routes,
     ]
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,21 +29,10 @@ async def serve_stdio(
     host: Host, *, stdin_fd: int | None = None, stdout_fd: int | None = None
 ) -> None:
     """Serve ``host`` on this process's stdin/stdout until stdin closes or a shutdown arrives."""
-    loop = asyncio.get_running_loop()
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
-    reader = asyncio.StreamReader(limit=host.max_message_bytes + 1)
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader),
-        os.fdopen(in_fd, "rb", buffering=0, closefd=False),
-    )
-    write_transport, _protocol = await loop.connect_write_pipe(
-        asyncio.Protocol, os.fdopen(out_fd, "wb", buffering=0, closefd=False)
-    )
-
-    def deliver(message: Any) -> None:
-        if not write_transport.is_closing():
-            write_transport.write(encode(message))
+    reader, stop_reading = await _reader_for(in_fd, host.max_message_bytes)
+    deliver, stop_writing = await _writer_for(out_fd)
 
     await host.start()
     connection = host.connect(deliver, transport="stdio")
@@ -58,9 +49,59 @@ async def serve_stdio(
         await connection.drain(timeout=None)
     finally:
         await connection.close()
-        read_transport.close()
+        stop_reading()
+        stop_writing()
+
+
+def _pipe_like(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+async def _reader_for(fd: int, limit: int) -> tuple[asyncio.StreamReader, Callable[[], None]]:
+    """A stream over ``fd``: the event loop watches pipes and sockets; a regular file (input
+    redirected from disk) is read on a thread instead."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit + 1)
+    if _pipe_like(fd):
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader),
+            os.fdopen(fd, "rb", buffering=0, closefd=False),
+        )
+        return reader, transport.close
+
+    def pump() -> None:
+        while chunk := os.read(fd, 1 << 16):
+            loop.call_soon_threadsafe(reader.feed_data, chunk)
+        loop.call_soon_threadsafe(reader.feed_eof)
+
+    threading.Thread(target=pump, name="toolmesh-stdin", daemon=True).start()
+    return reader, lambda: None
+
+
+async def _writer_for(fd: int) -> tuple[Callable[[Any], None], Callable[[], None]]:
+    """Writing messages to ``fd``: through the event loop for pipes and sockets, directly for a
+    regular file (output redirected to disk never blocks for long)."""
+    if not _pipe_like(fd):
+
+        def write_file(message: Any) -> None:
+            os.write(fd, encode(message))
+
+        return write_file, lambda: None
+    loop = asyncio.get_running_loop()
+    transport, _protocol = await loop.connect_write_pipe(
+        asyncio.Protocol, os.fdopen(fd, "wb", buffering=0, closefd=False)
+    )
+
+    def write_pipe(message: Any) -> None:
+        if not transport.is_closing():
+            transport.write(encode(message))
+
+    def close() -> None:
         with contextlib.suppress(Exception):
-            write_transport.close()
+            transport.close()
+
+    return write_pipe, close
 
 
 def _too_large(size: int, limit: int) -> ErrorMessage:

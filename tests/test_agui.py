@@ -1,0 +1,99 @@
+"""AG-UI: a session's calls as AG-UI events, in the spec's order, valid for the spec's types."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from ag_ui.core import Event
+from pydantic import TypeAdapter
+
+from tests.conftest import demo_host
+from toolmesh import connect_async
+from toolmesh.transports.http import HttpServer
+
+EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+async def collect(stream: Any, until: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    async for event in stream:
+        out.append(event)
+        if len(out) == until:
+            break
+    return out
+
+
+async def test_call_order_and_types(tmp_path: Path) -> None:
+    host = demo_host(tmp_path / "a.db")
+    client = await connect_async(host)
+    stream = host.agui.events(client.session_id)
+    first = await anext(stream)
+    assert first["type"] == "STATE_SNAPSHOT" and first["snapshot"] == {"context": {}}
+    reading = asyncio.ensure_future(collect(stream, 9))
+    await asyncio.sleep(0)
+    await client.call_tool("remember", {"key": "a", "value": "b"})
+    await client.call_tool("boom", {})
+    events = await asyncio.wait_for(reading, 10)
+    events += await collect(stream, 5)
+    assert kinds(events) == [
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "ACTIVITY_SNAPSHOT",
+        "TOOL_CALL_RESULT",
+        "STATE_DELTA",
+        "RUN_FINISHED",
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "RUN_ERROR",
+    ]
+    for event in [first, *events]:
+        EVENT.validate_python(event)
+    call_id = events[1]["toolCallId"]
+    assert events[0]["runId"] == call_id and events[0]["threadId"] == client.session_id
+    assert json.loads(events[2]["delta"]) == {"key": "a", "value": "b"}
+    assert events[4]["content"] == {"last": "a"} and events[4]["activityType"] == "memory"
+    assert events[5]["content"] == "remembered a"
+    assert events[6]["delta"] == [{"op": "add", "path": "/context/a", "value": "b"}]
+    assert events[-1]["code"] == "tool_error"
+    await stream.aclose()
+    assert host.pipeline.observers == []  # unsubscribed: calls cost nothing again
+    await client.close()
+    await host.close()
+
+
+async def test_sse_endpoint(tmp_path: Path) -> None:
+    host = demo_host(tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    client = await connect_async(url)
+    async with httpx.AsyncClient(timeout=30) as http:
+        missing = await http.get(f"{url}/agui/nope")
+        assert missing.status_code == 404
+        async with http.stream("GET", f"{url}/agui/{client.session_id}") as response:
+            lines = response.aiter_lines()
+            snapshot = await anext(line async for line in lines if line.startswith("data: "))
+            assert json.loads(snapshot[6:])["type"] == "STATE_SNAPSHOT"
+            await client.call_tool("echo", {"text": "hi"})
+            seen = []
+            async for line in lines:
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                    if seen[-1]["type"] == "RUN_FINISHED":
+                        break
+            assert kinds(seen)[0] == "RUN_STARTED" and kinds(seen)[-2] == "TOOL_CALL_RESULT"
+    await client.close()
+    await server.stop()
+    await host.close()

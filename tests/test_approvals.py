@@ -1,0 +1,126 @@
+"""Approvals over every transport: approve, deny, nobody answers; decisions audited."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import APPROVAL_TIMEOUT, RawPeer, demo_host, serve_stdio_command
+from toolmesh import AsyncClient, Host, ToolErrorCode, ToolEvent, connect_async
+from toolmesh.transports.http import HttpServer
+
+
+@dataclass
+class Approving:
+    client: AsyncClient
+    audit: Path
+    answers: list[bool | None]
+    seen: list[ToolEvent]
+    host: Host | None = None
+
+    async def finish(self) -> None:
+        """End the session and stop the host, so its audit file is complete."""
+        await self.client.close()
+        if self.host is not None:
+            await self.host.close()
+
+
+@pytest.fixture(params=["inprocess", "stdio", "http"])
+async def approving(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Approving]:
+    audit = tmp_path / "audit.db"
+    answers: list[bool | None] = []
+    seen: list[ToolEvent] = []
+
+    async def on_approval(event: ToolEvent) -> bool:
+        seen.append(event)
+        answer = answers.pop(0)
+        if answer is None:  # nobody answers
+            import asyncio
+
+            await asyncio.Event().wait()
+        return bool(answer)
+
+    if request.param == "stdio":
+        client = await connect_async(serve_stdio_command(audit), on_approval=on_approval)
+        yield Approving(client, audit, answers, seen)
+        await client.close()
+        return
+    host = demo_host(audit)
+    server = None
+    if request.param == "http":
+        server = HttpServer(host, "127.0.0.1:0")
+        target: Any = await server.start()
+    else:
+        target = host
+    client = await connect_async(target, on_approval=on_approval)
+    yield Approving(client, audit, answers, seen, host)
+    await client.close()
+    if server is not None:
+        await server.stop()
+    await host.close()
+
+
+async def test_approve_deny_and_no_answer(approving: Approving) -> None:
+    client = approving.client
+    approving.answers.extend([True, False, None])
+    ok = await client.call_tool("deploy", {"env": "staging"})
+    assert ok.success and ok.output == "deployed to staging"
+    denied = await client.call_tool("deploy", {"env": "prod"})
+    assert denied.error_code == ToolErrorCode.TOOL_DENIED and "denied" in (denied.error or "")
+    silent = await client.call_tool("deploy", {"env": "moon"})
+    assert silent.error_code == ToolErrorCode.TIMEOUT
+    assert f"within {APPROVAL_TIMEOUT:g}s" in (silent.error or "")
+    asked = approving.seen[0]
+    assert asked.kind == "approval" and asked.seq == 0
+    assert asked.data["tool_name"] == "deploy" and asked.data["arguments"] == {"env": "staging"}
+    await approving.finish()
+    rows = (
+        sqlite3.connect(approving.audit)
+        .execute("SELECT tool_name, success, error_code, decision FROM audit")
+        .fetchall()
+    )
+    assert [r for r in rows if r[0] == "deploy"] == [
+        ("deploy", 1, None, "approval:approved"),
+        ("deploy", 0, "tool_denied", "approval:denied"),
+        ("deploy", 0, "timeout", "approval:timeout"),
+    ]
+
+
+async def test_approval_on_the_wire(raw: RawPeer) -> None:
+    await raw.handshake()
+    await raw.send(type="tool/call/req", id="d1", tool_name="deploy", arguments={"env": "qa"})
+    event = await raw.next_message()
+    assert (event["type"], event["kind"], event["req_id"], event["seq"]) == (
+        "tool/event",
+        "approval",
+        "d1",
+        0,
+    )
+    assert set(event["data"]) == {"approval_id", "tool_name", "arguments", "reason"}
+    await raw.send(
+        type="tool/approval/resp", id="a1", req_id=event["data"]["approval_id"], approved=True
+    )
+    response = await raw.next_message()
+    assert response["type"] == "tool/call/resp" and response["data"]["data"] == "deployed to qa"
+    assert response["data"]["events"][0]["kind"] == "approval"
+    await raw.send(type="tool/approval/resp", id="a2", req_id="nothing-pending", approved=True)
+    error = await raw.next_message()
+    assert error["type"] == "error" and "nothing-pending" in error["message"]
+
+
+async def test_in_process_without_an_approver_is_denied_at_once() -> None:
+    host = demo_host(None)
+    client = await connect_async(host)
+    result = await client.call_tool("deploy", {"env": "x"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "no approval handler" in (
+        result.error or ""
+    )
+    await client.close()
+    await host.close()
+    assert json.dumps  # keep the import used for readers of failures

@@ -1,0 +1,127 @@
+"""Policy rules: stated order, glob and argument conditions, defaults, audited decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolmesh import ConfigError, ToolErrorCode, Toolkit, tool
+from toolmesh.policy import ArgumentCondition, Policy, Rule
+from toolmesh.store import MemoryStore
+
+
+@tool
+def shell(command: str) -> str:
+    """Pretend shell."""
+    return f"ran {command}"
+
+
+@tool
+def read_file(path: str) -> str:
+    """Pretend reader."""
+    return f"read {path}"
+
+
+def kit(policy: Policy) -> tuple[Toolkit, MemoryStore]:
+    store = MemoryStore()
+    return Toolkit(shell, read_file, hooks=[policy], store=store), store
+
+
+async def test_first_matching_rule_decides_and_is_audited() -> None:
+    policy = Policy(
+        [
+            Rule(
+                "no-rm",
+                "deny",
+                tools=["shell"],
+                when=[ArgumentCondition("command", matches=r"\brm\s+-rf\b")],
+                reason="no deleting",
+            ),
+            Rule("shell-ok", "allow", tools=["shell"]),
+            Rule("nothing-else", "deny"),
+        ]
+    )
+    toolkit, store = kit(policy)
+    denied = await toolkit.execute("shell", {"command": "echo ok && rm -rf /"})
+    assert denied.error_code == ToolErrorCode.TOOL_DENIED and denied.error == "no deleting"
+    allowed = await toolkit.execute("shell", {"command": "ls"})
+    assert allowed.success
+    other = await toolkit.execute("read_file", {"path": "x"})
+    assert other.error_code == ToolErrorCode.TOOL_DENIED
+    assert "nothing-else" in (other.error or "")
+    assert [e.decision for e in store.audit] == ["no-rm", "shell-ok", "nothing-else"]
+
+
+async def test_order_matters() -> None:
+    allow_first = Policy([Rule("a", "allow"), Rule("d", "deny")])
+    deny_first = Policy([Rule("d", "deny"), Rule("a", "allow")])
+    assert (await kit(allow_first)[0].execute("read_file", {"path": "x"})).success
+    assert not (await kit(deny_first)[0].execute("read_file", {"path": "x"})).success
+
+
+@pytest.mark.parametrize(
+    ("condition", "arguments", "matches"),
+    [
+        (ArgumentCondition("command", matches="^sudo"), {"command": "sudo ls"}, True),
+        (ArgumentCondition("command", matches="^sudo"), {"command": "ls"}, False),
+        (ArgumentCondition("command", matches="x"), {}, False),
+        (ArgumentCondition("opts.mode", equals="fast"), {"opts": {"mode": "fast"}}, True),
+        (ArgumentCondition("opts.mode", equals="fast"), {"opts": "fast"}, False),
+        (ArgumentCondition("n", one_of=[1, 2]), {"n": 2}, True),
+        (ArgumentCondition("n", matches="^4"), {"n": 42}, True),
+    ],
+)
+def test_conditions(condition: ArgumentCondition, arguments: dict[str, Any], matches: bool) -> None:
+    assert condition(arguments) is matches
+
+
+def test_default_effect() -> None:
+    policy = Policy([], default="deny")
+    verdict = policy(None, shell, {})  # type: ignore[arg-type]
+    assert not verdict.allowed and verdict.rule == "default"
+
+
+def test_from_config_and_its_errors() -> None:
+    policy = Policy.from_config(
+        {
+            "default": "allow",
+            "rules": [
+                {
+                    "name": "no-curl",
+                    "effect": "deny",
+                    "tools": "shell",
+                    "when": {"argument": "command", "matches": "curl"},
+                },
+                {"name": "review-deploys", "effect": "approve", "tools": ["deploy*"]},
+            ],
+        }
+    )
+    assert [r.name for r in policy.rules] == ["no-curl", "review-deploys"]
+    assert policy.rules[1].effect == "approve"
+    with pytest.raises(ConfigError, match=r"policy.rules\[0\]: .*effect"):
+        Policy.from_config({"rules": [{"name": "x", "effect": "maybe"}]})
+    with pytest.raises(ConfigError, match=r"policy.rules\[0\]: .*needs a name"):
+        Policy.from_config({"rules": [{"effect": "deny"}]})
+    with pytest.raises(ConfigError, match="bad regex"):
+        Policy.from_config(
+            {"rules": [{"name": "r", "effect": "deny", "when": {"argument": "a", "matches": "("}}]}
+        )
+    with pytest.raises(ConfigError, match="exactly one of"):
+        ArgumentCondition("a")
+
+
+async def test_approve_rule_asks_before_running() -> None:
+    asked: list[Any] = []
+
+    async def approver(request: Any) -> bool:
+        asked.append(request)
+        return True
+
+    toolkit, store = kit(
+        Policy([Rule("review-shell", "approve", tools=["shell"], reason="shell needs review")])
+    )
+    result = await toolkit.execute("shell", {"command": "ls"}, on_approval=approver)
+    assert result.success and asked[0].reason == "shell needs review"
+    assert store.audit[-1].decision == "review-shell:approval:approved"
+    assert result.events[0].kind == "approval" and result.events[0].seq == 0

@@ -1,0 +1,107 @@
+"""State documents: atomic JSON Patch, path limits, persistence across restarts, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Served, demo_host
+from toolmesh import (
+    HandshakeError,
+    Output,
+    ToolContext,
+    ToolErrorCode,
+    Toolkit,
+    connect_async,
+    tool,
+)
+
+
+async def test_state_round_trip_over_every_transport(served: Served) -> None:
+    client = served.client
+    assert await client.get_state() == ({"context": {}}, 0)
+    result = await client.call_tool("remember", {"key": "color", "value": "teal"})
+    assert result.success and [e.kind for e in result.events] == ["activity", "state"]
+    assert result.events[1].data == {
+        "delta": [{"op": "add", "path": "/context/color", "value": "teal"}],
+        "version": 1,
+    }
+    assert (await client.call_tool("recall", {"key": "color"})).output == "teal"
+    assert await client.get_state() == ({"context": {"color": "teal"}}, 1)
+
+
+async def test_state_survives_a_host_restart(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.db"
+    first = demo_host(audit)
+    client = await connect_async(first, agent_id="keeper")
+    await client.call_tool("remember", {"key": "k", "value": "v"})
+    session_id = client.session_id
+    await client.close()
+    await first.close()
+
+    second = demo_host(audit)
+    resumed = await connect_async(second, agent_id="keeper", session_id=session_id)
+    assert resumed.session_id == session_id
+    assert (await resumed.call_tool("recall", {"key": "k"})).output == "v"
+    assert await resumed.get_state() == ({"context": {"k": "v"}}, 1)
+    await resumed.close()
+    await second.close()
+
+
+async def test_resuming_someone_elses_session_is_refused(tmp_path: Path) -> None:
+    host = demo_host(tmp_path / "a.db")
+    owner = await connect_async(host, agent_id="owner")
+    with pytest.raises(HandshakeError, match="another agent"):
+        await connect_async(host, agent_id="intruder", session_id=owner.session_id)
+    await owner.close()
+    await host.close()
+
+
+async def test_hundred_concurrent_updates_lose_nothing(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    @tool
+    async def bump(ctx: ToolContext, n: int) -> Output:
+        """Append n after waiting at the gate (all calls overlap)."""
+        await gate.wait()
+        return Output(n, state_update=[{"op": "add", "path": "/context/items/-", "value": n}])
+
+    @tool
+    def start() -> Output:
+        """Create the list."""
+        return Output("ok", state_update=[{"op": "add", "path": "/context/items", "value": []}])
+
+    toolkit = Toolkit(bump, start, store=tmp_path / "s.db")
+    await toolkit.execute("start")
+    calls = [asyncio.ensure_future(toolkit.execute("bump", {"n": i})) for i in range(100)]
+    await asyncio.sleep(0)
+    gate.set()
+    results = await asyncio.gather(*calls)
+    assert all(r.success for r in results)
+    document = await toolkit.state.snapshot(toolkit.session.id)
+    assert sorted(document["context"]["items"]) == list(range(100))
+    reopened = Toolkit(store=tmp_path / "s.db")
+    record = await reopened.store.load_state(toolkit.session.id)
+    assert record is not None and record.version == 101
+    await toolkit.close()
+
+
+async def test_a_failing_test_op_leaves_the_state_alone() -> None:
+    @tool
+    def guarded() -> Output:
+        """Only if n is 1."""
+        return Output(
+            "x",
+            state_update=[
+                {"op": "test", "path": "/context/n", "value": 1},
+                {"op": "add", "path": "/context/m", "value": 2},
+            ],
+        )
+
+    toolkit = Toolkit(guarded)
+    result = await toolkit.execute("guarded")
+    assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+    assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+    assert demo_host  # the module also uses the demo host
