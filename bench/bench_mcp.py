@@ -60,6 +60,7 @@ async def timed(call: Callable[[], Awaitable[Any]], n: int) -> float:
 
 async def source_overhead() -> dict[str, Any]:
     from mcp import Client, StdioServerParameters
+
     from toolmesh import Toolkit
     from toolmesh.mcp.config import parse_mcp_server
     from toolmesh.mcp.source import mcp_source

@@ -184,11 +184,22 @@ def test_manifest_tool_entries_leave_generic_keys_to_the_loader(tmp_path: Path) 
     entry = {"kind": "mcp", "name": "gh", "command": "srv", "capabilities": ["net"]}
     (source,) = sources_from_manifest(entry, base_dir=tmp_path)
     assert layers(source) == [Prefixed, MCPSource]  # the default gh_tool naming only
-    prefixed = {"kind": "mcp", "name": "gh", "config": {"command": "srv"}, "prefix": "git"}
-    (raw,) = sources_from_manifest(prefixed, base_dir=tmp_path)
-    assert layers(raw) == [MCPSource]  # the loader prefixes it
+    assert isinstance(source, Prefixed) and source.prefix == "gh"
+    named = {"kind": "mcp", "name": "gh", "command": "srv", "prefix": "git"}
+    (renamed,) = sources_from_manifest(named, base_dir=tmp_path)
+    assert isinstance(renamed, Prefixed) and renamed.prefix == "git"
     with pytest.raises(ConfigError, match="needs a name"):
         sources_from_manifest({"kind": "mcp", "command": "srv"}, base_dir=tmp_path)
+
+
+def test_the_manifest_loader_reads_mcp_server_tables(tmp_path: Path) -> None:
+    from toolmesh.manifest import load_manifest
+
+    path = tmp_path / "toolmesh.toml"
+    path.write_text('[mcpServers.fs]\ncommand = "srv"\ndeny = ["rm"]\n')
+    manifest = load_manifest(path)
+    (source,) = manifest.sources
+    assert layers(source) == [Prefixed, Filtered, MCPSource]
 
 
 async def test_create_toolkit_takes_mcp_servers() -> None:

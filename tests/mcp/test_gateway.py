@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mcp import Client, StdioServerParameters
+
 from tests.conftest import REPO
 from tests.mcp.conftest import SERVERS, live_children
 from toolmesh.mcp.gateway import gateway_configs, gateway_host

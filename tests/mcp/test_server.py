@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from mcp import Client, MCPError, StdioServerParameters
+
 from tests.conftest import REPO
 from tests.fixtures.demo_tools import RELEASE, TOOLS
 from toolmesh import Host, ToolContext, tool

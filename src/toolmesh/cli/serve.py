@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
+from toolmesh.errors import ConfigError
 from toolmesh.host import Host
 from toolmesh.pipeline import Limits
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES

@@ -276,8 +276,9 @@ def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[S
 
     For the ``[mcpServers]``/``[servers]``/``[mcp]`` tables (``entry = {"kind": "mcp",
     "servers": {...}}``) each server's own prefix, allow/deny and capabilities apply here. For a
-    ``[[tools]]`` entry of kind "mcp" the loader applies those generic keys itself, so only the
-    default ``server_tool`` naming is added here (when the entry sets no prefix)."""
+    ``[[tools]]`` entry of kind "mcp" (named by its ``name``) the loader applies allow/deny and
+    capabilities itself; the tools are named ``{name}_{tool}``, or ``{prefix}_{tool}`` when the
+    entry's ``prefix`` reaches this function."""
     from toolmesh.mcp.source import mcp_source
 
     if "servers" in entry:
@@ -286,11 +287,9 @@ def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[S
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError('an "mcp" tool entry needs a name (the server\'s name)')
-    generic = {"kind", "enabled", "capabilities", "prefix", "allow", "deny", "name"}
+    generic = {"kind", "enabled", "capabilities", "allow", "deny", "name"}
     table = {k: v for k, v in entry.items() if k not in generic}
     config = parse_mcp_server(name, table, base_dir=base_dir, location="toolmesh.toml")
-    if "prefix" in entry:
-        config = _replace(config, prefix="")  # the loader prefixes this entry itself
     return [mcp_source(config, wrap=False)]
 
 
@@ -477,12 +476,6 @@ def _check_capabilities(tags: Sequence[str], where: str) -> None:
             check_tag(tag)
         except (ValueError, ConfigError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
-
-
-def _replace(config: MCPServerConfig, **changes: Any) -> MCPServerConfig:
-    from dataclasses import replace
-
-    return replace(config, **changes)
 
 
 def _without_userinfo(url: str) -> str:

@@ -12,7 +12,6 @@ text, so a model can read what went wrong.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from mcp_types import (
@@ -86,8 +85,6 @@ def mcp_call_result(result: ToolResult, *, modern: bool) -> dict[str, Any]:
     else:
         content: list[dict[str, Any]] = []
         text = result.output
-        if text is None:
-            text = "" if result.data is None else json.dumps(result.data, ensure_ascii=False)
         if text or not result.events:
             content.append({"type": "text", "text": text})
         content.extend(_artifact_blocks(result.events))

@@ -408,9 +408,8 @@ class _Connection:
 
     @contextlib.asynccontextmanager
     async def _stdio(self) -> AsyncIterator[Any]:
-        from mcp.client.stdio import stdio_client
-
         from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
 
         params = StdioServerParameters(
             command=self.config.command,
