@@ -473,6 +473,7 @@ class MCPPeer:
         finally:
             self._listens.pop(key, None)
             self._calls.pop(key, None)
+            self._cancelled.discard(key)
             if not self.stateful and not self._listens:
                 self.service.forget(self)
         result = {"_meta": {SUBSCRIPTION_ID_KEY: request_id}, "resultType": "complete"}
