@@ -46,6 +46,7 @@ class Served:
     transport: str
     notifications: list[Any] = field(default_factory=list)
     host: Host | None = None
+    list_changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def audit_rows(self) -> list[dict[str, Any]]:
         db = sqlite3.connect(self.audit)
@@ -66,23 +67,26 @@ async def serving(variant: str, tmp_path: Path) -> AsyncIterator[Served]:
     transport, mode = variant.split("-")
     audit = tmp_path / "audit.db"
     notes: list[Any] = []
+    changed = asyncio.Event()
 
     async def on_message(message: Any) -> None:
         notes.append(message)
+        if getattr(message, "method", "") == "notifications/tools/list_changed":
+            changed.set()
 
     if transport == "stdio":
         command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(audit)]
         command += ["--tools", "tests.fixtures.demo_tools:TOOLS", "--capability", "demo"]
         params = StdioServerParameters(command=sys.executable, args=command, cwd=REPO)
         async with Client(params, mode=mode, message_handler=on_message) as client:
-            yield Served(client, audit, transport, notes)
+            yield Served(client, audit, transport, notes, list_changed=changed)
         return
     host = Host(*TOOLS, linger, audit=audit, capabilities=["demo"])
     server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
     url = await server.start()
     try:
         async with Client(f"{url}/mcp", mode=mode, message_handler=on_message) as client:
-            yield Served(client, audit, transport, notes, host)
+            yield Served(client, audit, transport, notes, host, changed)
     finally:
         RELEASE.set()
         await server.stop()
@@ -181,16 +185,10 @@ async def test_search_tools_loads_deferred_tools(variant: str, tmp_path: Path) -
         assert not found.is_error
         assert found.structured_content is not None
         assert found.structured_content["tools"][0]["name"] == "github_search"
-        if modern:
+        if modern:  # on the listen stream
             await asyncio.wait_for(changed.wait(), 10)
-        else:
-            assert (
-                any(
-                    getattr(n, "method", "") == "notifications/tools/list_changed"
-                    for n in served.notifications
-                )
-                or served.transport == "http"
-            )  # over HTTP it rides the GET stream, if one is open
+        else:  # on the connection (stdio) or the session's GET stream (HTTP)
+            await asyncio.wait_for(served.list_changed.wait(), 10)
         listing = await client.list_tools(cache_mode="bypass")
         assert "github_search" in {t.name for t in listing.tools}
         result = await client.call_tool("github_search", {"q": "toolmesh"})
