@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from toolmesh.host import Host
     from toolmesh.llm import LLMClient, RunResult, create_client
     from toolmesh.manifest import Manifest, load_manifest
+    from toolmesh.mcp.config import MCPServerConfig, parse_mcp_config
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters
@@ -70,6 +71,8 @@ _LOCATIONS: dict[str, str] = {
     "RunResult": "toolmesh.llm",
     "create_client": "toolmesh.llm",
     "ProviderError": "toolmesh.errors",
+    "MCPServerConfig": "toolmesh.mcp.config",
+    "parse_mcp_config": "toolmesh.mcp.config",
     "ArgumentError": "toolmesh.errors",
     "AuditError": "toolmesh.errors",
     "CallTimeout": "toolmesh.errors",
@@ -139,6 +142,7 @@ __all__ = [
     "HttpSource",
     "LLMClient",
     "Limits",
+    "MCPServerConfig",
     "Manifest",
     "NameConflictError",
     "OpenAPISource",
@@ -183,6 +187,7 @@ __all__ = [
     "load_manifest",
     "parameters_to_schema",
     "parse_agents_config",
+    "parse_mcp_config",
     "sanitize_name",
     "schema_to_parameters",
     "tool",

@@ -1,8 +1,8 @@
 """A toolkit served on one HTTP port: A2E always, and as an A2A agent and an MCP server on
 request (``toolkit.serve``).
 
-MCP comes from ``toolmesh.mcp.http.mcp_routes(host, auth_token=..., allowed_origins=...,
-**options)`` (the MCP issue's module); until it is there, ``mcp=`` is refused with a ConfigError.
+MCP is ``toolmesh.mcp.http.mcp_routes`` at ``/mcp`` (it needs the ``mcp`` extra; without it,
+``mcp=`` is refused with a ConfigError saying so).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ deadline, events, state, audit).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
@@ -397,10 +398,15 @@ class Toolkit(ToolResolver):
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> Toolkit:
-        """Open the store and every source (connections, processes)."""
+        """Open the store and every source (connections, processes), all at once: one slow
+        server does not hold up the others."""
         await self.store.open()
-        for source in self._sources:
-            await source.open()
+        outcomes = await asyncio.gather(
+            *(source.open() for source in self._sources), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         return self
 
     async def close(self) -> None:
@@ -551,7 +557,11 @@ async def create_toolkit(
         toolkit.add(SkillsSource(skills_dir))
 
     if mcp:  # MCP servers (toolmesh.toml or the mcpServers JSON shape)
-        raise ConfigError("create_toolkit(mcp=...): MCP servers are not supported yet")
+        from toolmesh.mcp.config import mcp_configs
+        from toolmesh.mcp.source import mcp_source
+
+        for server in mcp_configs(mcp):
+            toolkit.add(mcp_source(server))
 
     if agents:  # remote A2A agents: Agent, card URL, or an `agents` config table
         from toolmesh.a2a import AgentSource, parse_agents_config

@@ -363,9 +363,32 @@ async def test_serve_settings_are_checked(llm: StubLLM) -> None:
             await kit.serve(a2a={"name": "x"})
         with pytest.raises(ConfigError, match="unknown settings colour"):
             await kit.serve(client=client, a2a={"name": "x", "colour": "red"})
-        with pytest.raises(ConfigError, match="MCP"):
-            await kit.serve(mcp=True)
+        with pytest.raises(ConfigError, match="mcp= must be True or a mapping"):
+            await kit.serve(mcp="yes please")
     finally:
+        await kit.close()
+
+
+async def test_one_port_serves_a2e_a2a_and_mcp(llm: StubLLM) -> None:
+    from mcp import Client
+
+    @tool
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    kit = await create_toolkit(tools=[shout], skills_dir=SKILLS)
+    handle = await kit.serve(client=create_client(llm.base_url, model="m"), a2a="desk", mcp=True)
+    try:
+        async with Client(handle.url + "/mcp") as mcp_client:
+            answer = await mcp_client.call_tool("shout", {"text": "hi"})
+            assert answer.content[0].text == "HI"
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(handle.url + "/.well-known/agent-card.json")).json()
+            assert card["name"] == "desk"
+            assert (await http.post(handle.url + "/session")).status_code == 200
+    finally:
+        await handle.stop()
         await kit.close()
 
 
