@@ -71,6 +71,11 @@ Approver = Callable[[ApprovalRequest], Awaitable[bool]]
 """Answers an approval request: True runs the call, False denies it."""
 
 
+class ApprovalPending(Exception):
+    """Raised by an approver whose answer comes with a later request (MCP's 2026-07-28
+    multi-round-trip calls): the call ends unanswered and unaudited, as nothing was decided."""
+
+
 class CallObserver:
     """Sees every call of a pipeline: its start, its events and its result (for AG-UI)."""
 
@@ -264,6 +269,8 @@ class Pipeline:
                 f"nobody approved {tool.name!r} within {wait:g}s",
                 rule=f"{rule}approval:timeout",
             )
+        except ApprovalPending:
+            raise
         except Exception as exc:
             return Decision(
                 False, f"approval failed: {_describe(exc)}", rule=f"{rule}approval:failed"

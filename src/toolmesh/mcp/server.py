@@ -26,15 +26,26 @@ ones it finds to this session's listing, announcing the change with ``list_chang
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from toolmesh.errors import ConfigError
+from toolmesh.mcp.approvals import (
+    APPROVAL_INPUT,
+    ElicitationNeeded,
+    answer_of,
+    elicitation,
+    seal,
+    unseal,
+)
 from toolmesh.mcp.definitions import mcp_tool_entry
 from toolmesh.mcp.results import mcp_call_result
 from toolmesh.models import ToolErrorCode, ToolEvent, new_id
-from toolmesh.pipeline import CallSpec
+from toolmesh.pipeline import ApprovalRequest, CallSpec
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
 
@@ -65,6 +76,13 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 
+OVERRIDE_KEY = "toolmesh/capability_override"
+"""Where a client asks to adjust its capability set: in ``initialize``'s
+``capabilities.experimental`` (2025) or a request's ``_meta`` (2026-07-28)."""
+_CALL: contextvars.ContextVar[tuple[Send | None, dict[str, Any]]] = contextvars.ContextVar(
+    "toolmesh_mcp_call"
+)
+
 SEARCH_TOOL = "search_tools"
 _SEARCH_LIMIT = 10
 
@@ -80,6 +98,7 @@ class MCPService:
         version: str | None = None,
         instructions: str | None = None,
     ) -> None:
+        self.approval_key = os.urandom(32)  # seals 2026-07-28 approval states
         from toolmesh import __version__
 
         self.host = host
@@ -187,6 +206,10 @@ class MCPPeer:
         self._cancelled: set[Any] = set()  # requests the client cancelled
         self._listens: dict[Any, Send] = {}
         self._closed = False
+        self._asks: dict[str, asyncio.Future[Any]] = {}  # our requests to the client
+        self._ask_seq = 0
+        self._elicitation = False  # the client declared it can answer elicitation/create
+        self._override: Any = None  # a capability override asked for (toolmesh extension)
 
     # -- entry point -------------------------------------------------------------------------------
 
@@ -203,6 +226,9 @@ class MCPPeer:
         HTTP request's headers (lower-case), checked against a 2026-07-28 envelope."""
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return _error(None, INVALID_REQUEST, "expected one JSON-RPC 2.0 request object")
+        if "method" not in message and "id" in message:
+            self._answered(message)  # the client's answer to one of our requests
+            return None
         method = message.get("method")
         request_id = message.get("id")
         if "id" not in message:
@@ -232,6 +258,9 @@ class MCPPeer:
         headers: Mapping[str, str] | None,
     ) -> bytes | None:
         self._settle_era(method, params, headers)
+        meta = params.get("_meta")
+        if self.era == "modern" and isinstance(meta, dict) and OVERRIDE_KEY in meta:
+            self._override = meta[OVERRIDE_KEY]
         if method == "initialize":
             return self._initialize(request_id, params)
         if method == "ping":
@@ -298,6 +327,13 @@ class MCPPeer:
         info = params.get("clientInfo")
         if isinstance(info, dict):
             self.client_info = info
+        capabilities = params.get("capabilities")
+        if isinstance(capabilities, dict):
+            self._elicitation = isinstance(capabilities.get("elicitation"), dict)
+            experimental = capabilities.get("experimental")
+            if isinstance(experimental, dict) and OVERRIDE_KEY in experimental:
+                self._override = experimental[OVERRIDE_KEY]
+        self.session  # noqa: B018 - settle the capability set now: a refusal answers initialize
         self.initialized = True  # notifications/initialized is optional in practice
         result: dict[str, Any] = {
             "protocolVersion": self.version,
@@ -351,12 +387,13 @@ class MCPPeer:
             host = self.service.host
             agent = self.client_info.get("name") if isinstance(self.client_info, dict) else None
             self._session = Session(
-                capabilities=host.capabilities,
+                capabilities=self._capabilities(),
                 agent_id=str(agent or "mcp-client"),
                 id=self.http_session or new_id(),
                 max_parallel=host.max_parallel,
                 transport="mcp",
                 metadata={"protocol_version": self.version},
+                approver=self._approve,
             )
             if self.stateful:
                 host.sessions[self._session.id] = self._session
@@ -408,8 +445,11 @@ class MCPPeer:
         task = asyncio.current_task()
         if task is not None:
             self._calls[key] = task  # notifications/cancelled cancels it
+        _CALL.set((notify, params))  # what an approval of this call needs
         try:
             result = await self.service.host.pipeline.call(self.session, spec, on_event)
+        except ElicitationNeeded as pending:  # 2026-07-28: the client retries with its answer
+            return self._result(request_id, json.dumps(pending.result))
         except asyncio.CancelledError:
             if task is None or key not in self._cancelled:
                 raise
@@ -422,6 +462,79 @@ class MCPPeer:
             raise _RpcError(INVALID_PARAMS, result.error or f"unknown tool {name!r}")
         wire = mcp_call_result(result, modern=self.era == "modern")
         return self._result(request_id, json.dumps(wire, ensure_ascii=False, default=str))
+
+    # -- capabilities and approvals (docs/policy.md) --------------------------------------------
+
+    def _capabilities(self) -> CapabilitySet:
+        """The host's set, adjusted by the client's override when the host's policy allows."""
+        from toolmesh.capabilities import session_capabilities
+        from toolmesh.errors import CapabilityError
+
+        host = self.service.host
+        asked = self._override
+        if asked is None:
+            return host.capabilities
+        if not isinstance(asked, dict) or not isinstance(asked.get("capabilities", []), list):
+            raise _RpcError(INVALID_PARAMS, f"{OVERRIDE_KEY} must be {{strategy, capabilities}}")
+        try:
+            return session_capabilities(
+                host.capabilities,
+                host.capability_policy,
+                str(asked.get("strategy", "inherit")),
+                [str(tag) for tag in asked.get("capabilities", [])],
+            )
+        except (CapabilityError, ConfigError) as exc:
+            raise _RpcError(INVALID_REQUEST, str(exc)) from None
+
+    async def _approve(self, request: ApprovalRequest) -> bool:
+        """Ask the client: an elicitation on the call's channel (2025) or an input request
+        the client answers by retrying the call (2026-07-28)."""
+        send, params = _CALL.get()
+        service = self.service
+        if self.era == "modern":
+            responses = params.get("inputResponses")
+            state = params.get("requestState")
+            if isinstance(responses, dict) and APPROVAL_INPUT in responses:
+                if not unseal(service.approval_key, state, request.tool_name, request.arguments):
+                    raise ValueError("the approval's requestState is missing, expired or forged")
+                return answer_of(responses[APPROVAL_INPUT])
+            ask = {"method": "elicitation/create", "params": elicitation(request)}
+            ttl = service.host.pipeline.limits.approval_timeout
+            raise ElicitationNeeded(
+                {
+                    "resultType": "input_required",
+                    "inputRequests": {APPROVAL_INPUT: ask},
+                    "requestState": seal(service.approval_key, request, ttl),
+                }
+            )
+        if not self._elicitation:
+            raise ValueError("the MCP client did not declare elicitation, so it cannot approve")
+        if send is None:
+            raise ValueError("this request has no channel to ask the client on")
+        return answer_of(await self._ask("elicitation/create", elicitation(request), send))
+
+    async def _ask(self, method: str, params: dict[str, Any], send: Send) -> Any:
+        self._ask_seq += 1
+        ask_id = f"toolmesh-{self._ask_seq}"
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._asks[ask_id] = future
+        request = {"jsonrpc": "2.0", "id": ask_id, "method": method, "params": params}
+        send(json.dumps(request).encode())
+        try:
+            return await future
+        finally:
+            self._asks.pop(ask_id, None)
+
+    def _answered(self, message: dict[str, Any]) -> None:
+        future = self._asks.get(str(message.get("id")))
+        if future is None or future.done():
+            return
+        if "error" in message:
+            error = message["error"]
+            text = error.get("message") if isinstance(error, dict) else error
+            future.set_exception(ValueError(f"the client answered with an error: {text}"))
+        else:
+            future.set_result(message.get("result"))
 
     def _search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         query = arguments.get("query")

@@ -9,16 +9,13 @@ finish (each within its deadline) and answer before the server exits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import sys
 from typing import Any
 
 from toolmesh.host import Host
 from toolmesh.mcp.server import INVALID_REQUEST, PARSE_ERROR, MCPService, _error
 from toolmesh.transports.lines import Oversized, read_lines
-from toolmesh.transports.stdio import _claim_stdout
+from toolmesh.transports.stdio import open_stdio
 
 __all__ = ["serve_mcp_stdio"]
 
@@ -33,21 +30,10 @@ async def serve_mcp_stdio(
     instructions: str | None = None,
 ) -> None:
     """Serve ``host`` over MCP on this process's stdin/stdout until stdin closes."""
-    loop = asyncio.get_running_loop()
-    in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
-    out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
-    reader = asyncio.StreamReader(limit=host.max_message_bytes + 1)
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader),
-        os.fdopen(in_fd, "rb", buffering=0, closefd=False),
-    )
-    write_transport, _protocol = await loop.connect_write_pipe(
-        asyncio.Protocol, os.fdopen(out_fd, "wb", buffering=0, closefd=False)
-    )
+    streams = await open_stdio(host.max_message_bytes, stdin_fd=stdin_fd, stdout_fd=stdout_fd)
 
     def send(data: bytes) -> None:
-        if not write_transport.is_closing():
-            write_transport.write(data + b"\n")
+        streams.write(data + b"\n")
 
     service = MCPService(host, instructions=instructions)
     await service.start()
@@ -60,7 +46,7 @@ async def serve_mcp_stdio(
             send(reply)
 
     try:
-        async for line in read_lines(reader, host.max_message_bytes):
+        async for line in read_lines(streams.reader, host.max_message_bytes):
             if isinstance(line, Oversized):
                 send(_error(None, INVALID_REQUEST, f"message of {line.size} bytes is too large"))
                 continue
@@ -79,6 +65,4 @@ async def serve_mcp_stdio(
             await asyncio.wait(running)
     finally:
         await peer.close()
-        read_transport.close()
-        with contextlib.suppress(Exception):
-            write_transport.close()
+        streams.close()
