@@ -451,3 +451,64 @@ async def test_a_call_needing_approval_waits_in_input_required() -> None:
     rows = [(e.tool_name, e.error_code, e.decision) for e in await kit.store.recent_audit()]
     assert ("transfer", None, "approval:approved") in rows
     assert ("transfer", "tool_denied", "approval:denied") in rows
+
+
+@pytest.mark.parametrize("policy", ["locked", "extensible"])
+async def test_capabilities_are_enforced_and_overridable_per_message(policy: str) -> None:
+    @tool(capabilities=["vault::read"])
+    def vault() -> str:
+        """Read the vault."""
+        return "gold"
+
+    answers = [openai_calls(("c", "vault", {})), openai_text("finished")]
+    seen: list[Any] = []
+
+    def reply(body: dict[str, Any], index: int) -> Answer:
+        seen.append(body)
+        return answers[index % 2]
+
+    with StubLLM(reply) as stub:
+        kit = await create_toolkit(
+            tools=[vault],
+            skills_dir=SKILLS,
+            capabilities=["demo"],
+            capability_policy=policy,  # type: ignore[arg-type]
+        )
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="vaulted")
+        try:
+            plain = await rpc(
+                handle.url + "/a2a",
+                "SendMessage",
+                {
+                    "message": {
+                        "messageId": "m1",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": "open it"}],
+                    }
+                },
+            )
+            assert plain["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert "vault" not in json.dumps(seen[0].get("tools", []))  # not listed to the model
+            tool_answer = next(m for m in seen[1]["messages"] if m.get("role") == "tool")
+            assert "requires capability 'vault::read'" in tool_answer["content"]
+            extended = {
+                "messageId": "m2",
+                "role": "ROLE_USER",
+                "parts": [{"text": "open it"}],
+                "metadata": {
+                    "toolmesh/capability_override": {
+                        "strategy": "extend",
+                        "capabilities": ["vault"],
+                    }
+                },
+            }
+            answer = await rpc(handle.url + "/a2a", "SendMessage", {"message": extended})
+            if policy == "locked":
+                assert "locked" in answer["error"]["message"]
+            else:
+                assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+                tool_answer = next(m for m in seen[3]["messages"] if m.get("role") == "tool")
+                assert tool_answer["content"] == "gold"
+        finally:
+            await handle.stop()
+            await kit.close()

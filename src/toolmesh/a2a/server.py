@@ -32,8 +32,9 @@ from starlette.routing import BaseRoute, Route
 from toolmesh.a2a import wire
 from toolmesh.a2a.card import WELL_KNOWN_CARD
 from toolmesh.a2a.tasks import RunningTask, TaskBoard
+from toolmesh.capabilities import CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
-from toolmesh.errors import ConfigError
+from toolmesh.errors import CapabilityError, ConfigError
 from toolmesh.llm.loop import RunEvent
 from toolmesh.llm.styles import ChatMessage
 from toolmesh.models import new_id
@@ -58,6 +59,10 @@ STOPPED = "the server stopped before the task finished"
 
 JsonObject = dict[str, Any]
 _V03_TO_V10 = {v03: v10 for v10, v03 in wire.METHODS_V03.items()}
+
+
+OVERRIDE_KEY = "toolmesh/capability_override"
+"""Message metadata asking to adjust the capability set for a task (toolmesh extension)."""
 
 
 class A2AServer:
@@ -310,7 +315,9 @@ class A2AServer:
         if not prompt:
             raise wire.RpcError(wire.INVALID_PARAMS, "the message has no text")
         metadata = {**(params.get("metadata") or {}), **(message.get("metadata") or {})}
+        held = self._capabilities(metadata.get(OVERRIDE_KEY))
         running = await self._task_for(message, prompt)
+        running.capabilities = held
         if listen:
             running.listen()
         skill_id = metadata.get("skillId") or metadata.get("skill_id") or metadata.get("skill")
@@ -374,7 +381,9 @@ class A2AServer:
         on_event = _progress_reporter(running) if running.listeners else None
         # A call needing approval puts the task in input-required until the client answers.
         session = dataclasses.replace(
-            self.toolkit.session, approver=functools.partial(self._ask_approval, running)
+            self.toolkit.session,
+            capabilities=running.capabilities or self.toolkit.session.capabilities,
+            approver=functools.partial(self._ask_approval, running),
         )
         try:
             result = await self.client.run(
@@ -396,6 +405,24 @@ class A2AServer:
         else:
             self._complete(running, result.text)
         await self._finish(running)
+
+    def _capabilities(self, asked: Any) -> CapabilitySet | None:
+        """The task's capability set when the message asks to adjust the toolkit's."""
+        if asked is None:
+            return None
+        if not isinstance(asked, dict) or not isinstance(asked.get("capabilities", []), list):
+            raise wire.RpcError(
+                wire.INVALID_PARAMS, f"{OVERRIDE_KEY} must be {{strategy, capabilities}}"
+            )
+        try:
+            return session_capabilities(
+                self.toolkit.capabilities,
+                self.toolkit.capability_policy,
+                str(asked.get("strategy", "inherit")),
+                [str(tag) for tag in asked.get("capabilities", [])],
+            )
+        except (CapabilityError, ConfigError) as exc:
+            raise wire.RpcError(wire.INVALID_PARAMS, str(exc)) from None
 
     async def _ask_approval(self, running: RunningTask, request: ApprovalRequest) -> bool:
         """Ask the A2A client: the task waits in input-required for 'approve' or 'deny'."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolmesh.a2a import wire
+from toolmesh.capabilities import CapabilitySet
 from toolmesh.llm.styles import ChatMessage
 from toolmesh.sources.skills import Skill
 from toolmesh.store.base import A2ATaskRecord, Store
@@ -40,6 +41,7 @@ class RunningTask:
     submitted: JsonObject = field(default_factory=dict)  # the task before it started
     approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
     paused: asyncio.Event = field(default_factory=asyncio.Event)  # set while it waits for input
+    capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
 
     @property
     def id(self) -> str:
