@@ -4,6 +4,9 @@ Each session has one JSON document, ``{"context": {}}`` at first. A tool reads a
 return a patch. A patch is checked (every path must lie under an allowed prefix, ``/context/`` by
 default), applied to a copy (all operations or none: a failing ``test`` leaves the document as it
 was), then stored by compare-and-set so two writers can never overwrite each other's update.
+
+Documents are cached per host; with a store other hosts write too (``store.shared``) every read
+goes to the store, so no host hands a tool a document another host has since changed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class StateManager:
 
     def __init__(self, store: Store, *, allowed_prefixes: Sequence[str] = ("/context/",)) -> None:
         self.store = store
+        self.read_through = store.shared
         self.allowed_prefixes = tuple(allowed_prefixes)
         self._cache: dict[str, StateRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -51,7 +55,7 @@ class StateManager:
     async def ensure_loaded(self, session_id: str) -> dict[str, Any]:
         """The session's document as cached for snapshots (loaded once per session)."""
         record = self._cache.get(session_id)
-        if record is None:
+        if record is None or self.read_through:
             record = await self._load(session_id)
         return record.document
 
@@ -83,7 +87,7 @@ class StateManager:
         self._locks.pop(session_id, None)
 
     async def _load(self, session_id: str) -> StateRecord:
-        record = self._cache.get(session_id)
+        record = None if self.read_through else self._cache.get(session_id)
         if record is None:
             stored = await self.store.load_state(session_id)
             record = stored or StateRecord(copy.deepcopy(INITIAL_STATE), 0)
