@@ -38,7 +38,16 @@ def add_parser(commands: Any) -> None:
         "--audit",
         metavar="PATH",
         default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
-        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none)",
+        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none); "
+        "shorthand for --store sqlite:///PATH",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=os.environ.get("TOOLMESH_STORE"),
+        help="where the audit log, sessions and state live: sqlite:///PATH or "
+        "postgresql://USER@HOST:PORT/DB (hosts sharing one database serve as one; "
+        "env TOOLMESH_STORE); wins over --audit",
     )
     parser.add_argument(
         "--auth-token",
@@ -123,8 +132,9 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 
     manifest = load_manifest(args.config)
     default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
-    if manifest.audit is not None and audit == default_audit:
-        audit = manifest.audit
+    chosen = manifest.store or manifest.audit
+    if chosen is not None and audit == default_audit and not getattr(args, "store", None):
+        audit = chosen
         args.audit = audit
     toolkit = manifest.toolkit(
         *sources,
@@ -143,6 +153,8 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.store:
+        args.audit = args.store
     host = build_host(args, audit=args.audit)
     if args.stdio:
         from toolmesh.transports.stdio import serve_stdio
@@ -156,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         print(url, flush=True)
         print(
             f"toolmesh: serving {len(host.toolkit)} tools at {url} "
-            f"(audit: {args.audit}); Ctrl-C stops",
+            f"(store: {_shown(args.audit)}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
@@ -168,6 +180,16 @@ def run(args: argparse.Namespace) -> int:
     )
     _leave_stuck_threads()
     return 0
+
+
+def _shown(store: str) -> str:
+    """A store URL for the banner, its password hidden."""
+    if "@" not in store:
+        return store
+    scheme, _, rest = store.partition("://")
+    credentials, _, place = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{place}"
 
 
 def _run(main: Coroutine[Any, Any, None], *, fast_loop: bool) -> None:

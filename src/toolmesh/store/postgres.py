@@ -41,6 +41,7 @@ __all__ = ["CLUSTER_MIGRATIONS", "MIGRATIONS", "PostgresStore", "display_url"]
 logger = logging.getLogger("toolmesh.store")
 
 T = TypeVar("T")
+Connection = Any  # asyncpg.Connection or the pool's proxy of one
 CHANNEL = "toolmesh"
 _MIGRATION_LOCK = 0x746F6F6C  # "tool": the advisory lock hosts take while migrating
 
@@ -129,10 +130,10 @@ _AUDIT_COLUMNS = (
     ("decision", "text"),
     ("host_id", "text"),
 )
+_ARRAYS = ", ".join(f"${i}::{kind}[]" for i, (_, kind) in enumerate(_AUDIT_COLUMNS, 1))
 _INSERT_AUDIT = (
     f"INSERT INTO audit ({', '.join(name for name, _ in _AUDIT_COLUMNS)}) "  # noqa: S608
-    f"SELECT * FROM unnest({', '.join(f'${i}::{t}[]' for i, (_, t) in enumerate(_AUDIT_COLUMNS, 1))}) "
-    "ON CONFLICT (uid) DO NOTHING"
+    f"SELECT * FROM unnest({_ARRAYS}) ON CONFLICT (uid) DO NOTHING"
 )
 _READ_COLUMNS = [name for name, _ in _AUDIT_COLUMNS[1:]]
 
@@ -241,7 +242,7 @@ class PostgresStore(Store):
             raise ConfigError(f"{self!r} is not open: await store.open() first")
         return self._pool
 
-    async def run(self, operation: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
         """Run ``operation`` on a pooled connection, reconnecting and retrying it while the
         server is unreachable (up to ``reconnect_timeout`` seconds). Operations must be safe to
         run twice: the first try may have committed before its connection was lost."""
@@ -350,7 +351,7 @@ class PostgresStore(Store):
         token = uuid.uuid4().hex
         attempts = 0
 
-        async def write(db: asyncpg.Connection) -> bool:
+        async def write(db: Connection) -> bool:
             nonlocal attempts
             attempts += 1
             if attempts > 1:  # the last try may have landed before its connection was lost
@@ -403,7 +404,7 @@ class PostgresStore(Store):
                 delay = min(delay * 2, 1.0)
                 continue
             try:
-                connection.add_termination_listener(lambda _c: lost.set())
+                connection.add_termination_listener(_setter(lost))
                 await connection.add_listener(CHANNEL, self._notified)
                 delay = 0.05
                 self._listening.set()
@@ -419,8 +420,8 @@ class PostgresStore(Store):
                     await asyncio.shield(connection.close(timeout=1))
             logger.warning("the PostgreSQL signal connection was lost; reconnecting")
 
-    def _notified(self, _connection: Any, _pid: int, _channel: str, message: str) -> None:
-        topic, _, payload = message.partition(" ")
+    def _notified(self, _connection: Any, _pid: int, _channel: str, message: object) -> None:
+        topic, _, payload = str(message).partition(" ")
         self.dispatch(topic, payload)
 
     # -- HTTP sessions shared by several hosts (toolmesh.transports.cluster) -------------------
@@ -434,11 +435,12 @@ class PostgresStore(Store):
                 "WITH posted AS (INSERT INTO mailbox (session_id, message, posted_at) "
                 "SELECT s, m, $3 FROM unnest($1::text[], $2::bytea[]) AS t(s, m) "
                 "RETURNING session_id) "
-                f"SELECT pg_notify('{CHANNEL}', 'mail ' || session_id) "  # noqa: S608
+                "SELECT pg_notify($4, 'mail ' || session_id) "
                 "FROM (SELECT DISTINCT session_id FROM posted) AS d",
                 list(session_ids),
                 list(messages),
                 now,
+                CHANNEL,
             )
         )
 
@@ -489,6 +491,10 @@ class PostgresStore(Store):
         )
 
 
+def _setter(event: asyncio.Event) -> Callable[[Any], None]:
+    return lambda _connection: event.set()
+
+
 async def _until_lost(connection: asyncpg.Connection, lost: asyncio.Event) -> None:
     """Return once the connection is gone: its termination listener fires, or a periodic
     check fails (a half-open socket never tells)."""
@@ -524,7 +530,7 @@ def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
     )
 
 
-async def _migrate(connection: asyncpg.Connection) -> None:
+async def _migrate(connection: Connection) -> None:
     """Apply every migration not applied yet, in order, one host at a time."""
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
