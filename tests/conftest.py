@@ -263,3 +263,14 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def postgres_url(postgres_cluster: PostgresCluster) -> str:
     """The URL of a new, empty database of the shared cluster."""
     return postgres_cluster.create()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """One local Ray cluster for the whole run (127.0.0.1; stopped at the end)."""
+    from tests.fixtures.ray_cluster import local_ray, ray_is_installed
+
+    if not ray_is_installed():  # (without importing it: see local_ray)
+        pytest.skip("Ray is not installed (the ray extra)")
+    with local_ray() as ray:
+        yield ray

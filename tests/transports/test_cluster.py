@@ -64,9 +64,7 @@ class Cluster:
             self.servers.append(server)
 
     async def client(self, create: int, stream: int, sends: Sequence[int], **options: Any) -> Any:
-        channel = SpreadChannel(
-            self.urls[create], self.urls[stream], [self.urls[i] for i in sends]
-        )
+        channel = SpreadChannel(self.urls[create], self.urls[stream], [self.urls[i] for i in sends])
         client = AsyncClient(channel, agent_id=options.pop("agent_id", "tester"), **options)
         await client.start()
         return client
@@ -99,9 +97,7 @@ async def test_a_session_created_on_one_host_is_served_by_all(cluster: Cluster) 
     tools = await client.list_tools()
     assert "count" in {t.name for t in tools}
     events: list[ToolEvent] = []
-    results = [
-        await client.call_tool("count", {"n": 3}, on_event=events.append) for _ in range(3)
-    ]
+    results = [await client.call_tool("count", {"n": 3}, on_event=events.append) for _ in range(3)]
     assert all(r.success and r.data == {"counted": 3} for r in results), results
     assert [e.seq for e in events] == [0, 1, 2] * 3  # each call's events, in order, before it
     await client.close()
@@ -161,7 +157,11 @@ async def test_a_new_stream_on_another_host_takes_over(cluster: Cluster) -> None
             if line.startswith("data:"):
                 answer = json.loads(line[5:])
                 break
-    assert (answer["type"], answer["req_id"], answer["data"]["data"]) == ("tool/call/resp", "r2", "b")
+    assert (answer["type"], answer["req_id"], answer["data"]["data"]) == (
+        "tool/call/resp",
+        "r2",
+        "b",
+    )
     await client.close()
 
 
