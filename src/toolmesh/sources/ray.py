@@ -257,7 +257,7 @@ def _run_tool(
 
 def _portable(exc: BaseException) -> tuple[Any, Any]:
     try:
-        pickle.loads(pickle.dumps(exc))
+        pickle.loads(pickle.dumps(exc))  # noqa: S301 - our own bytes, round-tripped here
     except Exception:
         return type(exc).__name__, str(exc)
     return exc, None
