@@ -69,7 +69,9 @@ class HostProcess:
 
 @pytest.fixture
 async def two_hosts(postgres_url: str) -> AsyncIterator[list[HostProcess]]:
-    hosts = list(await asyncio.gather(HostProcess.start(postgres_url), HostProcess.start(postgres_url)))
+    hosts = list(
+        await asyncio.gather(HostProcess.start(postgres_url), HostProcess.start(postgres_url))
+    )
     yield hosts
     for host in hosts:
         await host.stop()
