@@ -63,7 +63,7 @@ async def test_the_manifest_names_the_store(tmp_path: Path, postgres_url: str) -
     with pytest.raises(ConfigError, match="either store or audit"):
         load_manifest(manifest)
     manifest.write_text('[toolkit]\nstore = "x.db"\n')
-    with pytest.raises(ConfigError, match="toolkit.store: must be a URL"):
+    with pytest.raises(ConfigError, match=r"toolkit\.store: must be a URL"):
         load_manifest(manifest)
 
 
