@@ -67,11 +67,16 @@ class StateManager:
         operations = self._check(patch)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
-            for _ in range(_CAS_ATTEMPTS):
-                record = await self._load(session_id)
+            for attempt in range(_CAS_ATTEMPTS):
+                # The first try may start from the document this call's tool was given (read
+                # moments ago): compare-and-set catches it if another host wrote since.
+                cached = self._cache.get(session_id) if attempt == 0 else None
+                record = cached or await self._load(session_id)
                 try:
                     document = jsonpatch.apply_patch(record.document, operations, in_place=False)
                 except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    if cached is not None and self.read_through:
+                        continue  # judge the patch against the stored document, not a copy
                     raise StateError(f"state update not applied: {exc}") from exc
                 if await self.store.save_state(
                     session_id, document, expected_version=record.version

@@ -22,6 +22,7 @@ Ray task options such as ``num_cpus``, ``num_gpus``, ``memory``, ``resources`` a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import pickle
 import queue
@@ -65,7 +66,7 @@ class OnRay(WrapperSource):
         self.address = address
         self.init_options = dict(init_options or {})
         self.task_options = {"num_cpus": 1, **task_options, "max_retries": 0}
-        self._functions: dict[int, Any] = {}  # id(tool function) -> its ObjectRef
+        self._functions: dict[int, tuple[str, bytes]] = {}  # id(function) -> key, pickle
         self._remote: Any = None
         super().__init__(wrapped)
 
@@ -97,26 +98,28 @@ class OnRay(WrapperSource):
             num_returns="streaming", **self.task_options
         )
 
-    def function_ref(self, tool: Tool) -> Any:
-        """The tool's code in Ray's object store (put there once)."""
+    def function_ref(self, tool: Tool) -> tuple[str, bytes]:
+        """The tool's code, pickled once, and the key workers cache it under."""
         function = _function_of(tool)
-        ref = self._functions.get(id(function))
-        if ref is None:
+        found = self._functions.get(id(function))
+        if found is None:
             import ray
 
             try:
                 pickled = ray.cloudpickle.dumps(function)
             except Exception as exc:
                 raise ConfigError(f"tool {tool.name!r} cannot be sent to Ray: {exc}") from exc
-            ref = self._functions[id(function)] = ray.put(pickled)
-        return ref
+            key = hashlib.sha256(pickled).hexdigest()
+            found = self._functions[id(function)] = (key, pickled)
+        return found
 
     async def call(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         if self._remote is None:
             await asyncio.to_thread(self._connect)
         import ray
 
-        task = self._remote.remote(self.function_ref(tool), arguments, _context_of(ctx))
+        key, pickled = self.function_ref(tool)
+        task = self._remote.remote(key, pickled, arguments, _context_of(ctx))
         try:
             async for item in task:
                 kind, first, second = await item
@@ -201,19 +204,24 @@ def _exception(raised: Any, text: Any) -> BaseException:
 # -- on the worker -------------------------------------------------------------------------------
 
 
-def _run_on_worker(
-    pickled: bytes, arguments: dict[str, Any], context: dict[str, Any]
-) -> Iterator[tuple[str, Any, Any]]:
-    """The Ray task: run the tool on its own event loop in a thread and yield its events as
-    they come, then ``("result", value, None)`` or ``("raised", exception, text)``."""
-    from ray import cloudpickle
+_worker_functions: dict[str, ToolFunction] = {}
+_worker_loop: asyncio.AbstractEventLoop | None = None
+_worker_lock = threading.Lock()
 
-    function = cloudpickle.loads(pickled)
+
+def _run_on_worker(
+    key: str, pickled: bytes, arguments: dict[str, Any], context: dict[str, Any]
+) -> Iterator[tuple[str, Any, Any]]:
+    """The Ray task: run the tool on the worker's event loop (a thread kept for every call) and
+    yield its events as they come, then ``("result", value, None)`` or
+    ``("raised", exception, text)``. The unpickled tool is kept per worker."""
+    function = _worker_functions.get(key)
+    if function is None:
+        from ray import cloudpickle
+
+        function = _worker_functions[key] = cloudpickle.loads(pickled)
     items: queue.SimpleQueue[ToolEvent | tuple[str, Any, Any]] = queue.SimpleQueue()
-    thread = threading.Thread(
-        target=_run_tool, args=(function, arguments, context, items), daemon=True
-    )
-    thread.start()
+    asyncio.run_coroutine_threadsafe(_run_tool(function, arguments, context, items), _loop())
     while True:
         item = items.get()
         if isinstance(item, ToolEvent):
@@ -223,36 +231,41 @@ def _run_on_worker(
         return
 
 
-def _run_tool(
+def _loop() -> asyncio.AbstractEventLoop:
+    global _worker_loop
+    with _worker_lock:
+        if _worker_loop is None:
+            _worker_loop = asyncio.new_event_loop()
+            threading.Thread(target=_worker_loop.run_forever, daemon=True).start()
+        return _worker_loop
+
+
+async def _run_tool(
     function: ToolFunction,
     arguments: dict[str, Any],
     context: dict[str, Any],
     items: queue.SimpleQueue[ToolEvent | tuple[str, Any, Any]],
 ) -> None:
-    async def main() -> Any:
-        remaining = context["remaining"]
-        capabilities = context["capabilities"]
-        state = context["state"]
-        ctx = ToolContext(
-            tool_name=context["tool_name"],
-            req_id=context["req_id"],
-            session_id=context["session_id"],
-            agent_id=context["agent_id"],
-            correlation_id=context["correlation_id"],
-            deadline=None if remaining is None else time.monotonic() + remaining,
-            capabilities=None if capabilities is None else CapabilitySet(capabilities),
-            state=None if state is None else (lambda: state),
-            sink=items.put,
-        )
-        try:
-            return await function(arguments, ctx)
-        finally:
-            ctx._close()
-
+    remaining = context["remaining"]
+    capabilities = context["capabilities"]
+    state = context["state"]
+    ctx = ToolContext(
+        tool_name=context["tool_name"],
+        req_id=context["req_id"],
+        session_id=context["session_id"],
+        agent_id=context["agent_id"],
+        correlation_id=context["correlation_id"],
+        deadline=None if remaining is None else time.monotonic() + remaining,
+        capabilities=None if capabilities is None else CapabilitySet(capabilities),
+        state=None if state is None else (lambda: state),
+        sink=items.put,
+    )
     try:
-        items.put(("result", asyncio.run(main()), None))
+        items.put(("result", await function(arguments, ctx), None))
     except BaseException as exc:
         items.put(("raised", *_portable(exc)))
+    finally:
+        ctx._close()
 
 
 def _portable(exc: BaseException) -> tuple[Any, Any]:
