@@ -206,6 +206,7 @@ class PostgresStore(Store):
                     min_size=self.min_connections,
                     max_size=self.max_connections,
                     timeout=self.connect_timeout,
+                    reset=_nothing_to_reset,
                 )
             except Exception as exc:
                 raise ConfigError(
@@ -489,6 +490,12 @@ class PostgresStore(Store):
         await self.run(
             lambda db: db.execute("DELETE FROM approvals WHERE approval_id = $1", approval_id)
         )
+
+
+async def _nothing_to_reset(_connection: Connection) -> None:
+    """Pooled connections are returned as they were taken: the store leaves no session state
+    (no SET, LISTEN, cursor or session lock), so asyncpg's reset query, a round trip on every
+    release, is skipped."""
 
 
 def _setter(event: asyncio.Event) -> Callable[[Any], None]:
