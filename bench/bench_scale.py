@@ -38,8 +38,8 @@ REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
 import rawhttp  # noqa: E402
-
 from tests.fixtures.postgres import running_cluster  # noqa: E402
+
 from toolmesh import Host, Output, tool  # noqa: E402
 from toolmesh.protocol import HandshakeRequest, ToolCallRequest  # noqa: E402
 
@@ -203,6 +203,7 @@ async def bench_stores(url: str, folder: str, calls: int, rounds: int) -> dict[s
 async def bench_ray(calls: int, rounds: int) -> dict[str, Any]:
     from tests.fixtures import ray_tools
     from tests.fixtures.ray_cluster import local_ray
+
     from toolmesh import Host, connect_async
     from toolmesh.sources.functions import tools_of
     from toolmesh.sources.ray import OnRay
