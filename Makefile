@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test,fast,postgres,ray
+EXTRAS ?= test,fast,a2a,mcp,postgres,ray
 PORT ?= 8765
 
 .PHONY: setup system-packages run test lint typecheck unit bench clean
@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
-setup: $(STAMP) system-packages $(VENV)/node/node_modules/.bin/esbuild
+# Node MCP peers for the tests (the reference "everything" server, the TypeScript SDK client).
+NODE_STAMP := node_modules/.package-lock.json
+
+setup: $(STAMP) system-packages $(VENV)/node/node_modules/.bin/esbuild $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
 
 # TypeScript tool packages are bundled with esbuild (the javascript kind's tests use this one).
 $(VENV)/node/node_modules/.bin/esbuild: | $(STAMP)

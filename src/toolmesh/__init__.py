@@ -1,8 +1,9 @@
 """toolmesh: one Python runtime that gives LLM agents their tools.
 
-Tools come from many sources (Python functions, A2E ToolPlugins, toolkits, ...); one pipeline
-governs every call (capability policy, argument validation, deadlines, events, output limits,
-state updates, audit); hosts serve them in-process, over stdio and over HTTP.
+Tools come from many sources (Python functions, A2E ToolPlugins, toolkits, remote A2A agents,
+...); one pipeline governs every call (capability policy, argument validation, deadlines, events,
+output limits, state updates, audit); hosts serve them in-process, over stdio and over HTTP, and
+a toolkit can answer as an A2A agent whose tasks an LLM client runs.
 
 Names are imported on first use, so `toolmesh serve --stdio` starts without loading the client,
 the HTTP stack or anything else it does not need.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from toolmesh import capabilities
+    from toolmesh.a2a import Agent, agent, agent_tools, parse_agents_config
     from toolmesh.client import AsyncClient, AsyncToolAPI, Client, ToolAPI, connect, connect_async
     from toolmesh.errors import (
         ArgumentError,
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
         HandshakeError,
         NameConflictError,
         ProtocolError,
+        ProviderError,
         RemoteError,
         SchemaError,
         StateError,
@@ -34,7 +37,9 @@ if TYPE_CHECKING:
         TransportError,
     )
     from toolmesh.host import Host
+    from toolmesh.llm import LLMClient, RunResult, create_client
     from toolmesh.manifest import Manifest, load_manifest
+    from toolmesh.mcp.config import MCPServerConfig, parse_mcp_config
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters
@@ -58,6 +63,16 @@ _LOCATIONS: dict[str, str] = {
     "HttpEndpoint": "toolmesh.sources.http",
     "load_manifest": "toolmesh.manifest",
     "Manifest": "toolmesh.manifest",
+    "Agent": "toolmesh.a2a",
+    "agent": "toolmesh.a2a",
+    "agent_tools": "toolmesh.a2a",
+    "parse_agents_config": "toolmesh.a2a",
+    "LLMClient": "toolmesh.llm",
+    "RunResult": "toolmesh.llm",
+    "create_client": "toolmesh.llm",
+    "ProviderError": "toolmesh.errors",
+    "MCPServerConfig": "toolmesh.mcp.config",
+    "parse_mcp_config": "toolmesh.mcp.config",
     "ArgumentError": "toolmesh.errors",
     "AuditError": "toolmesh.errors",
     "CallTimeout": "toolmesh.errors",
@@ -109,6 +124,7 @@ _LOCATIONS: dict[str, str] = {
 }
 
 __all__ = [
+    "Agent",
     "ArgumentError",
     "AsyncClient",
     "AsyncToolAPI",
@@ -124,15 +140,19 @@ __all__ = [
     "Host",
     "HttpEndpoint",
     "HttpSource",
+    "LLMClient",
     "Limits",
+    "MCPServerConfig",
     "Manifest",
     "NameConflictError",
     "OpenAPISource",
     "Output",
     "Prefixed",
     "ProtocolError",
+    "ProviderError",
     "RemoteError",
     "Renamed",
+    "RunResult",
     "SchemaError",
     "Session",
     "Source",
@@ -156,13 +176,18 @@ __all__ = [
     "ToolmeshError",
     "TransportError",
     "__version__",
+    "agent",
+    "agent_tools",
     "capabilities",
     "connect",
     "connect_async",
+    "create_client",
     "create_toolkit",
     "http_tool",
     "load_manifest",
     "parameters_to_schema",
+    "parse_agents_config",
+    "parse_mcp_config",
     "sanitize_name",
     "schema_to_parameters",
     "tool",

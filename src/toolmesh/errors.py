@@ -17,7 +17,8 @@ A tool that fails is not an exception: it is a ``ToolResult`` with ``success=Fal
         ├── TransportError     the peer cannot be reached or went away
         ├── HandshakeError     the host refused the handshake (``reason``)
         ├── RemoteError        the host answered with an ``error`` message
-        └── CallTimeout        no answer arrived within the call's deadline plus grace
+        ├── CallTimeout        no answer arrived within the call's deadline plus grace
+        └── ProviderError      a model provider (LLM API) refused or failed a request
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "HandshakeError",
     "NameConflictError",
     "ProtocolError",
+    "ProviderError",
     "RemoteError",
     "SchemaError",
     "StateError",
@@ -147,3 +149,15 @@ class CallTimeout(ProtocolError):
 
     def __init__(self, message: str) -> None:
         super().__init__("timeout", message, retryable=True)
+
+
+class ProviderError(ProtocolError):
+    """A model provider's API refused or failed a request, after any retries; ``status`` is the
+    HTTP status (0 when no answer arrived) and ``body`` the start of its answer."""
+
+    def __init__(self, message: str, *, status: int = 0, body: str = "") -> None:
+        self.status = status
+        self.body = body
+        super().__init__(
+            "provider_error", message, retryable=status == 0 or status == 429 or status >= 500
+        )

@@ -72,6 +72,9 @@ KINDS = ("python", *KIND_MODULES)
 _SHARED_KEYS = frozenset(
     {"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config", "placement", "ray"}
 )
+_OWN_PREFIX = frozenset({"mcp"})
+"""Kinds that already name their tools ``<prefix>_<tool>`` (an MCP server's name by default):
+the entry's ``prefix`` replaces theirs instead of being added in front of it."""
 _TOOLKIT_KEYS = frozenset(
     {"name", "capabilities", "capability_policy", "audit", "on_conflict", "skills_dir", "store"}
 )
@@ -265,6 +268,9 @@ class _Loader:
             return []
         options = self._options(entry, where)
         spec = self._flatten(entry, where)
+        if kind in _OWN_PREFIX and options["prefix"]:
+            spec["prefix"] = options.pop("prefix")
+            options["prefix"] = None
         if kind == "python":
             sources = self._python(spec, where)
         else:

@@ -45,9 +45,9 @@ async def test_hosts_starting_together_migrate_once(
     await asyncio.gather(*(store.open() for store in stores))
     database = postgres_url.rsplit("/", 1)[1]
     applied = postgres_cluster.sql(
-        "SELECT track || ':' || version FROM schema_version ORDER BY track", database
+        "SELECT track || ':' || version FROM schema_version ORDER BY track, version", database
     )
-    assert applied.split() == ["cluster:1", "store:1"]
+    assert applied.split() == ["cluster:1", "store:1", "store:2"]
     for store in stores:
         await store.close()
 

@@ -11,7 +11,7 @@ import pytest
 from toolmesh import Host, Toolkit, connect_async, tool
 from toolmesh.audit import AuditEntry
 from toolmesh.store import Store, open_store
-from toolmesh.store.base import SessionRecord
+from toolmesh.store.base import A2ATaskRecord, SessionRecord
 
 StoreFactory = Callable[[], Store]
 
@@ -127,6 +127,35 @@ async def test_concurrent_writers_lose_no_update(make_store: StoreFactory) -> No
     assert record is not None and record.document == {"n": 40} and record.version == 40
     for each in stores:
         await each.close()
+
+
+async def test_a2a_tasks_are_shared(make_store: StoreFactory) -> None:
+    """A task one host saves, another finds, lists and replaces (issue 6's task store)."""
+    first, second = make_store(), make_store()
+    await first.open()
+    await second.open()
+    for index, (task_id, context, state) in enumerate(
+        [("t1", "c1", "completed"), ("t2", "c1", "working"), ("t3", "c2", "completed")]
+    ):
+        doc = {"id": task_id, "contextId": context, "n": index}
+        await first.save_a2a_task(A2ATaskRecord(task_id, context, state, float(index), doc))
+    loaded = await second.load_a2a_task("t2")
+    assert loaded is not None and loaded.document == {"id": "t2", "contextId": "c1", "n": 1}
+    assert await second.load_a2a_task("nope") is None
+    records, total = await second.list_a2a_tasks(context_id="c1")
+    assert [r.task_id for r in records] == ["t2", "t1"] and total == 2  # newest first
+    records, total = await second.list_a2a_tasks(state="completed", limit=1, offset=1)
+    assert [r.task_id for r in records] == ["t1"] and total == 2
+    records, total = await second.list_a2a_tasks()
+    assert total == 3 and len(records) == 3
+    await second.save_a2a_task(A2ATaskRecord("t2", "c1", "canceled", 9.0, {"id": "t2"}))
+    replaced = await first.load_a2a_task("t2")
+    assert replaced is not None and (replaced.state, replaced.document) == (
+        "canceled",
+        {"id": "t2"},
+    )
+    await first.close()
+    await second.close()
 
 
 async def test_published_signals_reach_subscribers(make_store: StoreFactory) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
+from toolmesh.errors import ConfigError
 from toolmesh.host import Host
 from toolmesh.pipeline import Limits
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
@@ -24,7 +25,10 @@ def add_parser(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "serve",
         help="serve tools to agents over stdio or HTTP",
-        description="Serve tools to agents: A2E over NDJSON on stdio, or A2E over HTTP+SSE.",
+        description=(
+            "Serve tools to agents: A2E over NDJSON on stdio, A2E over HTTP+SSE (plus MCP at "
+            "/mcp with --mcp), or MCP on stdio (--mcp-stdio)."
+        ),
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--stdio", action="store_true", help="speak NDJSON on stdin/stdout")
@@ -32,6 +36,10 @@ def add_parser(commands: Any) -> None:
         "--http",
         metavar="HOST:PORT",
         help="listen for HTTP (default 127.0.0.1:8765); prints the URL as its first line",
+    )
+    mode.add_argument("--mcp-stdio", action="store_true", help="speak MCP on stdin/stdout")
+    parser.add_argument(
+        "--mcp", action="store_true", help="with --http: also serve MCP (streamable HTTP) at /mcp"
     )
     add_source_options(parser)
     parser.add_argument(
@@ -91,6 +99,9 @@ def add_parser(commands: Any) -> None:
         help="with neither --tools nor --config: serve the built-in tools confined to DIR "
         "(default ./workspace, created if missing)",
     )
+    from toolmesh.cli.agents import add_serve_options
+
+    add_serve_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -103,10 +114,34 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         help="a ToolPlugin (class or instance), Toolkit, @tool function or list of these",
     )
     parser.add_argument("--config", metavar="FILE", help="a toolmesh.toml manifest")
+    parser.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers as sources: a JSON file in the mcpServers shape (repeatable)",
+    )
+    parser.add_argument(
+        "--mcp-defer-over",
+        type=int,
+        metavar="N",
+        help="defer the tools of an MCP server with more than N of them (found by search)",
+    )
 
 
 def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
+    if getattr(args, "skills", None):
+        from toolmesh.sources.skills import SkillsSource
+
+        sources.append(SkillsSource(args.skills))
+    if getattr(args, "mcp_config", None):
+        from toolmesh.mcp.gateway import gateway_configs
+        from toolmesh.mcp.source import mcp_source
+
+        defer = getattr(args, "mcp_defer_over", None)
+        for path in args.mcp_config:
+            sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
     if args.config:
         return _manifest_host(args, sources, audit=audit)
     if not sources:  # the default toolkit: the built-in tools, confined to the workspace
@@ -155,7 +190,20 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 def run(args: argparse.Namespace) -> int:
     if args.store:
         args.audit = args.store
+    if args.a2a:
+        from toolmesh.cli.agents import serve_agent
+
+        return serve_agent(args)
     host = build_host(args, audit=args.audit)
+    if args.mcp and not args.http:
+        raise ConfigError("--mcp serves MCP beside A2E over HTTP: give --http HOST:PORT too")
+    if args.mcp_stdio:
+        from toolmesh.mcp.stdio import serve_mcp_stdio
+
+        # uvloop halves the thread hop of blocking tools, which MCP clients call back to back
+        _run(_until_stopped(serve_mcp_stdio(host), host), fast_loop=True)
+        _leave_stuck_threads()
+        return 0
     if args.stdio:
         from toolmesh.transports.stdio import serve_stdio
 
@@ -174,10 +222,15 @@ def run(args: argparse.Namespace) -> int:
         )
 
     bind = args.http or "127.0.0.1:8765"
-    _run(
-        _until_stopped(serve_http(host, bind, auth_token=args.auth_token, on_ready=ready), host),
-        fast_loop=True,
+    routes = []
+    if args.mcp:
+        from toolmesh.mcp.http import mcp_routes
+
+        routes = mcp_routes(host, auth_token=args.auth_token)
+    serving = serve_http(
+        host, bind, auth_token=args.auth_token, on_ready=ready, extra_routes=routes
     )
+    _run(_until_stopped(serving, host), fast_loop=True)
     _leave_stuck_threads()
     return 0
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolmesh.errors import ConfigError
-from toolmesh.store.base import SessionRecord, StateRecord, Store
+from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
 from toolmesh.store.memory import MemoryStore
 from toolmesh.store.sqlite import SqliteStore
 
-__all__ = ["MemoryStore", "SessionRecord", "SqliteStore", "StateRecord", "Store", "open_store"]
+__all__ = [
+    "A2ATaskRecord",
+    "MemoryStore",
+    "SessionRecord",
+    "SqliteStore",
+    "StateRecord",
+    "Store",
+    "open_store",
+]
 
 
 def open_store(target: str | Path | Store | None) -> Store:

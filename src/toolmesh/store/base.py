@@ -1,7 +1,8 @@
 """The store interface: everything toolmesh keeps beyond one call.
 
-Audit entries, sessions and their state documents live behind this one interface so the
-embedded default (SQLite, one file) and a shared server database are interchangeable.
+Audit entries, sessions and their state documents, and the tasks of the A2A server, live behind
+this one interface so the embedded default (SQLite, one file) and a shared server database are
+interchangeable.
 
 A store also carries signals between the hosts that share it (``publish``/``subscribe``): in
 one process they are plain callbacks; PostgreSQL carries them to every host (LISTEN/NOTIFY).
@@ -18,7 +19,7 @@ from typing import Any
 
 from toolmesh.audit import AuditEntry
 
-__all__ = ["SessionRecord", "StateRecord", "Store", "Subscriber"]
+__all__ = ["A2ATaskRecord", "SessionRecord", "StateRecord", "Store", "Subscriber"]
 
 logger = logging.getLogger("toolmesh.store")
 
@@ -46,6 +47,17 @@ class StateRecord:
 
     document: dict[str, Any]
     version: int
+
+
+@dataclass(slots=True)
+class A2ATaskRecord:
+    """An A2A task served by this host: its A2A 1.0 JSON document and the keys it is found by."""
+
+    task_id: str
+    context_id: str
+    state: str
+    updated_at: float
+    document: dict[str, Any]
 
 
 class Store(ABC):
@@ -93,6 +105,23 @@ class Store(ABC):
     ) -> bool:
         """Store ``document`` as version ``expected_version + 1`` if the stored version is still
         ``expected_version`` (compare-and-set); False when another writer got there first."""
+
+    # -- A2A tasks -----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        """Create or replace a task (committed before returning)."""
+
+    @abstractmethod
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        """A task, or None when the id is unknown."""
+
+    @abstractmethod
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        """Tasks (of one context and/or in one state when given), most recently updated first,
+        and how many match in all."""
 
     # -- signals between the hosts sharing the store -------------------------------------------
 

@@ -34,7 +34,14 @@ import asyncpg
 
 from toolmesh.audit import AuditEntry
 from toolmesh.errors import ConfigError
-from toolmesh.store.base import SessionRecord, StateRecord, Store, _check_payload, _check_topic
+from toolmesh.store.base import (
+    A2ATaskRecord,
+    SessionRecord,
+    StateRecord,
+    Store,
+    _check_payload,
+    _check_topic,
+)
 
 __all__ = ["CLUSTER_MIGRATIONS", "MIGRATIONS", "PostgresStore", "display_url"]
 
@@ -84,7 +91,19 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
-    # 2: the A2A tasks table (SQLite's migration 2) belongs here, with the same number.
+    (
+        2,
+        """
+        CREATE TABLE a2a_tasks (
+            task_id TEXT PRIMARY KEY,
+            context_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            document JSONB NOT NULL
+        );
+        CREATE INDEX a2a_tasks_by_context ON a2a_tasks (context_id, updated_at);
+        """,
+    ),
 ]
 """The store's schema, numbered as SQLite's (``toolmesh.store.sqlite.MIGRATIONS``)."""
 
@@ -382,6 +401,58 @@ class PostgresStore(Store):
 
         return await self.run(write)
 
+    # -- A2A tasks -------------------------------------------------------------------------------
+
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
+        await self.run(
+            lambda db: db.execute(
+                "INSERT INTO a2a_tasks (task_id, context_id, state, updated_at, document) "
+                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
+                "context_id = excluded.context_id, state = excluded.state, "
+                "updated_at = excluded.updated_at, document = excluded.document",
+                record.task_id,
+                record.context_id,
+                record.state,
+                record.updated_at,
+                text,
+            )
+        )
+
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        row = await self.run(
+            lambda db: db.fetchrow(
+                "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "
+                "WHERE task_id = $1",
+                task_id,
+            )
+        )
+        return None if row is None else _task_record(row)
+
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        # '' matches every context / state, as for SQLite
+        where = "($1 = '' OR context_id = $1) AND ($2 = '' OR state = $2)"
+        total = await self.run(
+            lambda db: db.fetchval(
+                f"SELECT COUNT(*) FROM a2a_tasks WHERE {where}",  # noqa: S608
+                context_id,
+                state,
+            )
+        )
+        rows = await self.run(
+            lambda db: db.fetch(
+                "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "  # noqa: S608
+                f"WHERE {where} ORDER BY updated_at DESC LIMIT $3 OFFSET $4",
+                context_id,
+                state,
+                limit,
+                offset,
+            )
+        )
+        return [_task_record(row) for row in rows], int(total)
+
     # -- signals ---------------------------------------------------------------------------------
 
     async def publish(self, topic: str, payload: str) -> None:
@@ -513,6 +584,16 @@ async def _until_lost(connection: asyncpg.Connection, lost: asyncio.Event) -> No
                 await connection.execute("SELECT 1", timeout=5.0)
             except Exception:
                 return
+
+
+def _task_record(row: Any) -> A2ATaskRecord:
+    return A2ATaskRecord(
+        row["task_id"],
+        row["context_id"],
+        row["state"],
+        row["updated_at"],
+        json.loads(row["document"]),
+    )
 
 
 def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
