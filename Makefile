@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test,fast,a2a,mcp
+EXTRAS ?= test,fast,a2a,mcp,postgres,ray
 PORT ?= 8765
 
 .PHONY: setup system-packages run test lint typecheck unit bench clean
@@ -36,6 +36,13 @@ system-packages:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null; \
 	  else \
 	    echo "note: bubblewrap (bwrap) is missing; install it (apt-get install bubblewrap) for the isolation tests"; \
+	  fi; }
+	@# The PostgreSQL store's tests run a private PostgreSQL cluster (initdb, pg_ctl).
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null; \
+	  else \
+	    echo "note: PostgreSQL is missing; install it (apt-get install postgresql) for the store tests"; \
 	  fi; }
 
 ## run: serve the built-in tools, confined to ./workspace, over HTTP on 127.0.0.1:$(PORT);

@@ -252,7 +252,11 @@ class Host:
                 agent_id=session.agent_id,
                 capabilities=sorted(held.tags),
                 created_at=session.created_at,
-                metadata={"transport": connection.transport, "host_id": self.host_id},
+                metadata={
+                    "transport": connection.transport,
+                    "host_id": self.host_id,
+                    "a2e_caps": sorted(session.a2e_caps),  # another host may serve it later
+                },
             )
         )
         self.sessions[session.id] = session
@@ -273,6 +277,12 @@ class Connection:
         self._closed = False
         self.approval_handler: Callable[[ApprovalRequest], Any] | None = None
         """In-process clients answer approvals directly; wire peers get an `approval` event."""
+
+    def resume(self, session: Session) -> None:
+        """Serve ``session``, whose handshake another host answered (it shares our store)."""
+        self.session = session
+        session.approver = self._ask_approval
+        self.host.sessions[session.id] = session
 
     # -- wire entry points -----------------------------------------------------------------------
 

@@ -3,13 +3,14 @@
 ::
 
     [toolkit]                 # name, capabilities, capability_policy, audit, on_conflict,
-                              # skills_dir
+                              # skills_dir, store (sqlite:///PATH or postgresql://...)
     [builtins]                # the built-in tools' settings (toolmesh.sources.builtins)
     [[tools]]                 # one entry per tool or source
     kind = "python"           # python | javascript | bash | mcp | a2a | http | openapi
     enabled = true            # false: skipped
     capabilities = ["..."]    # required of callers, added to every tool of the entry
     prefix = "gh"             # names become gh_<name>
+    placement = "ray"         # run the entry's tools as Ray tasks (``ray = {...}``: options)
     allow = ["glob"]          # keep only matching tool names (before the prefix); deny = [...]
     config = { }              # kind-specific settings; they may also sit beside kind
     [mcpServers.NAME]         # MCP servers in the Claude Desktop shape (also [servers], [mcp])
@@ -68,13 +69,16 @@ PYTHON_PACKAGE_MODULE = "toolmesh.sources.pyprocess"  # kind python with path = 
 BUILTINS_MODULE = "toolmesh.sources.builtins"  # the [builtins] table
 KINDS = ("python", *KIND_MODULES)
 
-_SHARED_KEYS = frozenset({"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"})
+_SHARED_KEYS = frozenset(
+    {"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config", "placement", "ray"}
+)
 _OWN_PREFIX = frozenset({"mcp"})
 """Kinds that already name their tools ``<prefix>_<tool>`` (an MCP server's name by default):
 the entry's ``prefix`` replaces theirs instead of being added in front of it."""
 _TOOLKIT_KEYS = frozenset(
-    {"name", "capabilities", "capability_policy", "audit", "on_conflict", "skills_dir"}
+    {"name", "capabilities", "capability_policy", "audit", "on_conflict", "skills_dir", "store"}
 )
+PLACEMENT_MODULE = "toolmesh.sources.ray"  # placement = "ray"
 _MCP_TABLES = ("mcpServers", "servers", "mcp")
 _TABLES = frozenset({"toolkit", "builtins", "tools", "agents", "policy", *_MCP_TABLES})
 _TOML_POSITION = re.compile(r"^(?P<message>.*) \(at line (?P<line>\d+), column (?P<column>\d+)\)$")
@@ -91,6 +95,7 @@ class Manifest:
     capabilities: list[str] | None = None
     capability_policy: CapabilityPolicy | None = None
     audit: str | None = None
+    store: str | None = None
     on_conflict: OnConflict | None = None
     policy: Policy | None = None
 
@@ -115,7 +120,7 @@ class Manifest:
             on_conflict=on_conflict or self.on_conflict or "warn",
             capabilities=capabilities if capabilities is not None else self.capabilities,
             capability_policy=capability_policy or self.capability_policy or "locked",
-            store=audit if audit is not None else self.audit,
+            store=audit if audit is not None else (self.store or self.audit),
             limits=limits,
             hooks=[self.policy] if self.policy is not None else (),
         )
@@ -217,6 +222,22 @@ class _Loader:
             audit = self._string(table, "audit", "toolkit.audit")
             keep = audit in (":memory:", "memory", "memory://") or "://" in audit
             manifest.audit = audit if keep else str(self.base_dir / Path(audit).expanduser())
+        if "store" in table:
+            if "audit" in table:
+                raise ConfigError(
+                    "give either store or audit (a SQLite path), not both",
+                    location=self.at("toolkit"),
+                )
+            store = self._string(table, "store", "toolkit.store")
+            if "://" not in store:
+                raise ConfigError(
+                    "must be a URL: sqlite:///PATH or postgresql://USER@HOST:PORT/DB",
+                    location=self.at("toolkit.store"),
+                )
+            if store.startswith("sqlite:///"):
+                path = store.removeprefix("sqlite:///")
+                store = "sqlite:///" + str(self.base_dir / Path(path).expanduser())
+            manifest.store = store
         if "skills_dir" in table:
             folder = self.base_dir / self._string(table, "skills_dir", "toolkit.skills_dir")
             if not folder.is_dir():
@@ -264,6 +285,8 @@ class _Loader:
             "allow": self._globs(entry, "allow", where),
             "deny": self._globs(entry, "deny", where),
             "prefix": None,
+            "placement": self._placement(entry, where),
+            "where": self.at(where),
         }
         if "prefix" in entry:
             prefix = entry["prefix"]
@@ -285,7 +308,23 @@ class _Loader:
             )
         return {"kind": entry["kind"], **spec, **config}
 
+    def _placement(self, entry: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+        placement = entry.get("placement", "local")
+        if placement not in ("local", "ray"):
+            raise ConfigError(
+                f'placement must be "local" or "ray", not {placement!r}', location=self.at(where)
+            )
+        options = entry.get("ray", {})
+        if not isinstance(options, dict):
+            raise ConfigError("ray must be a table of Ray options", location=self.at(where))
+        if options and placement != "ray":
+            raise ConfigError('ray options need placement = "ray"', location=self.at(where))
+        return dict(options) if placement == "ray" else None
+
     def _wrap(self, source: Source, options: Mapping[str, Any]) -> Source:
+        if options["placement"] is not None:
+            module = importlib.import_module(PLACEMENT_MODULE)
+            source = module.placed_on_ray(source, options["placement"], where=options["where"])
         if options["allow"] or options["deny"]:
             source = Filtered(source, allow=options["allow"], deny=options["deny"])
         if options["prefix"]:

@@ -65,6 +65,10 @@ OVERRIDE_KEY = "toolmesh/capability_override"
 """Message metadata asking to adjust the capability set for a task (toolmesh extension)."""
 
 
+CANCEL_TOPIC = "a2a.cancel"
+"""The store signal that asks whichever host runs a task to cancel it."""
+
+
 class A2AServer:
     """Serves one toolkit as one A2A agent; ``routes()`` mount it on an HTTP server."""
 
@@ -95,6 +99,7 @@ class A2AServer:
         self.allowed_origins = set(allowed_origins)
         self.board = TaskBoard(store or toolkit.store)
         self._stopping = False
+        self._unsubscribe: Callable[[], None] | None = None
         self._methods: dict[str, Callable[[JsonObject, Any, bool], Awaitable[Response]]] = {
             "SendMessage": self._send_message,
             "SendStreamingMessage": self._send_streaming_message,
@@ -112,11 +117,23 @@ class A2AServer:
         ]
 
     async def start(self) -> None:
-        await self.board.store.open()
+        store = self.board.store
+        await store.open()
+        if store.shared and self._unsubscribe is None:  # hosts sharing one store (PostgreSQL)
+            self._unsubscribe = store.subscribe(CANCEL_TOPIC, self._cancel_here)
+
+    def _cancel_here(self, task_id: str) -> None:
+        """Another host was asked to cancel a task: stop it if it runs here."""
+        running = self.board.running.get(task_id)
+        if running is not None and running.job is not None:
+            running.job.cancel()
 
     async def close(self) -> None:
         """Stop the running tasks (recorded as failed: the server stopped)."""
         self._stopping = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         jobs = [r.job for r in self.board.running.values() if r.job is not None]
         for job in jobs:
             job.cancel()
@@ -272,6 +289,8 @@ class A2AServer:
                 )
             found["status"] = {"state": wire.state_name("canceled"), "timestamp": wire.timestamp()}
             await self.board.save(found)
+            if self.board.store.shared:  # the task may run on another host: tell it
+                await self.board.store.publish(CANCEL_TOPIC, task_id)
             doc = found
         task = _view(doc, None)
         return _result(request_id, wire.task_to_v03(task) if legacy else task)

@@ -96,7 +96,10 @@ class TaskBoard:
         return await self._settled(record.document)
 
     async def _settled(self, doc: JsonObject) -> JsonObject:
-        """A stored task as it stands: one left running by an earlier server is failed."""
+        """A stored task as it stands: one left running by an earlier server is failed (not
+        with a shared store: another host may be running it)."""
+        if self.store.shared:
+            return doc
         if wire.task_state(doc) not in wire.TERMINAL | wire.INTERRUPTED:
             doc["status"] = {
                 "state": wire.state_name("failed"),

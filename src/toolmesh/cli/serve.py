@@ -46,7 +46,16 @@ def add_parser(commands: Any) -> None:
         "--audit",
         metavar="PATH",
         default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
-        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none)",
+        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none); "
+        "shorthand for --store sqlite:///PATH",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=os.environ.get("TOOLMESH_STORE"),
+        help="where the audit log, sessions and state live: sqlite:///PATH or "
+        "postgresql://USER@HOST:PORT/DB (hosts sharing one database serve as one; "
+        "env TOOLMESH_STORE); wins over --audit",
     )
     parser.add_argument(
         "--auth-token",
@@ -158,8 +167,9 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 
     manifest = load_manifest(args.config)
     default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
-    if manifest.audit is not None and audit == default_audit:
-        audit = manifest.audit
+    chosen = manifest.store or manifest.audit
+    if chosen is not None and audit == default_audit and not getattr(args, "store", None):
+        audit = chosen
         args.audit = audit
     toolkit = manifest.toolkit(
         *sources,
@@ -178,6 +188,8 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.store:
+        args.audit = args.store
     if args.a2a:
         from toolmesh.cli.agents import serve_agent
 
@@ -204,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         print(url, flush=True)
         print(
             f"toolmesh: serving {len(host.toolkit)} tools at {url} "
-            f"(audit: {args.audit}); Ctrl-C stops",
+            f"(store: {_shown(args.audit)}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
@@ -221,6 +233,16 @@ def run(args: argparse.Namespace) -> int:
     _run(_until_stopped(serving, host), fast_loop=True)
     _leave_stuck_threads()
     return 0
+
+
+def _shown(store: str) -> str:
+    """A store URL for the banner, its password hidden."""
+    if "@" not in store:
+        return store
+    scheme, _, rest = store.partition("://")
+    credentials, _, place = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{place}"
 
 
 def _run(main: Coroutine[Any, Any, None], *, fast_loop: bool) -> None:
