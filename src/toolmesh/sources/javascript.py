@@ -34,10 +34,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolmesh.errors import ConfigError
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
-from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root
+from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
 
 __all__ = ["JavaScriptSource", "sources_from_manifest"]
 
@@ -245,27 +244,16 @@ def _content_hash(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-_LOADER_KEYS = {"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"}
-_OPTIONS = {
+_OPTIONS = frozenset({
     "name", "node", "allow_read", "allow_write", "esbuild", "install", "isolation", "network",
     "env", "cache_dir",
-}  # fmt: skip
+})  # fmt: skip
 
 
 def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
     """A ``kind = "javascript"`` entry: ``path`` to the package folder (relative to the
     manifest) and the options of ``JavaScriptSource`` (top level or in ``config``)."""
-    config = dict(entry.get("config") or {})
-    for key, value in entry.items():
-        if key not in _LOADER_KEYS:
-            config.setdefault(key, value)
-    path = config.pop("path", None)
-    if not isinstance(path, str) or not path:
-        raise ConfigError('kind "javascript" needs `path`, the folder of the package')
-    unknown = set(config) - _OPTIONS
-    if unknown:
-        raise ConfigError(f'kind "javascript": unknown setting {sorted(unknown)[0]!r}')
-    folder = Path(path) if Path(path).is_absolute() else base_dir / path
+    folder, config = package_entry(entry, base_dir=base_dir, kind="javascript", options=_OPTIONS)
     for key in ("allow_read", "allow_write"):
         config[key] = [str(base_dir / p) for p in config.get(key, [])]
     return [JavaScriptSource(folder, **config)]

@@ -39,10 +39,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from toolmesh.errors import ConfigError
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
-from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root
+from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
 
 __all__ = ["PythonPackageSource", "ensure_venv", "sources_from_manifest"]
 
@@ -182,22 +181,11 @@ def _run(argv: list[str], what: str) -> None:
         raise WorkerError(f"{what} failed: {(done.stderr or done.stdout).strip()[-800:]}")
 
 
-_LOADER_KEYS = {"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"}
-_OPTIONS = {"entry", "name", "python", "cache_dir", "isolation", "network", "env"}
+_OPTIONS = frozenset({"entry", "name", "python", "cache_dir", "isolation", "network", "env"})
 
 
 def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
     """A ``kind = "python"`` entry with ``path`` (an isolated package folder, relative to the
     manifest) and the options of ``PythonPackageSource`` (top level or in ``config``)."""
-    config = dict(entry.get("config") or {})
-    for key, value in entry.items():
-        if key not in _LOADER_KEYS:
-            config.setdefault(key, value)
-    path = config.pop("path", None)
-    if not isinstance(path, str) or not path:
-        raise ConfigError('kind "python" (isolated) needs `path`, the folder of the package')
-    unknown = set(config) - _OPTIONS
-    if unknown:
-        raise ConfigError(f'kind "python" (isolated): unknown setting {sorted(unknown)[0]!r}')
-    folder = Path(path) if Path(path).is_absolute() else base_dir / path
+    folder, config = package_entry(entry, base_dir=base_dir, kind="python", options=_OPTIONS)
     return [PythonPackageSource(folder, **config)]

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolmesh.errors import ToolmeshError
+from toolmesh.errors import ConfigError, ToolmeshError
 from toolmesh.models import ToolDefinition
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.tools import Output, Tool, ToolContext
@@ -310,3 +310,24 @@ def _check_spec(spec: Any, label: str) -> None:
         raise WorkerError(f"{label}: a tool without a name: {spec!r}"[:300])
     if not isinstance(spec.get("parameters"), dict):
         raise WorkerError(f"{label}: tool {spec['name']!r} has no JSON Schema 'parameters' object")
+
+
+_LOADER_KEYS = frozenset({"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"})
+
+
+def package_entry(
+    entry: Mapping[str, Any], *, base_dir: Path, kind: str, options: frozenset[str]
+) -> tuple[Path, dict[str, Any]]:
+    """A manifest entry of a package kind: the package's folder (``path``, relative to the
+    manifest) and its settings (at the top level or in ``config``), each one known."""
+    settings = dict(entry.get("config") or {})
+    for key, value in entry.items():
+        if key not in _LOADER_KEYS:
+            settings.setdefault(key, value)
+    path = settings.pop("path", None)
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"kind {kind!r} needs `path`, the folder of the package")
+    unknown = set(settings) - options
+    if unknown:
+        raise ConfigError(f"kind {kind!r}: unknown setting {sorted(unknown)[0]!r}")
+    return (Path(path) if Path(path).is_absolute() else base_dir / path), settings
