@@ -377,8 +377,10 @@ class HttpServer:
         self._task = None
 
     async def wait(self) -> None:
+        """Until the server stops. Cancelling the wait does not cancel uvicorn (stop() ends it
+        gracefully: lifespan shutdown, streams closed)."""
         if self._task is not None:
-            await self._task
+            await asyncio.shield(self._task)
 
 
 async def serve_http(
