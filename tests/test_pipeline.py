@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,6 +105,26 @@ async def test_timeout_is_capped_by_the_hard_limit() -> None:
     kit = Toolkit(slow, limits=Limits(max_timeout=0.05))
     result = await kit.execute("slow", timeout=3600)
     assert "timed out after 0.05s" in (result.error or "")
+
+
+@pytest.mark.parametrize(("limit", "succeeds"), [(None, True), (0.35, False)])
+async def test_a_tool_may_extend_its_deadline_up_to_a_limit(
+    limit: float | None, succeeds: bool
+) -> None:
+    @tool
+    async def stepping(ctx: ToolContext) -> str:
+        """Works 0.45 s in steps of 0.15 s, each showing it is alive."""
+        start = time.monotonic()
+        for _ in range(3):
+            await asyncio.sleep(0.15)  # the work itself, not synchronisation
+            cap = start + limit if limit is not None else None
+            ctx.extend_deadline(time.monotonic() + 0.3, limit=cap)
+        return "done"
+
+    result = await Toolkit(stepping).execute("stepping", timeout=0.3)
+    assert result.success is succeeds, result.error
+    if not succeeds:
+        assert "deadline extended by progress" in (result.error or "")
 
 
 async def test_large_structured_data_is_dropped_with_a_note() -> None:

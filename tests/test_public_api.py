@@ -23,6 +23,12 @@ PINNED = {
     "ToolContext",
     "Output",
     "capabilities",
+    # seed 002
+    "Agent",
+    "agent",
+    "agent_tools",
+    "create_client",
+    "parse_agents_config",
 }
 
 

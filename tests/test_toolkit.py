@@ -141,6 +141,31 @@ async def test_create_toolkit_and_context_manager() -> None:
         assert [t.name for t in kit.tools] == ["a"]
 
 
+async def test_execute_result_and_a_toolkit_served_by_a_host() -> None:
+    from toolmesh import AsyncToolAPI, Host, connect_async
+
+    @tool
+    def divide(a: float, b: float) -> float:
+        """Divide a by b."""
+        return a / b
+
+    async with await create_toolkit(tools=[divide]) as kit:
+        ok = await kit.execute("divide", {"a": 1, "b": 4})
+        assert (ok.is_error, ok.output, ok.metadata, ok.data) == (False, "0.25", {}, 0.25)
+        failed = await kit.execute("divide", {"a": 1, "b": 0})
+        assert failed.is_error and failed.error_code == "tool_error"
+        assert "ZeroDivisionError" in (failed.output or "")
+        assert kit.get("divide") is kit.tools[0]
+        async with Host(kit) as host:
+            client = await connect_async(host, agent_id="t")
+            try:
+                api = AsyncToolAPI(client)
+                assert [d.name for d in await api.list()] == ["divide"]
+                assert (await api.call("divide", {"a": 9, "b": 3})).data == 3.0
+            finally:
+                await client.close()
+
+
 # -- search and deferred loading (issue 8) --------------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """toolmesh: one Python runtime that gives LLM agents their tools.
 
-Tools come from many sources (Python functions, A2E ToolPlugins, toolkits, ...); one pipeline
-governs every call (capability policy, argument validation, deadlines, events, output limits,
-state updates, audit); hosts serve them in-process, over stdio and over HTTP.
+Tools come from many sources (Python functions, A2E ToolPlugins, toolkits, remote A2A agents,
+...); one pipeline governs every call (capability policy, argument validation, deadlines, events,
+output limits, state updates, audit); hosts serve them in-process, over stdio and over HTTP, and
+a toolkit can answer as an A2A agent whose tasks an LLM client runs.
 
 Names are imported on first use, so `toolmesh serve --stdio` starts without loading the client,
 the HTTP stack or anything else it does not need.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from toolmesh import capabilities
+    from toolmesh.a2a import Agent, agent, agent_tools, parse_agents_config
     from toolmesh.client import AsyncClient, AsyncToolAPI, Client, ToolAPI, connect, connect_async
     from toolmesh.errors import (
         ArgumentError,
@@ -25,14 +27,19 @@ if TYPE_CHECKING:
         HandshakeError,
         NameConflictError,
         ProtocolError,
+        ProviderError,
         RemoteError,
         SchemaError,
         StateError,
         ToolCallFailed,
+        ToolCallParseError,
         ToolmeshError,
         TransportError,
     )
     from toolmesh.host import Host
+    from toolmesh.llm import LLMClient, RunResult, create_client
+    from toolmesh.manifest import Manifest, load_manifest
+    from toolmesh.mcp.config import MCPServerConfig, parse_mcp_config
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters
@@ -40,6 +47,8 @@ if TYPE_CHECKING:
     from toolmesh.session import Session
     from toolmesh.sources.base import Source, SourceStatus, ToolSet
     from toolmesh.sources.functions import FunctionTool, tool
+    from toolmesh.sources.http import HttpEndpoint, HttpSource, http_tool
+    from toolmesh.sources.openapi import OpenAPISource
     from toolmesh.sources.plugin import ToolPlugin
     from toolmesh.sources.tool_search import ToolSearchSource
     from toolmesh.sources.wrappers import Filtered, Prefixed, Renamed, Tagged
@@ -49,6 +58,23 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LOCATIONS: dict[str, str] = {
+    "ToolCallParseError": "toolmesh.errors",
+    "OpenAPISource": "toolmesh.sources.openapi",
+    "http_tool": "toolmesh.sources.http",
+    "HttpSource": "toolmesh.sources.http",
+    "HttpEndpoint": "toolmesh.sources.http",
+    "load_manifest": "toolmesh.manifest",
+    "Manifest": "toolmesh.manifest",
+    "Agent": "toolmesh.a2a",
+    "agent": "toolmesh.a2a",
+    "agent_tools": "toolmesh.a2a",
+    "parse_agents_config": "toolmesh.a2a",
+    "LLMClient": "toolmesh.llm",
+    "RunResult": "toolmesh.llm",
+    "create_client": "toolmesh.llm",
+    "ProviderError": "toolmesh.errors",
+    "MCPServerConfig": "toolmesh.mcp.config",
+    "parse_mcp_config": "toolmesh.mcp.config",
     "ArgumentError": "toolmesh.errors",
     "AuditError": "toolmesh.errors",
     "CallTimeout": "toolmesh.errors",
@@ -103,6 +129,7 @@ _LOCATIONS: dict[str, str] = {
 }
 
 __all__ = [
+    "Agent",
     "ArgumentError",
     "AsyncClient",
     "AsyncToolAPI",
@@ -116,14 +143,22 @@ __all__ = [
     "FunctionTool",
     "HandshakeError",
     "Host",
+    "HttpEndpoint",
+    "HttpSource",
+    "LLMClient",
     "Limits",
+    "MCPServerConfig",
+    "Manifest",
     "NameConflictError",
+    "OpenAPISource",
     "Output",
     "Prefixed",
     "ProtocolError",
+    "ProviderError",
     "Ranking",
     "RemoteError",
     "Renamed",
+    "RunResult",
     "SchemaError",
     "SearchIndex",
     "Session",
@@ -134,6 +169,7 @@ __all__ = [
     "Tool",
     "ToolAPI",
     "ToolCallFailed",
+    "ToolCallParseError",
     "ToolContext",
     "ToolDefinition",
     "ToolErrorCode",
@@ -148,11 +184,18 @@ __all__ = [
     "ToolmeshError",
     "TransportError",
     "__version__",
+    "agent",
+    "agent_tools",
     "capabilities",
     "connect",
     "connect_async",
+    "create_client",
     "create_toolkit",
+    "http_tool",
+    "load_manifest",
     "parameters_to_schema",
+    "parse_agents_config",
+    "parse_mcp_config",
     "sanitize_name",
     "schema_to_parameters",
     "tool",

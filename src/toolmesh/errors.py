@@ -12,11 +12,13 @@ A tool that fails is not an exception: it is a ``ToolResult`` with ``success=Fal
     ├── StateError             a state update that cannot be applied (bad path, failed test)
     ├── AuditError             the audit sink could not record an entry
     ├── ToolCallFailed         raised by ``ToolResult.raise_for_error()``
+    ├── ToolCallParseError     a model's tool call that cannot be read back (bad name, not JSON)
     └── ProtocolError          a malformed, unexpected or refused A2E message (has a ``code``)
         ├── TransportError     the peer cannot be reached or went away
         ├── HandshakeError     the host refused the handshake (``reason``)
         ├── RemoteError        the host answered with an ``error`` message
-        └── CallTimeout        no answer arrived within the call's deadline plus grace
+        ├── CallTimeout        no answer arrived within the call's deadline plus grace
+        └── ProviderError      a model provider (LLM API) refused or failed a request
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ __all__ = [
     "HandshakeError",
     "NameConflictError",
     "ProtocolError",
+    "ProviderError",
     "RemoteError",
     "SchemaError",
     "StateError",
     "ToolCallFailed",
+    "ToolCallParseError",
     "ToolmeshError",
     "TransportError",
 ]
@@ -96,6 +100,11 @@ class ToolCallFailed(ToolmeshError):
         super().__init__(f"{result.tool_name} failed [{result.error_code}]: {result.error}")
 
 
+class ToolCallParseError(ToolmeshError):
+    """A model's tool call (OpenAI, Anthropic, Gemini shape) that cannot become a toolkit call:
+    an illegal or unknown tool name, arguments that are not a JSON object, an unknown shape."""
+
+
 class ProtocolError(ToolmeshError):
     """A message that is malformed, unexpected or refused; ``code`` is the A2E error code."""
 
@@ -140,3 +149,15 @@ class CallTimeout(ProtocolError):
 
     def __init__(self, message: str) -> None:
         super().__init__("timeout", message, retryable=True)
+
+
+class ProviderError(ProtocolError):
+    """A model provider's API refused or failed a request, after any retries; ``status`` is the
+    HTTP status (0 when no answer arrived) and ``body`` the start of its answer."""
+
+    def __init__(self, message: str, *, status: int = 0, body: str = "") -> None:
+        self.status = status
+        self.body = body
+        super().__init__(
+            "provider_error", message, retryable=status == 0 or status == 429 or status >= 500
+        )

@@ -89,6 +89,7 @@ class Host:
         hooks: Sequence[PolicyHook] = (),
         host_id: str = "",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        owns_toolkit: bool | None = None,
     ) -> None:
         if audit is not None and store is not None:
             raise ConfigError("give either audit= (a SQLite path) or store=, not both")
@@ -96,10 +97,10 @@ class Host:
             raise ConfigError("max_parallel must be at least 1")
         if len(sources) == 1 and isinstance(sources[0], Toolkit):
             self.toolkit = sources[0]
-            self._owns_toolkit = False
+            self._owns_toolkit = bool(owns_toolkit)
         else:
             self.toolkit = Toolkit(*sources)
-            self._owns_toolkit = True
+            self._owns_toolkit = owns_toolkit is not False
         chosen = audit if audit is not None else store
         self.store = open_store(chosen) if chosen is not None else self.toolkit.store
         self.capabilities = (
@@ -251,7 +252,11 @@ class Host:
                 agent_id=session.agent_id,
                 capabilities=sorted(held.tags),
                 created_at=session.created_at,
-                metadata={"transport": connection.transport, "host_id": self.host_id},
+                metadata={
+                    "transport": connection.transport,
+                    "host_id": self.host_id,
+                    "a2e_caps": sorted(session.a2e_caps),  # another host may serve it later
+                },
             )
         )
         self.sessions[session.id] = session
@@ -272,6 +277,12 @@ class Connection:
         self._closed = False
         self.approval_handler: Callable[[ApprovalRequest], Any] | None = None
         """In-process clients answer approvals directly; wire peers get an `approval` event."""
+
+    def resume(self, session: Session) -> None:
+        """Serve ``session``, whose handshake another host answered (it shares our store)."""
+        self.session = session
+        session.approver = self._ask_approval
+        self.host.sessions[session.id] = session
 
     # -- wire entry points -----------------------------------------------------------------------
 

@@ -71,6 +71,11 @@ Approver = Callable[[ApprovalRequest], Awaitable[bool]]
 """Answers an approval request: True runs the call, False denies it."""
 
 
+class ApprovalPending(Exception):
+    """Raised by an approver whose answer comes with a later request (MCP's 2026-07-28
+    multi-round-trip calls): the call ends unanswered and unaudited, as nothing was decided."""
+
+
 class CallObserver:
     """Sees every call of a pipeline: its start, its events and its result (for AG-UI)."""
 
@@ -264,6 +269,8 @@ class Pipeline:
                 f"nobody approved {tool.name!r} within {wait:g}s",
                 rule=f"{rule}approval:timeout",
             )
+        except ApprovalPending:
+            raise
         except Exception as exc:
             return Decision(
                 False, f"approval failed: {_describe(exc)}", rule=f"{rule}approval:failed"
@@ -302,6 +309,7 @@ class Pipeline:
             sink=on_event if spec.streaming else None,
             events=spec.prior_events,
         )
+        ctx._deadline_cap = time.monotonic() + self.limits.max_timeout
         result = await self._execute(tool, spec.arguments, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
@@ -325,13 +333,25 @@ class Pipeline:
                     raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
                 return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
             return _shape(tool.name, task.result())
+        loop = asyncio.get_running_loop()
+        initial = ctx.deadline
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(_remaining(ctx, timeout)) as scope:
+                # A tool may push its deadline later (ctx.extend_deadline, e.g. on progress).
+                ctx._reschedule = lambda when: scope.reschedule(
+                    loop.time() + when - time.monotonic()
+                )
                 raw = await asyncio.shield(task)
         except TimeoutError:
             self._abandon(task, ctx)
+            # One turn of the loop lets a tool that handles cancellation begin its cleanup (drop
+            # a stuck connection, say) before the caller's next call can reach it.
+            await asyncio.sleep(0)
+            extended = "" if ctx.deadline == initial else " (deadline extended by progress)"
             return _failure(
-                tool.name, ToolErrorCode.TIMEOUT, f"tool {tool.name!r} timed out after {timeout:g}s"
+                tool.name,
+                ToolErrorCode.TIMEOUT,
+                f"tool {tool.name!r} timed out after {timeout:g}s{extended}",
             )
         except asyncio.CancelledError:
             if task.done() and task.cancelled() and not _being_cancelled():
@@ -431,6 +451,11 @@ class Pipeline:
 
 
 _ALLOWED = Decision(True)
+
+
+def _remaining(ctx: ToolContext, timeout: float) -> float:
+    """Seconds left to the deadline (which the tool may already have moved)."""
+    return timeout if ctx.deadline is None else max(0.0, ctx.deadline - time.monotonic())
 
 
 def _being_cancelled() -> bool:

@@ -4,6 +4,9 @@ Each session has one JSON document, ``{"context": {}}`` at first. A tool reads a
 return a patch. A patch is checked (every path must lie under an allowed prefix, ``/context/`` by
 default), applied to a copy (all operations or none: a failing ``test`` leaves the document as it
 was), then stored by compare-and-set so two writers can never overwrite each other's update.
+
+Documents are cached per host; with a store other hosts write too (``store.shared``) every read
+goes to the store, so no host hands a tool a document another host has since changed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class StateManager:
 
     def __init__(self, store: Store, *, allowed_prefixes: Sequence[str] = ("/context/",)) -> None:
         self.store = store
+        self.read_through = store.shared
         self.allowed_prefixes = tuple(allowed_prefixes)
         self._cache: dict[str, StateRecord] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -51,7 +55,7 @@ class StateManager:
     async def ensure_loaded(self, session_id: str) -> dict[str, Any]:
         """The session's document as cached for snapshots (loaded once per session)."""
         record = self._cache.get(session_id)
-        if record is None:
+        if record is None or self.read_through:
             record = await self._load(session_id)
         return record.document
 
@@ -63,11 +67,16 @@ class StateManager:
         operations = self._check(patch)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
-            for _ in range(_CAS_ATTEMPTS):
-                record = await self._load(session_id)
+            for attempt in range(_CAS_ATTEMPTS):
+                # The first try may start from the document this call's tool was given (read
+                # moments ago): compare-and-set catches it if another host wrote since.
+                cached = self._cache.get(session_id) if attempt == 0 else None
+                record = cached or await self._load(session_id)
                 try:
                     document = jsonpatch.apply_patch(record.document, operations, in_place=False)
                 except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    if cached is not None and self.read_through:
+                        continue  # judge the patch against the stored document, not a copy
                     raise StateError(f"state update not applied: {exc}") from exc
                 if await self.store.save_state(
                     session_id, document, expected_version=record.version
@@ -83,7 +92,7 @@ class StateManager:
         self._locks.pop(session_id, None)
 
     async def _load(self, session_id: str) -> StateRecord:
-        record = self._cache.get(session_id)
+        record = None if self.read_through else self._cache.get(session_id)
         if record is None:
             stored = await self.store.load_state(session_id)
             record = stored or StateRecord(copy.deepcopy(INITIAL_STATE), 0)

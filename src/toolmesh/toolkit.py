@@ -12,6 +12,7 @@ deadline, events, state, audit).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import fnmatch
 import hashlib
@@ -39,6 +40,7 @@ from toolmesh.store import Store, open_store
 from toolmesh.tools import Tool
 
 if TYPE_CHECKING:
+    from toolmesh.serving import ServeHandle
     from toolmesh.sources.skills import Skill, SkillsSource
 
 __all__ = ["ToolNameConflict", "Toolkit", "create_toolkit", "sanitize_name"]
@@ -258,11 +260,13 @@ class Toolkit(ToolResolver):
 
         return [s for s in self._sources if isinstance(s, SkillsSource)]
 
-    def to_openai(self, *, api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
-        """The non-deferred tools as OpenAI function tools."""
+    def to_openai(
+        self, *, api: Literal["chat", "responses"] = "chat", strict: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """The non-deferred tools as OpenAI function tools (see ``toolmesh.llm.to_openai``)."""
         from toolmesh.llm.formats import to_openai
 
-        return to_openai([self[d.name] for d in self.definitions()], api=api)
+        return to_openai([self[d.name] for d in self.definitions()], api=api, strict=strict)
 
     def to_anthropic(self) -> list[dict[str, Any]]:
         """The non-deferred tools as Anthropic tools."""
@@ -411,13 +415,61 @@ class Toolkit(ToolResolver):
             caller = dataclasses.replace(caller, approver=on_approval)
         return await self.pipeline.call(caller, spec, on_event)
 
+    # -- remote agents and serving ---------------------------------------------------------------
+
+    async def add_agent(self, agent_or_url: Any) -> Source:
+        """Add a remote A2A agent (``agent(...)`` or its card URL): one tool per skill of its
+        card, after everything already here. A failing agent leaves its source ``failed``."""
+        from toolmesh.a2a import AgentSource, agent
+
+        if isinstance(agent_or_url, AgentSource):
+            source = agent_or_url
+        else:
+            source = AgentSource(
+                agent(agent_or_url) if isinstance(agent_or_url, str) else agent_or_url
+            )
+        self.add(source)
+        await source.open()
+        return source
+
+    async def serve(
+        self,
+        bind: str = "127.0.0.1:0",
+        *,
+        client: Any = None,
+        a2a: Mapping[str, Any] | str | bool | None = None,
+        mcp: Any = None,
+        auth_token: str | None = None,
+        allowed_origins: Sequence[str] = (),
+    ) -> ServeHandle:
+        """Serve this toolkit over HTTP on ``bind`` (``HOST:PORT``; port 0 picks one): A2E
+        always, an A2A agent with ``a2a={"name": ..., "description": ...}`` (its tasks run
+        ``client``'s agent loop), MCP with ``mcp=``. Returns a handle with ``url`` and
+        ``stop()``."""
+        from toolmesh.serving import serve_toolkit
+
+        return await serve_toolkit(
+            self,
+            bind,
+            client=client,
+            a2a=a2a,
+            mcp=mcp,
+            auth_token=auth_token,
+            allowed_origins=allowed_origins,
+        )
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> Toolkit:
-        """Open the store and every source (connections, processes)."""
+        """Open the store and every source (connections, processes), all at once: one slow
+        server does not hold up the others."""
         await self.store.open()
-        for source in self._sources:
-            await source.open()
+        outcomes = await asyncio.gather(
+            *(source.open() for source in self._sources), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         return self
 
     async def close(self) -> None:
@@ -520,7 +572,7 @@ async def create_toolkit(
     builtins: bool | Mapping[str, Any] = False,
     skills_dir: str | Path | None = None,
     mcp: Any = None,
-    agents: Sequence[Any] = (),
+    agents: Sequence[Any] | Mapping[str, Any] = (),
     config: str | Path | None = None,
     workspace: str | Path | None = None,
     name: str = "toolmesh",
@@ -544,14 +596,25 @@ async def create_toolkit(
         limits=limits,
     )
 
-    if config is not None:  # the toolmesh.toml manifest
-        raise ConfigError("create_toolkit(config=...): manifests are not supported yet")
+    if config is not None:  # the toolmesh.toml manifest: its settings unless given here
+        from toolmesh.manifest import load_manifest
+
+        toolkit = load_manifest(config).toolkit(
+            name=None if name == "toolmesh" else name,
+            on_conflict=None if on_conflict == "warn" else on_conflict,
+            capabilities=capabilities,
+            capability_policy=None if capability_policy == "locked" else capability_policy,
+            audit=audit,
+            limits=limits,
+        )
 
     for item in tools:
         toolkit.add(item)
 
-    if builtins:  # files, shell, HTTP, code: confined to `workspace`
-        raise ConfigError("create_toolkit(builtins=...): built-in tools are not supported yet")
+    if builtins:  # files, shell, HTTP, code: confined to `workspace` (default ./workspace)
+        from toolmesh.sources.builtins import builtin_source
+
+        toolkit.add(builtin_source(builtins, workspace=workspace))
 
     if skills_dir is not None:
         from toolmesh.sources.skills import SkillsSource
@@ -559,10 +622,23 @@ async def create_toolkit(
         toolkit.add(SkillsSource(skills_dir))
 
     if mcp:  # MCP servers (toolmesh.toml or the mcpServers JSON shape)
-        raise ConfigError("create_toolkit(mcp=...): MCP servers are not supported yet")
+        from toolmesh.mcp.config import mcp_configs
+        from toolmesh.mcp.source import mcp_source
 
-    if agents:  # remote A2A agents
-        raise ConfigError("create_toolkit(agents=...): A2A agents are not supported yet")
+        for server in mcp_configs(mcp):
+            toolkit.add(mcp_source(server))
+
+    if agents:  # remote A2A agents: Agent, card URL, or an `agents` config table
+        from toolmesh.a2a import AgentSource, parse_agents_config
+        from toolmesh.a2a.remote import Agent, agent
+
+        listed: list[Any] = (
+            parse_agents_config(agents) if isinstance(agents, Mapping) else list(agents)
+        )
+        for entry in listed:
+            if not isinstance(entry, Agent | str):
+                raise ConfigError(f"agents= takes agent(...) or card URLs, not {entry!r}")
+            toolkit.add(AgentSource(agent(entry) if isinstance(entry, str) else entry))
 
     if workspace is not None and not builtins:
         raise ConfigError(

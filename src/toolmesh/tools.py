@@ -146,7 +146,9 @@ class ToolContext:
     __slots__ = (
         "_cancel",
         "_closed",
+        "_deadline_cap",
         "_loop",
+        "_reschedule",
         "_sink",
         "_state",
         "_state_source",
@@ -187,6 +189,8 @@ class ToolContext:
         self._sink = sink
         self._cancel: threading.Event | None = None
         self._closed = False
+        self._deadline_cap: float | None = None  # the host's longest call, set by the pipeline
+        self._reschedule: Callable[[float], None] | None = None
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -213,6 +217,21 @@ class ToolContext:
     def cancelled(self) -> bool:
         """True once the call was cancelled or ran out of time; long loops should check it."""
         return self._cancel is not None and self._cancel.is_set()
+
+    def extend_deadline(self, deadline: float, *, limit: float | None = None) -> None:
+        """Move the deadline later, to ``deadline`` (a ``time.monotonic()`` value), never past
+        ``limit`` nor the host's longest allowed call. For a tool whose progress shows it is still
+        working; call it from the event loop's thread."""
+        if self.deadline is None or self._closed:
+            return
+        for cap in (limit, self._deadline_cap):
+            if cap is not None:
+                deadline = min(deadline, cap)
+        if deadline <= self.deadline:
+            return
+        self.deadline = deadline
+        if self._reschedule is not None:
+            self._reschedule(deadline)
 
     def cancel_event(self) -> threading.Event:
         """A threading.Event set when the call ends early, for blocking code to wait on."""

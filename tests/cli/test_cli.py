@@ -82,7 +82,7 @@ def test_call_failure_exits_1(tmp_path: Path) -> None:
             ["call", "echo", "--args", "[1]", "--tools", "tests.fixtures.demo_tools:TOOLS"],
             "must be a JSON object",
         ),
-        (["serve", "--stdio"], "nothing to serve"),
+        (["serve", "--stdio", "--workspace", "/dev/null/ws"], "workspace"),
         (["serve", "--stdio", "--tools", "no_such_module:x"], "cannot import 'no_such_module'"),
         (
             ["serve", "--stdio", "--tools", "tests.fixtures.demo_tools:nope"],
@@ -146,3 +146,34 @@ def test_skills_command_shows_skills_and_skipped_files(tmp_path: Path) -> None:
     (tmp_path / "bad" / "SKILL.md").write_text("no front matter")
     broken = run("skills", str(tmp_path))
     assert broken.returncode == 1 and "skipped" in broken.stdout and "front matter" in broken.stdout
+
+
+@pytest.mark.network_server
+def test_serve_and_tools_with_a_manifest(tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        "[toolkit]\n"
+        'audit = "from-manifest.db"\n'
+        "[[tools]]\n"
+        'kind = "python"\n'
+        'module = "tests.fixtures.demo_tools:add"\n'
+        'prefix = "calc"\n'
+    )
+    shown = run("tools", "--config", str(manifest), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [d["name"] for d in json.loads(shown.stdout)] == ["calc_add"]
+    target = " ".join(toolmesh_command("serve", "--stdio", "--config", str(manifest)))
+    called = run("call", "calc_add", "--args", '{"a": 2, "b": 3}', "--target", target)
+    assert called.returncode == 0, called.stderr
+    assert "5" in called.stdout
+    rows = (
+        sqlite3.connect(tmp_path / "from-manifest.db")
+        .execute("SELECT tool_name FROM audit")
+        .fetchall()
+    )
+    assert rows == [("calc_add",)]
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[[tools]]\nkind = "ruby"\n')
+    failed = run("serve", "--stdio", "--config", str(broken))
+    assert failed.returncode == 2
+    assert 'broken.toml: tools[0] (kind "ruby"): unknown kind' in failed.stderr

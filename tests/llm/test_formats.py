@@ -1,29 +1,239 @@
-"""Provider tool formats (the basic shapes; strict modes are tested with the provider SDKs)."""
+"""Provider tool formats, validated against each provider SDK's own request types.
+
+OpenAI: ``ChatCompletionFunctionToolParam`` / Responses ``FunctionToolParam`` and, for strict
+schemas, the rules of strict mode plus the SDK's own strict-schema pass (which must find nothing
+left to change). Anthropic: ``ToolParam`` and its typed ``InputSchema``. Gemini: google-genai's
+``types.Tool`` (pydantic, extra keys forbidden) and no ``$ref``/``defs``/``additional_properties``.
+"""
 
 from __future__ import annotations
 
-from toolmesh import Toolkit, tool
-from toolmesh.llm import to_anthropic, to_gemini, to_openai
+from typing import Any
+
+import fastjsonschema
+import pytest
+from anthropic.types import ToolParam
+from anthropic.types.tool_param import InputSchemaTyped
+from google.genai import types as genai
+from openai.types.chat import ChatCompletionFunctionToolParam
+from openai.types.responses import FunctionToolParam
+
+from tests.llm.catalogue import CATALOGUE, FREE_FORM, RECURSIVE, add, count_nodes, metadata
+from tests.llm.checks import assert_openai_strict, check_typed_dict, walk_keys
+from toolmesh import SchemaError, Toolkit
+from toolmesh.llm import gemini_schema, openai_strict_schema, to_anthropic, to_gemini, to_openai
+
+NAMES = [t.name for t in CATALOGUE]
 
 
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
+# -- OpenAI --------------------------------------------------------------------------------------
 
 
-def test_shapes() -> None:
-    kit = Toolkit(add)
-    schema = add.input_schema
-    assert to_openai(kit) == [
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_openai_every_tool_validates_and_strict_where_possible(api: str) -> None:
+    entries = to_openai(CATALOGUE, api=api)  # type: ignore[arg-type]
+    assert len(entries) == len(CATALOGUE)
+    for entry in entries:
+        if api == "chat":
+            check_typed_dict(ChatCompletionFunctionToolParam, entry)
+            function = entry["function"]
+        else:
+            check_typed_dict(FunctionToolParam, entry)
+            function = entry
+        fastjsonschema.compile(function["parameters"])  # a JSON Schema at all
+        if function["name"] in FREE_FORM:
+            assert function["strict"] is False
+        else:
+            assert function["strict"] is True, function["name"]
+            assert_openai_strict(function["parameters"])
+    assert {e["name"] for e in to_openai(CATALOGUE, api="responses")} >= {"fs_read"}
+
+
+def test_openai_strict_true_names_the_tool_and_the_path_it_cannot_express() -> None:
+    with pytest.raises(SchemaError, match=r"'metadata' cannot be strict: \$\.properties\.values"):
+        to_openai([metadata], strict=True)
+
+
+def test_openai_strict_false_sends_schemas_as_they_are() -> None:
+    (entry,) = to_openai([count_nodes], strict=False)
+    assert entry["function"]["strict"] is False
+    assert entry["function"]["parameters"] == count_nodes.input_schema
+
+
+def test_strict_optional_fields_become_required_and_nullable() -> None:
+    schema = openai_strict_schema(
         {
-            "type": "function",
-            "function": {"name": "add", "description": "Add two integers.", "parameters": schema},
+            "type": "object",
+            "properties": {
+                "q": {"type": "string"},
+                "limit": {"type": "integer", "default": 10},
+                "mode": {"type": "string", "enum": ["a", "b"]},
+            },
+            "required": ["q"],
         }
+    )
+    assert schema["required"] == ["q", "limit", "mode"]
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["limit"] == {
+        "type": ["integer", "null"],
+        "description": "Default: 10.",
+    }
+    assert schema["properties"]["mode"]["enum"] == ["a", "b", None]
+
+
+def test_strict_fixed_length_tuples_become_arrays_of_any_position() -> None:
+    (entry,) = to_openai([t for t in CATALOGUE if t.name == "move"], strict=True)
+    to = entry["function"]["parameters"]["properties"]["to"]
+    assert to == {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer"}}
+    with pytest.raises(SchemaError, match=r"\$\.properties\.a: an array without an items schema"):
+        openai_strict_schema({"type": "object", "properties": {"a": {"type": "array"}}})
+
+
+def test_strict_keeps_recursion_as_refs_into_defs() -> None:
+    schema = openai_strict_schema(count_nodes.input_schema)
+    assert schema["properties"]["tree"] == {"$ref": "#/$defs/TreeNode"}
+    children = schema["$defs"]["TreeNode"]["properties"]["children"]
+    assert children["type"] == ["array", "null"]
+    assert children["items"] == {"$ref": "#/$defs/TreeNode"}
+
+
+def test_strict_inlines_a_ref_with_siblings_and_turns_one_of_into_any_of() -> None:
+    schema = openai_strict_schema(
+        {
+            "type": "object",
+            "properties": {
+                "p": {"$ref": "#/definitions/P", "description": "the p"},
+                "u": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            },
+            "required": ["p", "u"],
+            "definitions": {"P": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        }
+    )
+    assert schema["properties"]["p"]["description"] == "the p"
+    assert schema["properties"]["p"]["required"] == ["x"]
+    assert "$defs" not in schema
+    assert schema["properties"]["u"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    assert_openai_strict(schema)
+
+
+def test_strict_refuses_untyped_values_and_deep_nesting() -> None:
+    with pytest.raises(SchemaError, match=r"\$\.properties\.x: an object with free-form keys"):
+        openai_strict_schema({"type": "object", "properties": {"x": {"type": "object"}}})
+    assert openai_strict_schema({"type": "object"})["additionalProperties"] is False
+    with pytest.raises(SchemaError, match=r"\$\.properties\.x: a value of any type"):
+        openai_strict_schema({"type": "object", "properties": {"x": {}}, "required": ["x"]})
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(12):
+        deep = {"type": "object", "properties": {"n": deep}, "required": ["n"]}
+    with pytest.raises(SchemaError, match="deeper than"):
+        openai_strict_schema(deep)
+
+
+# -- Anthropic -----------------------------------------------------------------------------------
+
+
+def test_anthropic_every_tool_validates() -> None:
+    for entry in to_anthropic(CATALOGUE):  # type: ignore[arg-type]
+        check_typed_dict(ToolParam, entry)
+        check_typed_dict(
+            InputSchemaTyped, {k: entry["input_schema"][k] for k in ("type", "properties")}
+        )
+        fastjsonschema.compile(entry["input_schema"])
+    assert to_anthropic([add]) == [
+        {"name": "add", "description": "Add two integers.", "input_schema": add.input_schema}
     ]
-    assert to_openai([add], api="responses")[0]["name"] == "add"
-    assert to_anthropic(kit) == [
-        {"name": "add", "description": "Add two integers.", "input_schema": schema}
+
+
+# -- Gemini --------------------------------------------------------------------------------------
+
+
+def test_gemini_every_expressible_tool_validates_against_genai_types() -> None:
+    expressible = [t for t in CATALOGUE if t.name not in RECURSIVE]
+    (entry,) = to_gemini(expressible)  # type: ignore[arg-type]
+    parsed = genai.Tool.model_validate(entry)
+    assert [d.name for d in parsed.function_declarations or []] == [
+        "fs_read" if t.name == "fs.read" else t.name for t in expressible
     ]
-    assert to_gemini([add.definition])[0]["function_declarations"][0]["name"] == "add"
+    keys = walk_keys(entry)
+    assert not keys & {
+        "$ref",
+        "$defs",
+        "defs",
+        "ref",
+        "additionalProperties",
+        "additional_properties",
+    }
+    assert not keys & {"anyOf", "oneOf", "allOf", "default"}
+
+
+def test_gemini_subset_details() -> None:
+    (entry,) = to_gemini([t for t in CATALOGUE if t.name not in RECURSIVE])  # type: ignore[arg-type]
+    by_name = {d["name"]: d for d in entry["function_declarations"]}
+    assert "parameters" not in by_name["ping"]
+    person = by_name["register_person"]["parameters"]["properties"]["person"]
+    assert person["type"] == "OBJECT"
+    assert person["properties"]["address"]["properties"]["city"]["description"] == "City name"
+    assert person["properties"]["favourite"] == {
+        "type": "STRING",
+        "enum": ["red", "green"],
+        "format": "enum",
+        "nullable": True,
+    }
+    priority = by_name["paint"]["parameters"]["properties"]["priority"]
+    assert priority["type"] == "INTEGER" and "Allowed values: 1, 2." in priority["description"]
+    position = by_name["move"]["parameters"]["properties"]["to"]
+    assert position == {
+        "type": "ARRAY",
+        "min_items": 2,
+        "max_items": 2,
+        "items": {"type": "INTEGER"},
+    }
+    label = by_name["move"]["parameters"]["properties"]["label"]
+    assert label["nullable"] is True
+    assert label["items"] == {"any_of": [{"type": "STRING"}, {"type": "INTEGER"}]}
+    labels = by_name["plot"]["parameters"]["properties"]["labels"]
+    assert labels == {"type": "OBJECT", "nullable": True, "description": "Default: null."} or (
+        labels["type"] == "OBJECT" and labels["nullable"] is True
+    )
+
+
+def test_gemini_recursive_type_is_a_clear_error() -> None:
+    with pytest.raises(SchemaError, match=r"'count_nodes'.*recursive type 'TreeNode'.*Gemini"):
+        to_gemini([count_nodes])
+    with pytest.raises(SchemaError, match="recursive"):
+        gemini_schema({"type": "object", "properties": {"self": {"$ref": "#"}}})
+
+
+# -- names and the toolkit -----------------------------------------------------------------------
+
+
+def test_names_are_made_legal_and_collisions_refused() -> None:
+    (entry,) = to_anthropic([t for t in CATALOGUE if t.name == "fs.read"])  # type: ignore[arg-type]
+    assert entry["name"] == "fs_read"
+    twin = add.replace(name="fs_read")
+    with pytest.raises(SchemaError, match="both become 'fs_read'"):
+        to_anthropic([*CATALOGUE, twin])  # type: ignore[list-item]
+
+
+def test_toolkit_methods_match_the_functions() -> None:
+    kit = Toolkit(*CATALOGUE)
     assert kit.to_anthropic() == to_anthropic(kit)
+    assert kit.to_openai(api="responses") == to_openai(kit, api="responses")
+    assert kit.to_openai(strict=False) == to_openai(kit, strict=False)
+    with pytest.raises(SchemaError, match="count_nodes"):
+        kit.to_gemini()
+
+
+def test_a_root_that_is_not_an_object_names_the_tool() -> None:
+    from toolmesh import Tool, ToolDefinition
+
+    async def run(arguments: dict[str, object], ctx: object) -> None:
+        return None
+
+    odd = Tool(
+        ToolDefinition(name="odd", description="d"),
+        run,  # type: ignore[arg-type]
+        input_schema={"anyOf": [{"type": "object"}, {"type": "string"}]},
+    )
+    with pytest.raises(SchemaError, match="tool 'odd': an input schema must be an object"):
+        to_anthropic([odd])

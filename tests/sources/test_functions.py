@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from typing import Annotated, Any, Literal, Optional, TypedDict
 
 import pytest
@@ -321,3 +322,49 @@ def test_tool_options() -> None:
     )
     with pytest.raises(ConfigError, match="capability"):
         tool(deploy_it.__wrapped__, capabilities=["bad tag"])
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+def test_int_enum_defaults_are_json_values() -> None:
+    def f(level: Level = Level.HIGH) -> None:
+        """Set the level."""
+
+    schema = function_schema(f)
+    assert schema["properties"]["level"] == {"type": "integer", "enum": [1, 2], "default": 2}
+    assert json.dumps(schema)  # JSON all the way down: providers receive it as it is
+
+
+def test_one_line_and_sectioned_docstrings_agree_on_the_summary() -> None:
+    def one(x: int) -> int:
+        """Double a number: the fast path."""
+        return 2 * x
+
+    def sectioned(x: int) -> int:
+        """Double a number: the fast path.
+
+        Args:
+            x: The number.
+        """
+        return 2 * x
+
+    assert tool(one).description == "Double a number: the fast path."
+    assert tool(sectioned).description == "Double a number: the fast path."
+    assert tool(sectioned).input_schema["properties"]["x"]["description"] == "The number."
+
+
+def test_tools_of_one_shape_share_parameters_but_not_names() -> None:
+    def make(i: int) -> Any:
+        def fn(text: str) -> str:
+            return text
+
+        fn.__name__ = f"tool_{i}"
+        return tool(fn)
+
+    first, second = make(1), make(2)
+    assert first.definition.input_parameters == second.definition.input_parameters
+    assert (first.name, second.name) == ("tool_1", "tool_2")
+    assert first.input_schema == second.input_schema

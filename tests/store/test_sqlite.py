@@ -11,7 +11,7 @@ import pytest
 from toolmesh import ConfigError, Host, Toolkit, tool
 from toolmesh.audit import AuditEntry
 from toolmesh.store import MemoryStore, SqliteStore, open_store
-from toolmesh.store.base import SessionRecord
+from toolmesh.store.base import A2ATaskRecord, SessionRecord
 
 
 async def test_schema_is_migrated_once(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ async def test_schema_is_migrated_once(tmp_path: Path) -> None:
     await again.open()
     assert [e.tool_name for e in await again.recent_audit()] == ["t"]
     db = sqlite3.connect(path)
-    assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     await again.close()
 
@@ -87,3 +87,24 @@ async def test_a_failing_audit_sink_is_reported_loudly(caplog: pytest.LogCapture
     assert result.success
     assert not host.healthy and host.health()["status"] == "degraded"
     assert "disk full" in caplog.text and '"tool_name": "ping"' in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a2a_tasks(tmp_path: Path, kind: str) -> None:
+    store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "t.db")
+    for index, (task_id, context, state) in enumerate(
+        [("t1", "c1", "completed"), ("t2", "c1", "working"), ("t3", "c2", "completed")]
+    ):
+        doc = {"id": task_id, "contextId": context, "n": index}
+        await store.save_a2a_task(A2ATaskRecord(task_id, context, state, float(index), doc))
+    loaded = await store.load_a2a_task("t2")
+    assert loaded is not None and loaded.document == {"id": "t2", "contextId": "c1", "n": 1}
+    assert await store.load_a2a_task("nope") is None
+    records, total = await store.list_a2a_tasks(context_id="c1")
+    assert [r.task_id for r in records] == ["t2", "t1"] and total == 2  # newest first
+    records, total = await store.list_a2a_tasks(state="completed", limit=1, offset=1)
+    assert [r.task_id for r in records] == ["t1"] and total == 2
+    await store.save_a2a_task(A2ATaskRecord("t2", "c1", "completed", 9.0, {"id": "t2"}))
+    replaced = await store.load_a2a_task("t2")
+    assert replaced is not None and replaced.state == "completed"
+    await store.close()

@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from toolmesh import __version__
-    from toolmesh.cli import audit, inspect, serve, skills
+    from toolmesh.cli import agents, audit, inspect, mcp, serve, skills
 
     parser = argparse.ArgumentParser(
         prog="toolmesh",
@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_parsers(commands)
     audit.add_parser(commands)
     skills.add_parser(commands)
+    agents.add_parser(commands)
+    mcp.add_parser(commands)
     return parser
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
@@ -10,8 +11,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from toolmesh.audit import AuditEntry
 from toolmesh.cli.loading import DEFAULT_AUDIT
 from toolmesh.errors import ConfigError
+from toolmesh.store import open_store
 from toolmesh.store.sqlite import read_audit
 
 __all__ = ["add_parser"]
@@ -26,7 +29,8 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--db",
         default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
-        help=f"the audit database (default {DEFAULT_AUDIT})",
+        help=f"the audit database: a SQLite file (default {DEFAULT_AUDIT}) or a "
+        "postgresql:// store URL",
     )
     parser.add_argument("--limit", type=int, default=20, help="how many entries (default 20)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -34,6 +38,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if str(args.db).startswith(("postgresql://", "postgres://")):
+        return _show(asyncio.run(_shared_audit(args.db, args.limit)), args)
     path = Path(args.db)
     if not path.is_file():
         raise ConfigError(f"no audit database at {path} (serve with --audit {path} first)")
@@ -42,6 +48,19 @@ def run(args: argparse.Namespace) -> int:
         entries = read_audit(db, args.limit)
     except sqlite3.DatabaseError as exc:
         raise ConfigError(f"{path} is not a toolmesh audit database: {exc}") from exc
+    return _show(entries, args)
+
+
+async def _shared_audit(url: str, limit: int) -> list[AuditEntry]:
+    store = open_store(url)
+    await store.open()
+    try:
+        return await store.recent_audit(limit)
+    finally:
+        await store.close()
+
+
+def _show(entries: list[AuditEntry], args: argparse.Namespace) -> int:
     if args.json:
         for entry in entries:
             print(json.dumps(entry.to_dict()))

@@ -54,9 +54,13 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def _client(args: argparse.Namespace) -> AsyncClient:
+    from toolmesh.cli.agents import agent_toolkit, looks_like_card
     from toolmesh.client import connect_async
 
-    target = parse_target(args.target) if args.target else build_host(args, audit=None)
+    if args.target and looks_like_card(args.target):  # a remote A2A agent's skills
+        target: Any = await agent_toolkit(args.target)
+    else:
+        target = parse_target(args.target) if args.target else build_host(args, audit=None)
     return await connect_async(target, agent_id="toolmesh-cli", auth_token=args.auth_token)
 
 

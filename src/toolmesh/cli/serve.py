@@ -25,7 +25,10 @@ def add_parser(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "serve",
         help="serve tools to agents over stdio or HTTP",
-        description="Serve tools to agents: A2E over NDJSON on stdio, or A2E over HTTP+SSE.",
+        description=(
+            "Serve tools to agents: A2E over NDJSON on stdio, A2E over HTTP+SSE (plus MCP at "
+            "/mcp with --mcp), or MCP on stdio (--mcp-stdio)."
+        ),
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--stdio", action="store_true", help="speak NDJSON on stdin/stdout")
@@ -34,12 +37,25 @@ def add_parser(commands: Any) -> None:
         metavar="HOST:PORT",
         help="listen for HTTP (default 127.0.0.1:8765); prints the URL as its first line",
     )
+    mode.add_argument("--mcp-stdio", action="store_true", help="speak MCP on stdin/stdout")
+    parser.add_argument(
+        "--mcp", action="store_true", help="with --http: also serve MCP (streamable HTTP) at /mcp"
+    )
     add_source_options(parser)
     parser.add_argument(
         "--audit",
         metavar="PATH",
         default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
-        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none)",
+        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none); "
+        "shorthand for --store sqlite:///PATH",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=os.environ.get("TOOLMESH_STORE"),
+        help="where the audit log, sessions and state live: sqlite:///PATH or "
+        "postgresql://USER@HOST:PORT/DB (hosts sharing one database serve as one; "
+        "env TOOLMESH_STORE); wins over --audit",
     )
     parser.add_argument(
         "--auth-token",
@@ -57,8 +73,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--capability-policy",
         choices=["locked", "extensible"],
-        default="locked",
-        help="whether sessions may change the capability set (default locked)",
+        default=None,
+        help="whether sessions may change the capability set (default: the manifest's, "
+        "else locked)",
     )
     parser.add_argument(
         "--max-parallel", type=int, default=8, help="calls one session may run at once (default 8)"
@@ -75,6 +92,16 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help=f"largest message accepted (default {DEFAULT_MAX_MESSAGE_BYTES})",
     )
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        default="workspace",
+        help="with neither --tools nor --config: serve the built-in tools confined to DIR "
+        "(default ./workspace, created if missing)",
+    )
+    from toolmesh.cli.agents import add_serve_options
+
+    add_serve_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -87,14 +114,40 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         help="a ToolPlugin (class or instance), Toolkit, @tool function or list of these",
     )
     parser.add_argument("--config", metavar="FILE", help="a toolmesh.toml manifest")
+    parser.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers as sources: a JSON file in the mcpServers shape (repeatable)",
+    )
+    parser.add_argument(
+        "--mcp-defer-over",
+        type=int,
+        metavar="N",
+        help="defer the tools of an MCP server with more than N of them (found by search)",
+    )
 
 
 def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     sources = load_sources(args.tools)
+    if getattr(args, "skills", None):
+        from toolmesh.sources.skills import SkillsSource
+
+        sources.append(SkillsSource(args.skills))
+    if getattr(args, "mcp_config", None):
+        from toolmesh.mcp.gateway import gateway_configs
+        from toolmesh.mcp.source import mcp_source
+
+        defer = getattr(args, "mcp_defer_over", None)
+        for path in args.mcp_config:
+            sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
     if args.config:
-        raise ConfigError("--config: manifests are not supported by this build yet")
-    if not sources:
-        raise ConfigError("nothing to serve: give --tools MODULE:ATTR or --config FILE")
+        return _manifest_host(args, sources, audit=audit)
+    if not sources:  # the default toolkit: the built-in tools, confined to the workspace
+        from toolmesh.sources.builtins import builtin_source
+
+        sources = [builtin_source(True, workspace=getattr(args, "workspace", "workspace"))]
     return Host(
         *sources,
         audit=audit,
@@ -107,8 +160,50 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     )
 
 
+def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str | None) -> Host:
+    """A host of the manifest's toolkit (``--tools`` sources after its own). The manifest gives
+    the audit file, the capabilities and the policy unless the command line does."""
+    from toolmesh.manifest import load_manifest
+
+    manifest = load_manifest(args.config)
+    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
+    chosen = manifest.store or manifest.audit
+    if chosen is not None and audit == default_audit and not getattr(args, "store", None):
+        audit = chosen
+        args.audit = audit
+    toolkit = manifest.toolkit(
+        *sources,
+        capabilities=getattr(args, "capability", None),
+        capability_policy=getattr(args, "capability_policy", None),
+        audit=audit,
+    )
+    return Host(
+        toolkit,
+        max_parallel=getattr(args, "max_parallel", 8),
+        auth_token=getattr(args, "auth_token", None),
+        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+        owns_toolkit=True,  # built for this host: it opens the sources and closes them
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.store:
+        args.audit = args.store
+    if args.a2a:
+        from toolmesh.cli.agents import serve_agent
+
+        return serve_agent(args)
     host = build_host(args, audit=args.audit)
+    if args.mcp and not args.http:
+        raise ConfigError("--mcp serves MCP beside A2E over HTTP: give --http HOST:PORT too")
+    if args.mcp_stdio:
+        from toolmesh.mcp.stdio import serve_mcp_stdio
+
+        # uvloop halves the thread hop of blocking tools, which MCP clients call back to back
+        _run(_until_stopped(serve_mcp_stdio(host), host), fast_loop=True)
+        _leave_stuck_threads()
+        return 0
     if args.stdio:
         from toolmesh.transports.stdio import serve_stdio
 
@@ -121,18 +216,33 @@ def run(args: argparse.Namespace) -> int:
         print(url, flush=True)
         print(
             f"toolmesh: serving {len(host.toolkit)} tools at {url} "
-            f"(audit: {args.audit}); Ctrl-C stops",
+            f"(store: {_shown(args.audit)}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
 
     bind = args.http or "127.0.0.1:8765"
-    _run(
-        _until_stopped(serve_http(host, bind, auth_token=args.auth_token, on_ready=ready), host),
-        fast_loop=True,
+    routes = []
+    if args.mcp:
+        from toolmesh.mcp.http import mcp_routes
+
+        routes = mcp_routes(host, auth_token=args.auth_token)
+    serving = serve_http(
+        host, bind, auth_token=args.auth_token, on_ready=ready, extra_routes=routes
     )
+    _run(_until_stopped(serving, host), fast_loop=True)
     _leave_stuck_threads()
     return 0
+
+
+def _shown(store: str) -> str:
+    """A store URL for the banner, its password hidden."""
+    if "@" not in store:
+        return store
+    scheme, _, rest = store.partition("://")
+    credentials, _, place = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in credentials else ''}@{place}"
 
 
 def _run(main: Coroutine[Any, Any, None], *, fast_loop: bool) -> None:

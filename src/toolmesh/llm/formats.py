@@ -2,7 +2,13 @@
 
 ``to_openai`` gives Chat Completions function tools (or Responses API tools with
 ``api="responses"``), ``to_anthropic`` the Messages API's tools, ``to_gemini`` a Gemini ``tools``
-entry with function declarations. Each takes a Toolkit, Tools or ToolDefinitions.
+entry with function declarations. Each takes a Toolkit, Tools or ToolDefinitions; names are made
+legal (``[A-Za-z0-9_-]{1,64}``) and two tools that end up with one name are an error.
+
+OpenAI's ``strict``: ``True`` makes every schema strict (``SchemaError`` for one that cannot be,
+such as a free-form dict), ``False`` sends schemas as they are, and ``None`` (the default) makes
+each tool strict when its schema allows and sends the others with ``strict: false``.
+``parse_tool_call`` (toolmesh.llm.calls) reads the calls back, undoing what strict mode changed.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+from toolmesh.errors import SchemaError
+from toolmesh.llm.schemas import gemini_schema, openai_strict_schema
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema
 from toolmesh.tools import Tool
@@ -17,53 +25,112 @@ from toolmesh.tools import Tool
 if TYPE_CHECKING:
     from toolmesh.toolkit import Toolkit
 
-__all__ = ["to_anthropic", "to_gemini", "to_openai"]
+__all__ = ["ToolsLike", "to_anthropic", "to_gemini", "to_openai", "tool_entries"]
 
 JsonSchema = dict[str, Any]
 ToolsLike = "Toolkit | Iterable[Tool | ToolDefinition]"
 
 
-def _entries(tools: Toolkit | Iterable[Tool | ToolDefinition]) -> list[tuple[str, str, JsonSchema]]:
+def tool_entries(
+    tools: Toolkit | Iterable[Tool | ToolDefinition],
+) -> list[tuple[str, str, JsonSchema]]:
+    """(legal name, description, input schema) of each tool, in order."""
+    from toolmesh.toolkit import sanitize_name
+
     items = tools.tools if hasattr(tools, "tools") else tools
     out: list[tuple[str, str, JsonSchema]] = []
+    taken: dict[str, str] = {}
     for item in items:
         if isinstance(item, Tool):
-            out.append((item.name, item.description, item.input_schema))
+            name, text, schema = item.name, item.description, item.input_schema
         else:
             schema = item.input_schema or parameters_to_schema(item.input_parameters)
-            out.append((item.name, item.description, schema))
+            name, text = item.name, item.description
+        legal = sanitize_name(name)
+        if legal in taken:
+            raise SchemaError(
+                f"tools {taken[legal]!r} and {name!r} both become {legal!r} for a provider; "
+                "rename one (or assemble them in a Toolkit, which resolves it)"
+            )
+        taken[legal] = name
+        try:
+            out.append((legal, text, _object_root(schema)))
+        except SchemaError as exc:
+            raise SchemaError(f"tool {name!r}: {exc}") from None
     return out
+
+
+def _object_root(schema: JsonSchema) -> JsonSchema:
+    """Providers want an object at the root of every input schema."""
+    if schema.get("type") == "object" and "properties" in schema:
+        return schema
+    if schema.get("type") in (None, "object") and not any(
+        k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")
+    ):
+        return {**schema, "type": "object", "properties": schema.get("properties", {})}
+    raise SchemaError("an input schema must be an object at its root")
+
+
+def _openai_parameters(
+    name: str, schema: JsonSchema, strict: bool | None
+) -> tuple[JsonSchema, bool]:
+    if strict is False:
+        return schema, False
+    try:
+        return openai_strict_schema(schema), True
+    except SchemaError as exc:
+        if strict:
+            raise SchemaError(f"tool {name!r} cannot be strict: {exc}") from exc
+        return schema, False
 
 
 def to_openai(
     tools: Toolkit | Iterable[Tool | ToolDefinition],
     *,
     api: Literal["chat", "responses"] = "chat",
+    strict: bool | None = None,
 ) -> list[dict[str, Any]]:
     """OpenAI function tools (Chat Completions by default, or the Responses API)."""
-    if api == "responses":
-        return [
-            {"type": "function", "name": name, "description": text, "parameters": schema}
-            for name, text, schema in _entries(tools)
-        ]
-    return [
-        {"type": "function", "function": {"name": name, "description": text, "parameters": schema}}
-        for name, text, schema in _entries(tools)
-    ]
+    if api not in ("chat", "responses"):
+        raise ValueError(f"api must be 'chat' or 'responses', not {api!r}")
+    out: list[dict[str, Any]] = []
+    for name, text, schema in tool_entries(tools):
+        parameters, is_strict = _openai_parameters(name, schema, strict)
+        function = {
+            "name": name,
+            "description": text,
+            "parameters": parameters,
+            "strict": is_strict,
+        }
+        out.append(
+            {"type": "function", **function}
+            if api == "responses"
+            else {"type": "function", "function": function}
+        )
+    return out
 
 
 def to_anthropic(tools: Toolkit | Iterable[Tool | ToolDefinition]) -> list[dict[str, Any]]:
-    """Anthropic Messages API tools."""
+    """Anthropic Messages API tools (JSON Schema as it is: Anthropic follows ``$ref``s)."""
     return [
         {"name": name, "description": text, "input_schema": schema}
-        for name, text, schema in _entries(tools)
+        for name, text, schema in tool_entries(tools)
     ]
 
 
 def to_gemini(tools: Toolkit | Iterable[Tool | ToolDefinition]) -> list[dict[str, Any]]:
-    """A Gemini ``tools`` list with one entry of function declarations."""
-    declarations = [
-        {"name": name, "description": text, "parameters": schema}
-        for name, text, schema in _entries(tools)
-    ]
+    """A Gemini ``tools`` list with one entry of function declarations.
+
+    Schemas are rewritten into Gemini's subset; a recursive type raises ``SchemaError`` naming
+    the tool. A tool without parameters has no ``parameters`` (Gemini refuses an empty object).
+    """
+    declarations = []
+    for name, text, schema in tool_entries(tools):
+        declaration: dict[str, Any] = {"name": name, "description": text}
+        if schema.get("properties"):
+            try:
+                declaration["parameters"] = gemini_schema(schema)
+            except SchemaError as exc:
+                raise SchemaError(f"tool {name!r}: {exc}") from exc
+        declarations.append(declaration)
     return [{"function_declarations": declarations}]

@@ -29,7 +29,8 @@ from pydantic.fields import FieldInfo
 
 from toolmesh.capabilities import check_tag
 from toolmesh.errors import ConfigError, SchemaError
-from toolmesh.models import ToolDefinition
+from toolmesh.models import ToolDefinition, ToolParameter
+from toolmesh.schema import parameters_to_schema, schema_to_parameters
 from toolmesh.sources.base import ToolSet
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
@@ -140,9 +141,16 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     tool_name = options["name"] or getattr(target, "__name__", None)
     if not tool_name or tool_name == "<lambda>":
         raise ConfigError("a lambda or unnamed callable needs tool(fn, name=...)")
-    input_schema, output_schema = _schemas(plan, doc)
+    raw_input, raw_output = _schemas(plan, doc)
+    input_schema, input_parameters, input_lossless = _shape_of(raw_input)
+    output_schema, output_parameters, output_lossless = _shape_of(raw_output)
     definition = ToolDefinition(
         name=tool_name,
+        input_parameters=input_parameters,
+        input_schema=None if input_lossless else input_schema,
+        output_parameters=output_parameters,
+        output_schema=None if output_lossless else output_schema,
+        kind="python",
         description=options["description"] or _description(doc) or tool_name,
         streaming=options["streaming"],
         idempotent=options["idempotent"],
@@ -155,15 +163,34 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
         annotations=dict(options["annotations"]) if options["annotations"] else None,
         requires_approval=options["requires_approval"],
     )
-    made = FunctionTool(
-        definition,
-        _runner(fn, plan),
-        source="python",
-        input_schema=input_schema,
-        output_schema=output_schema,
-    )
+    made = FunctionTool(definition, _runner(fn, plan), source="python", input_schema=input_schema)
     made.__wrapped__ = fn
     return made
+
+
+_SHAPES: dict[str, tuple[JsonSchema, list[ToolParameter], bool]] = {}
+_SHAPES_LIMIT = 4096
+
+
+def _shape_of(schema: JsonSchema | None) -> tuple[JsonSchema | None, list[ToolParameter], bool]:
+    """``schema`` (an equal one seen before, if any), its parameter list, and whether that list
+    says everything the schema does.
+
+    Tools often share a schema shape; converting each shape once (rather than per tool, in
+    ``Tool``) and sharing the results makes registering thousands of tools fast and small.
+    Schemas and parameters of tools are read-only, so sharing them is safe.
+    """
+    if schema is None:
+        return None, [], True
+    key = repr(schema)  # cheap; a schema written in another key order is merely another entry
+    shape = _SHAPES.get(key)
+    if shape is None:
+        parameters = schema_to_parameters(schema)
+        shape = (schema, parameters, parameters_to_schema(parameters) == schema)
+        if len(_SHAPES) >= _SHAPES_LIMIT:
+            _SHAPES.pop(next(iter(_SHAPES)))
+        _SHAPES[key] = shape
+    return shape
 
 
 def function_schema(fn: Callable[..., Any]) -> JsonSchema:
@@ -327,10 +354,10 @@ _UNSET = object()
 
 
 def _json_default(value: Any) -> Any:
+    if isinstance(value, enum.Enum):  # before the primitives: an IntEnum member is an int too
+        return _json_default(value.value)
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, enum.Enum):
-        return value.value
     if isinstance(value, list | tuple) and all(
         v is None or isinstance(v, str | int | float | bool) for v in value
     ):
@@ -488,33 +515,56 @@ def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
 
 
 def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
-    positional = [p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    positional = tuple(p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY)
     coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
-    context_param = plan.context_param
+    runner = _AsyncRunner if plan.is_async else _ThreadRunner
+    return runner(fn, positional, coercers or None, plan.context_param)
 
-    def bind(arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
+
+class _Runner:
+    """Calls the function with JSON arguments bound to its parameters. One small object per
+    tool rather than closures: registering thousands of tools allocates (and GC-scans) less."""
+
+    __slots__ = ("coercers", "context_param", "fn", "positional")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        positional: tuple[str, ...],
+        coercers: dict[str, Callable[[Any], Any]] | None,
+        context_param: str | None,
+    ) -> None:
+        self.fn = fn
+        self.positional = positional
+        self.coercers = coercers
+        self.context_param = context_param
+
+    def bind(self, arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
         kwargs = dict(arguments)
-        for key, coerce in coercers.items():
-            if key in kwargs:
-                kwargs[key] = coerce(kwargs[key])
-        if context_param is not None:
-            kwargs[context_param] = ctx
-        args = [kwargs.pop(name) for name in positional if name in kwargs]
+        if self.coercers:
+            for key, coerce in self.coercers.items():
+                if key in kwargs:
+                    kwargs[key] = coerce(kwargs[key])
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        args = [kwargs.pop(name) for name in self.positional if name in kwargs]
         return args, kwargs
 
-    if plan.is_async:
 
-        async def run_async(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-            args, kwargs = bind(arguments, ctx)
-            return await fn(*args, **kwargs)
+class _AsyncRunner(_Runner):
+    __slots__ = ()
 
-        return run_async
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await self.fn(*args, **kwargs)
 
-    async def run_in_thread(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-        args, kwargs = bind(arguments, ctx)
-        return await run_blocking(functools.partial(fn, *args, **kwargs))
 
-    return run_in_thread
+class _ThreadRunner(_Runner):
+    __slots__ = ()
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await run_blocking(functools.partial(self.fn, *args, **kwargs))
 
 
 def tools_of(items: Sequence[Any], *, name: str = "functions") -> ToolSet:

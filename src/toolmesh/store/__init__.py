@@ -5,17 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolmesh.errors import ConfigError
-from toolmesh.store.base import SessionRecord, StateRecord, Store
+from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
 from toolmesh.store.memory import MemoryStore
 from toolmesh.store.sqlite import SqliteStore
 
-__all__ = ["MemoryStore", "SessionRecord", "SqliteStore", "StateRecord", "Store", "open_store"]
+__all__ = [
+    "A2ATaskRecord",
+    "MemoryStore",
+    "SessionRecord",
+    "SqliteStore",
+    "StateRecord",
+    "Store",
+    "open_store",
+]
 
 
 def open_store(target: str | Path | Store | None) -> Store:
-    """A store for ``target``: a Store, ``memory://``, ``sqlite:///PATH`` or a plain file path.
-
-    None gives a MemoryStore.
+    """A store for ``target``: a Store, ``memory://``, ``sqlite:///PATH``, a plain file path, or
+    ``postgresql://USER@HOST:PORT/DB`` (several hosts sharing one database; the ``postgres``
+    extra). None gives a MemoryStore.
     """
     if target is None:
         return MemoryStore()
@@ -29,7 +37,22 @@ def open_store(target: str | Path | Store | None) -> Store:
         # sqlite:///audit.db is relative and sqlite:////var/lib/audit.db absolute.
         path = text.removeprefix("sqlite://").removeprefix("/")
         return SqliteStore(path or ":memory:")
+    if text.startswith(("postgresql://", "postgres://")):
+        return _postgres(text)
     if "://" in text:
         scheme = text.split("://", 1)[0]
-        raise ConfigError(f"unsupported store URL scheme {scheme!r} (use sqlite:/// or memory://)")
+        raise ConfigError(
+            f"unsupported store URL scheme {scheme!r} "
+            "(use sqlite:///PATH, postgresql://... or memory://)"
+        )
     return SqliteStore(text)
+
+
+def _postgres(url: str) -> Store:
+    try:
+        from toolmesh.store.postgres import PostgresStore
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"a postgresql:// store needs {exc.name!r}: pip install 'toolmesh[postgres]'"
+        ) from None
+    return PostgresStore(url)

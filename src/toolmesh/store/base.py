@@ -1,18 +1,33 @@
 """The store interface: everything toolmesh keeps beyond one call.
 
-Audit entries, sessions and their state documents live behind this one interface so the
-embedded default (SQLite, one file) and a shared server database are interchangeable.
+Audit entries, sessions and their state documents, and the tasks of the A2A server, live behind
+this one interface so the embedded default (SQLite, one file) and a shared server database are
+interchangeable.
+
+A store also carries signals between the hosts that share it (``publish``/``subscribe``): in
+one process they are plain callbacks; PostgreSQL carries them to every host (LISTEN/NOTIFY).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolmesh.audit import AuditEntry
 
-__all__ = ["SessionRecord", "StateRecord", "Store"]
+__all__ = ["A2ATaskRecord", "SessionRecord", "StateRecord", "Store", "Subscriber"]
+
+logger = logging.getLogger("toolmesh.store")
+
+Subscriber = Callable[[str], None]
+"""Called with each payload published on a topic (on the event loop; must not block)."""
+
+TOPIC = re.compile(r"^[a-z][a-z0-9_.]{0,40}$")
+MAX_PAYLOAD_BYTES = 7900  # PostgreSQL's NOTIFY takes under 8000 bytes
 
 
 @dataclass(slots=True)
@@ -34,10 +49,23 @@ class StateRecord:
     version: int
 
 
+@dataclass(slots=True)
+class A2ATaskRecord:
+    """An A2A task served by this host: its A2A 1.0 JSON document and the keys it is found by."""
+
+    task_id: str
+    context_id: str
+    state: str
+    updated_at: float
+    document: dict[str, Any]
+
+
 class Store(ABC):
     """Durable records. Implementations must be safe to call from one event loop."""
 
     url: str = ""
+    shared: bool = False
+    """True when other hosts write to the same store: nothing read may be cached across calls."""
 
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Connect and apply schema migrations."""
@@ -77,3 +105,85 @@ class Store(ABC):
     ) -> bool:
         """Store ``document`` as version ``expected_version + 1`` if the stored version is still
         ``expected_version`` (compare-and-set); False when another writer got there first."""
+
+    # -- A2A tasks -----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        """Create or replace a task (committed before returning)."""
+
+    @abstractmethod
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        """A task, or None when the id is unknown."""
+
+    @abstractmethod
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        """Tasks (of one context and/or in one state when given), most recently updated first,
+        and how many match in all."""
+
+    # -- signals between the hosts sharing the store -------------------------------------------
+
+    def subscribe(
+        self, topic: str, callback: Subscriber, *, resync: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback(payload)`` for every payload published on ``topic`` by any host
+        (this one included); return the function that unsubscribes. ``resync`` is called when
+        signals may have been missed (a shared store lost and regained its connection)."""
+        _check_topic(topic)
+        entry = (callback, resync)
+        subscribers = self._subscribers()
+        subscribers.setdefault(topic, []).append(entry)
+
+        def unsubscribe() -> None:
+            listeners = subscribers.get(topic, [])
+            if entry in listeners:
+                listeners.remove(entry)
+
+        return unsubscribe
+
+    async def publish(self, topic: str, payload: str) -> None:
+        """Deliver ``payload`` (text, under 7900 bytes) to the subscribers of ``topic``."""
+        _check_topic(topic)
+        _check_payload(payload)
+        self.dispatch(topic, payload)
+
+    def dispatch(self, topic: str, payload: str) -> None:
+        """Hand one arrived signal to this process's subscribers."""
+        for callback, _resync in list(self._subscribers().get(topic, ())):
+            try:
+                callback(payload)
+            except Exception:
+                logger.exception("a subscriber of %r failed", topic)
+
+    def resync(self) -> None:
+        """Tell every subscriber that signals may have been missed."""
+        for entries in list(self._subscribers().values()):
+            for _callback, resync in list(entries):
+                if resync is not None:
+                    try:
+                        resync()
+                    except Exception:
+                        logger.exception("a store resync callback failed")
+
+    def topics(self) -> list[str]:
+        return [topic for topic, entries in self._subscribers().items() if entries]
+
+    def _subscribers(
+        self,
+    ) -> dict[str, list[tuple[Subscriber, Callable[[], None] | None]]]:
+        found: dict[str, list[tuple[Subscriber, Callable[[], None] | None]]] = (
+            self.__dict__.setdefault("_topic_subscribers", {})
+        )
+        return found
+
+
+def _check_topic(topic: str) -> None:
+    if not TOPIC.match(topic):
+        raise ValueError(f"a topic is lowercase letters, digits, '_' and '.', not {topic!r}")
+
+
+def _check_payload(payload: str) -> None:
+    if len(payload.encode()) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"a published payload must be under {MAX_PAYLOAD_BYTES} bytes")

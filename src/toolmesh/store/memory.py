@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any
 
 from toolmesh.audit import AuditEntry
-from toolmesh.store.base import SessionRecord, StateRecord, Store
+from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
 
 __all__ = ["MemoryStore"]
 
@@ -23,6 +23,7 @@ class MemoryStore(Store):
         self.audit: deque[AuditEntry] = deque(maxlen=audit_limit)
         self._sessions: dict[str, SessionRecord] = {}
         self._state: dict[str, StateRecord] = {}
+        self._tasks: dict[str, A2ATaskRecord] = {}
 
     async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
         self.audit.append(entry)
@@ -50,3 +51,31 @@ class MemoryStore(Store):
             return False
         self._state[session_id] = StateRecord(copy.deepcopy(document), expected_version + 1)
         return True
+
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        self._tasks[record.task_id] = _copy_task(record)
+
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        record = self._tasks.get(task_id)
+        return None if record is None else _copy_task(record)
+
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        found = [
+            r
+            for r in self._tasks.values()
+            if (not context_id or r.context_id == context_id) and (not state or r.state == state)
+        ]
+        found.sort(key=lambda r: r.updated_at, reverse=True)
+        return [_copy_task(r) for r in found[offset : offset + limit]], len(found)
+
+
+def _copy_task(record: A2ATaskRecord) -> A2ATaskRecord:
+    return A2ATaskRecord(
+        record.task_id,
+        record.context_id,
+        record.state,
+        record.updated_at,
+        copy.deepcopy(record.document),
+    )

@@ -1,4 +1,4 @@
-"""The embedded default store: one SQLite file in WAL mode.
+"""The embedded default store: one SQLite file in WAL mode (audit, sessions, state, A2A tasks).
 
 A commit in WAL mode with ``synchronous=NORMAL`` survives the process being killed (it is in
 the WAL file before ``commit`` returns) and costs about 20 us. An audit entry for a call that
@@ -23,7 +23,7 @@ from typing import Any
 
 from toolmesh.audit import AuditEntry
 from toolmesh.errors import ConfigError
-from toolmesh.store.base import SessionRecord, StateRecord, Store
+from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
 
 __all__ = ["BATCH_ROWS", "MIGRATIONS", "SqliteStore"]
 
@@ -85,6 +85,19 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        """
+        CREATE TABLE a2a_tasks (
+            task_id TEXT PRIMARY KEY,
+            context_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            document TEXT NOT NULL
+        );
+        CREATE INDEX a2a_tasks_by_context ON a2a_tasks (context_id, updated_at);
+        """,
+    ),
 ]
 """Schema versions, applied in order on open; ``schema_version`` records the last one applied."""
 
@@ -140,12 +153,16 @@ class SqliteStore(Store):
         """Write and commit the rows appended without ``durable`` (a no-op when there are none)."""
         with self._lock:
             self._commit_scheduled = False
-            if self._pending:
-                rows, self._pending = self._pending, []
-                db = self.connection()
-                db.execute("BEGIN")
-                db.executemany(self._insert_audit, rows)
-                db.execute("COMMIT")
+            if not self._pending:
+                return
+            rows, self._pending = self._pending, []
+            db = self.connection()
+            if len(rows) == 1:
+                db.execute(self._insert_audit, rows[0])  # one statement is one transaction
+                return
+            db.execute("BEGIN")
+            db.executemany(self._insert_audit, rows)
+            db.execute("COMMIT")
 
     def _commit_soon(self) -> None:
         if not self._commit_scheduled:
@@ -245,6 +262,54 @@ class SqliteStore(Store):
                     (text, session_id, expected_version),
                 )
         return cursor.rowcount == 1
+
+    # -- A2A tasks -------------------------------------------------------------------------------
+
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
+        with self._lock:
+            self.commit()
+            self.connection().execute(
+                "INSERT OR REPLACE INTO a2a_tasks "
+                "(task_id, context_id, state, updated_at, document) VALUES (?, ?, ?, ?, ?)",
+                (record.task_id, record.context_id, record.state, record.updated_at, text),
+            )
+
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        row = (
+            self.connection()
+            .execute(
+                "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "
+                "WHERE task_id = ?",
+                (task_id,),
+            )
+            .fetchone()
+        )
+        return None if row is None else _task_record(row)
+
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        where, values = [], []
+        if context_id:
+            where.append("context_id = ?")
+            values.append(context_id)
+        if state:
+            where.append("state = ?")
+            values.append(state)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        db = self.connection()
+        total = db.execute(f"SELECT COUNT(*) FROM a2a_tasks{clause}", values).fetchone()[0]  # noqa: S608
+        rows = db.execute(
+            "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks"  # noqa: S608
+            f"{clause} ORDER BY updated_at DESC LIMIT ? OFFSET ?",
+            [*values, limit, offset],
+        ).fetchall()
+        return [_task_record(row) for row in rows], int(total)
+
+
+def _task_record(row: tuple[Any, ...]) -> A2ATaskRecord:
+    return A2ATaskRecord(row[0], row[1], row[2], row[3], json.loads(row[4]))
 
 
 def _migrate(db: sqlite3.Connection) -> None:

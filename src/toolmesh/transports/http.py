@@ -7,7 +7,9 @@ unchanged.
     GET  /health                           -> {"status": "ok" | "degraded", ...}
 
 Messages for a session wait in its queue until a stream attaches (the SDK opens its stream and
-sends its handshake at the same time). The server binds 127.0.0.1 unless told otherwise, refuses
+sends its handshake at the same time). With a shared store (PostgreSQL) several hosts serve the
+same sessions: ``toolmesh.transports.cluster`` routes messages to the host holding the stream.
+The server binds 127.0.0.1 unless told otherwise, refuses
 to listen more widely without a bearer token, and rejects browser requests from foreign origins.
 """
 
@@ -59,20 +61,40 @@ class _Peer:
     def _deliver(self, message: Any) -> None:
         self.queue.put_nowait(encode(message))
 
+    async def receive(self, body: bytes) -> None:
+        """One message POSTed for this session."""
+        await self.connection.receive_line(body)
+
 
 class _Sessions:
-    """HTTP sessions by id; idle ones without a stream are closed after a while."""
+    """HTTP sessions by id; idle ones without a stream are closed after a while.
+
+    The hooks (``start``, ``adopt``, ``attached``, ``detached``) do nothing for one host; the
+    cluster version shares sessions through the store."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.peers: dict[str, _Peer] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    def create(self) -> _Peer:
+    async def start(self) -> None:
+        """Called once the host is started."""
+
+    async def create(self) -> _Peer:
         self._reap()
         peer = _Peer(self.host, new_id())
         self.peers[peer.id] = peer
         return peer
+
+    async def adopt(self, session_id: str) -> _Peer | None:
+        """A session this host does not know yet (another host may have created it)."""
+        return None
+
+    def attached(self, peer: _Peer) -> None:
+        """A stream now reads ``peer``'s queue."""
+
+    def detached(self, peer: _Peer) -> None:
+        """``peer``'s stream ended (messages may still be queued)."""
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -125,7 +147,7 @@ def build_app(
     extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The ASGI app serving ``host`` (plus ``extra_routes``, e.g. MCP or A2A, on the same port)."""
-    sessions = _Sessions(host)
+    sessions = _sessions_for(host)
     origins = set(allowed_origins)
 
     def refuse(request: Request) -> Response | None:
@@ -143,11 +165,11 @@ def build_app(
                 )
         return None
 
-    def peer_of(request: Request) -> _Peer | Response:
+    async def peer_of(request: Request) -> _Peer | Response:
         session_id = request.headers.get(SESSION_HEADER)
         if not session_id:
             return JSONResponse({"error": f"missing {SESSION_HEADER} header"}, status_code=400)
-        peer = sessions.peers.get(session_id)
+        peer = sessions.peers.get(session_id) or await sessions.adopt(session_id)
         if peer is None:
             return JSONResponse(
                 {"error": f"unknown session {session_id!r}; POST /session first"},
@@ -161,13 +183,14 @@ def build_app(
         if refused is not None:
             return refused
         await host.start()
-        return JSONResponse({"session_id": sessions.create().id})
+        peer = await sessions.create()
+        return JSONResponse({"session_id": peer.id})
 
     async def send(request: Request) -> Response:
         refused = refuse(request)
         if refused is not None:
             return refused
-        peer = peer_of(request)
+        peer = await peer_of(request)
         if isinstance(peer, Response):
             return peer
         body = await _bounded_body(request, host.max_message_bytes)
@@ -180,20 +203,21 @@ def build_app(
                 )
             )
         else:
-            await peer.connection.receive_line(body)
+            await peer.receive(body)
         return Response(b'{"ok":true}', media_type="application/json")
 
     async def stream(request: Request) -> Response:
         refused = refuse(request)
         if refused is not None:
             return refused
-        peer = peer_of(request)
+        peer = await peer_of(request)
         if isinstance(peer, Response):
             return peer
         owner = object()
         peer.stream_owner = owner  # a new stream takes over from an older one
+        sessions.attached(peer)
         return StreamingResponse(
-            _sse(peer, owner, request),
+            _sse(peer, owner, request, sessions),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -232,6 +256,7 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await host.start()
+        await sessions.start()
         try:
             yield
         finally:
@@ -252,25 +277,38 @@ async def _bounded_body(request: Request, limit: int) -> bytes | None:
     return bytes(chunks)
 
 
-async def _sse(peer: _Peer, owner: object, request: Request) -> AsyncIterator[bytes]:
+def _sessions_for(host: Host) -> _Sessions:
+    if not host.store.shared:
+        return _Sessions(host)
+    from toolmesh.transports.cluster import ClusterSessions
+
+    return ClusterSessions(host)
+
+
+async def _sse(
+    peer: _Peer, owner: object, request: Request, sessions: _Sessions
+) -> AsyncIterator[bytes]:
     queue = peer.queue
-    while peer.stream_owner is owner:
-        try:
-            data = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_SECONDS)
-        except TimeoutError:
-            if await request.is_disconnected():
+    try:
+        while peer.stream_owner is owner:
+            try:
+                data = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_SECONDS)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    break
+                yield b": keepalive\n\n"
+                continue
+            if not data:  # _END: the server is stopping
                 break
-            yield b": keepalive\n\n"
-            continue
-        if not data:  # _END: the server is stopping
-            break
-        if peer.stream_owner is not owner:
-            queue.put_nowait(data)  # hand it to the stream that took over
-            break
-        yield b"data: " + data.rstrip(b"\n") + b"\n\n"
-    if peer.stream_owner is owner:
-        peer.stream_owner = None
-        peer.last_seen = time.monotonic()
+            if peer.stream_owner is not owner:
+                queue.put_nowait(data)  # hand it to the stream that took over
+                break
+            yield b"data: " + data.rstrip(b"\n") + b"\n\n"
+    finally:  # also when the client went away and the response was cancelled
+        if peer.stream_owner is owner:
+            peer.stream_owner = None
+            peer.last_seen = time.monotonic()
+            sessions.detached(peer)
 
 
 def _is_local_origin(origin: str) -> bool:
@@ -339,8 +377,10 @@ class HttpServer:
         self._task = None
 
     async def wait(self) -> None:
+        """Until the server stops. Cancelling the wait does not cancel uvicorn (stop() ends it
+        gracefully: lifespan shutdown, streams closed)."""
         if self._task is not None:
-            await self._task
+            await asyncio.shield(self._task)
 
 
 async def serve_http(

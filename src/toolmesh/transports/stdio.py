@@ -15,6 +15,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from toolmesh.errors import ProtocolError, TransportError
@@ -22,22 +23,22 @@ from toolmesh.host import Host
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode, ErrorMessage, decode, encode
 from toolmesh.transports.lines import Oversized, read_lines
 
-__all__ = ["StdioChannel", "serve_stdio"]
+__all__ = ["StdioChannel", "StdioStreams", "open_stdio", "serve_stdio"]
 
 
 async def serve_stdio(
     host: Host, *, stdin_fd: int | None = None, stdout_fd: int | None = None
 ) -> None:
     """Serve ``host`` on this process's stdin/stdout until stdin closes or a shutdown arrives."""
-    in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
-    out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
-    reader, stop_reading = await _reader_for(in_fd, host.max_message_bytes)
-    deliver, stop_writing = await _writer_for(out_fd)
+    streams = await open_stdio(host.max_message_bytes, stdin_fd=stdin_fd, stdout_fd=stdout_fd)
+
+    def deliver(message: Any) -> None:
+        streams.write(encode(message))
 
     await host.start()
     connection = host.connect(deliver, transport="stdio")
     try:
-        async for line in read_lines(reader, host.max_message_bytes):
+        async for line in read_lines(streams.reader, host.max_message_bytes):
             if isinstance(line, Oversized):
                 deliver(_too_large(line.size, host.max_message_bytes))
                 continue
@@ -49,8 +50,7 @@ async def serve_stdio(
         await connection.drain(timeout=None)
     finally:
         await connection.close()
-        stop_reading()
-        stop_writing()
+        streams.close()
 
 
 def _pipe_like(fd: int) -> bool:
@@ -79,13 +79,13 @@ async def _reader_for(fd: int, limit: int) -> tuple[asyncio.StreamReader, Callab
     return reader, lambda: None
 
 
-async def _writer_for(fd: int) -> tuple[Callable[[Any], None], Callable[[], None]]:
-    """Writing messages to ``fd``: through the event loop for pipes and sockets, directly for a
+async def _writer_for(fd: int) -> tuple[Callable[[bytes], None], Callable[[], None]]:
+    """Writing lines to ``fd``: through the event loop for pipes and sockets, directly for a
     regular file (output redirected to disk never blocks for long)."""
     if not _pipe_like(fd):
 
-        def write_file(message: Any) -> None:
-            os.write(fd, encode(message))
+        def write_file(data: bytes) -> None:
+            os.write(fd, data)
 
         return write_file, lambda: None
     loop = asyncio.get_running_loop()
@@ -93,15 +93,41 @@ async def _writer_for(fd: int) -> tuple[Callable[[Any], None], Callable[[], None
         asyncio.Protocol, os.fdopen(fd, "wb", buffering=0, closefd=False)
     )
 
-    def write_pipe(message: Any) -> None:
+    def write_pipe(data: bytes) -> None:
         if not transport.is_closing():
-            transport.write(encode(message))
+            transport.write(data)
 
     def close() -> None:
         with contextlib.suppress(Exception):
             transport.close()
 
     return write_pipe, close
+
+
+@dataclass(frozen=True, slots=True)
+class StdioStreams:
+    """This process's stdin as a stream and stdout as a line writer, for one protocol."""
+
+    reader: asyncio.StreamReader
+    write: Callable[[bytes], None]
+    close: Callable[[], None]
+
+
+async def open_stdio(
+    limit: int, *, stdin_fd: int | None = None, stdout_fd: int | None = None
+) -> StdioStreams:
+    """stdin and stdout (pipes, sockets, terminals or regular files) for a protocol. stdout is
+    kept for protocol lines only: file descriptor 1 then writes to stderr."""
+    in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
+    out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
+    reader, stop_reading = await _reader_for(in_fd, limit)
+    write, stop_writing = await _writer_for(out_fd)
+
+    def close() -> None:
+        stop_reading()
+        stop_writing()
+
+    return StdioStreams(reader, write, close)
 
 
 def _too_large(size: int, limit: int) -> ErrorMessage:

@@ -1,0 +1,532 @@
+"""Remote A2A agents as tools: ``agent(card_url)`` -> ``agent_tools`` -> one Tool per skill.
+
+A call of such a tool sends the task to the agent (``SendMessage``, not blocking) and polls
+``GetTask`` until the task ends: after 50 ms, then twice as long each time, up to ``poll_every``.
+When the agent's card says it streams, the call uses ``SendStreamingMessage`` instead and turns
+the status and artifact updates into ToolEvents. A task that needs input or authentication ends
+the call at once with a result saying what the agent needs; calling the same tool again (in the
+same session) answers it. At the agent's ``timeout``, or when the call is cancelled, the task is
+cancelled with ``CancelTask``. Every result carries ``{agent, taskId, state, polls, ms}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from toolmesh.a2a import wire
+from toolmesh.a2a.card import WELL_KNOWN_CARD, Endpoint, check_card, endpoint_of, skills_of
+from toolmesh.errors import ConfigError, TransportError
+from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
+from toolmesh.tools import Tool, ToolContext
+from toolmesh.transports.sse import read_events
+
+__all__ = ["TASK_SCHEMA", "Agent", "Peer", "agent", "agent_tools", "tools_from_card"]
+
+logger = logging.getLogger("toolmesh.a2a")
+
+TASK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "What to ask the agent to do."}},
+    "required": ["task"],
+    "additionalProperties": False,
+}
+FIRST_POLL = 0.05
+CARD_TIMEOUT = 30.0
+REQUEST_TIMEOUT = 30.0
+CANCEL_TIMEOUT = 5.0
+DEADLINE_MARGIN = 0.1  # end before the pipeline's deadline, so CancelTask can still go out
+DONE = wire.TERMINAL | wire.INTERRUPTED
+
+_ids = itertools.count(1)
+_background: set[asyncio.Task[Any]] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """A remote agent: where its card is, the headers its requests carry, how long a task may
+    take (seconds) and how often to poll it. ``name`` is an identifier (a config key) only:
+    tool names come from the card."""
+
+    card: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = 300.0
+    poll_every: float = 1.0
+    name: str = ""
+
+    @property
+    def card_url(self) -> str:
+        """The card's URL; a bare origin gets the well-known path."""
+        parts = urlsplit(self.card)
+        if parts.path in ("", "/"):
+            return self.card.rstrip("/") + WELL_KNOWN_CARD
+        return self.card
+
+
+def agent(
+    card: str,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    poll_every: float = 1.0,
+    *,
+    name: str = "",
+) -> Agent:
+    """Point at a remote agent's card (``https://host/.well-known/agent-card.json``)."""
+    if not isinstance(card, str) or not card.startswith(("http://", "https://")):
+        raise ConfigError(f"an agent card must be an http(s) URL, not {card!r}")
+    if not timeout or timeout <= 0:
+        raise ConfigError(f"agent timeout must be a positive number of seconds, not {timeout!r}")
+    if not poll_every or poll_every <= 0:
+        raise ConfigError(f"poll_every must be a positive number of seconds, not {poll_every!r}")
+    for key, value in (headers or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigError(f"agent headers must map text to text; {key!r} does not")
+    return Agent(card, dict(headers or {}), float(timeout), float(poll_every), name)
+
+
+async def agent_tools(ag: Agent | str) -> list[Tool]:
+    """Fetch the agent's card and return one Tool per skill (nothing is registered)."""
+    from toolmesh import a2a as package  # looked up here so _fetch_card can be replaced
+
+    described = agent(ag) if isinstance(ag, str) else ag
+    url = described.card_url
+    card = await package._fetch_card(url, dict(described.headers), min(described.timeout, 30.0))
+    return tools_from_card(described, check_card(card, url), url)
+
+
+def tools_from_card(
+    ag: Agent, card: Mapping[str, Any], card_url: str, peer: Peer | None = None
+) -> list[Tool]:
+    """One Tool per skill of ``card``: ``sanitize(card.name)_sanitize(skill.id or name)``."""
+    from toolmesh.toolkit import sanitize_name
+
+    endpoint = endpoint_of(card, card_url)
+    peer = peer or Peer(endpoint, ag.headers)
+    agent_name = str(card["name"]).strip()
+    prefix = sanitize_name(agent_name)
+    tools = []
+    for skill in skills_of(card):
+        key = str(skill.get("id") or skill.get("name")).strip()
+        definition = ToolDefinition(
+            name=sanitize_name(f"{prefix}_{sanitize_name(key)}"),
+            description=_first_text(skill.get("description"), skill.get("name"), key),
+            tags=[t for t in skill.get("tags") or [] if isinstance(t, str)],
+            toolkit=agent_name,
+            kind="a2a",
+        )
+        run = SkillCall(ag, agent_name, key, peer)
+        tools.append(Tool(definition, run, source="a2a", input_schema=TASK_SCHEMA))
+    return tools
+
+
+# -- the JSON-RPC peer -----------------------------------------------------------------------------
+
+
+class Peer:
+    """JSON-RPC to one agent endpoint, in its dialect (switched once if the peer turns out to
+    speak the other one). Uses a shared HTTP client while ``open``, else one per call."""
+
+    def __init__(self, endpoint: Endpoint, headers: Mapping[str, str]) -> None:
+        self.url = endpoint.url
+        self.dialect = endpoint.dialect
+        self.streaming = endpoint.streaming
+        self.headers = {"Content-Type": "application/json", **headers}
+        self._switched = False
+        self._shared: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def new_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            headers=self.headers, timeout=httpx.Timeout(REQUEST_TIMEOUT, read=None)
+        )
+
+    def open(self) -> None:
+        self._shared = self.new_client()
+        self._loop = asyncio.get_running_loop()
+
+    async def close(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            await shared.aclose()
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._shared is not None and self._loop is asyncio.get_running_loop():
+            yield self._shared
+            return
+        async with self.new_client() as http:
+            yield http
+
+    def _body(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        if self.dialect == "0.3":
+            name = wire.METHODS_V03[method]
+            return _rpc(name, wire.params_to_v03(method, params)), {}
+        return _rpc(method, params), {wire.VERSION_HEADER: wire.A2A_VERSION}
+
+    async def call(self, http: httpx.AsyncClient, method: str, params: dict[str, Any]) -> Any:
+        """The result of one request, in the 1.0 shape; RpcError for an error answer."""
+        try:
+            return await self._call(http, method, params)
+        except wire.RpcError as exc:
+            if not self._may_switch(exc):
+                raise
+            return await self._call(http, method, params)
+
+    async def _call(self, http: httpx.AsyncClient, method: str, params: dict[str, Any]) -> Any:
+        body, headers = self._body(method, params)
+        response = await http.post(self.url, json=body, headers=headers)
+        payload = _answer(response, self.url)
+        return self._result(method, payload["result"])
+
+    def _may_switch(self, exc: wire.RpcError) -> bool:
+        if self._switched or exc.code not in (wire.METHOD_NOT_FOUND, wire.VERSION_NOT_SUPPORTED):
+            return False
+        self._switched = True
+        self.dialect = "1.0" if self.dialect == "0.3" else "0.3"
+        logger.info("A2A peer %s speaks v%s; switching", self.url, self.dialect)
+        return True
+
+    def _result(self, method: str, result: Any) -> Any:
+        if self.dialect == "0.3":
+            if method == "SendMessage":
+                return wire.from_v03(result)
+            return wire.task_from_v03(result)
+        if method == "SendMessage" and isinstance(result, dict) and "status" in result:
+            return {"task": result}  # a peer that answers with the bare Task
+        return result
+
+    async def stream(
+        self, http: httpx.AsyncClient, params: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any]]:
+        """The events of a SendStreamingMessage, each as a 1.0 StreamResponse."""
+        for attempt in (0, 1):
+            body, headers = self._body("SendStreamingMessage", params)
+            headers["Accept"] = "text/event-stream"
+            async with http.stream("POST", self.url, json=body, headers=headers) as response:
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    await response.aread()
+                    try:
+                        _answer(response, self.url)
+                    except wire.RpcError as exc:
+                        if attempt == 0 and self._may_switch(exc):
+                            continue
+                        raise
+                    raise TransportError(f"{self.url} did not answer with an event stream")
+                async for _event, data in read_events(response):
+                    payload = _decode(data, self.url)
+                    if "error" in payload:
+                        raise _rpc_error(payload["error"])
+                    item = payload.get("result")
+                    if self.dialect == "0.3":
+                        yield wire.stream_item_from_v03(item)
+                    elif isinstance(item, dict):
+                        yield item
+                return
+
+
+def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params}
+
+
+def _answer(response: httpx.Response, url: str) -> dict[str, Any]:
+    if response.status_code >= 400 and "json" not in response.headers.get("content-type", ""):
+        raise TransportError(f"{url} answered {response.status_code}: {response.text[:200]}")
+    payload = _decode(response.text, url)
+    if "error" in payload:
+        raise _rpc_error(payload["error"])
+    if "result" not in payload:
+        raise TransportError(f"{url} answered without a JSON-RPC result")
+    return payload
+
+
+def _decode(text: str, url: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        raise TransportError(f"{url} answered with something that is not JSON") from None
+    if not isinstance(payload, dict):
+        raise TransportError(f"{url} answered with JSON that is not a JSON-RPC response")
+    return payload
+
+
+def _rpc_error(error: Any) -> wire.RpcError:
+    if not isinstance(error, dict):
+        return wire.RpcError(wire.INTERNAL_ERROR, str(error))
+    code = error.get("code")
+    return wire.RpcError(
+        code if isinstance(code, int) else wire.INTERNAL_ERROR,
+        str(error.get("message") or "no message"),
+        error.get("data"),
+    )
+
+
+# -- one call of a skill -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What a call knows about its task so far."""
+
+    task_id: str = ""
+    context_id: str = ""
+    state: str = "submitted"
+    polls: int = 0
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # agent messages, in order
+
+    def take_task(self, task: Any) -> None:
+        if not isinstance(task, dict):
+            raise TransportError("the agent answered with something that is not a task")
+        self.task_id = str(task.get("id") or self.task_id)
+        self.context_id = str(task.get("contextId") or self.context_id)
+        self.state = wire.task_state(task)
+        if task.get("artifacts"):
+            self.artifacts = list(task["artifacts"])
+        status_message = (task.get("status") or {}).get("message")
+        history = [m for m in task.get("history") or [] if wire.is_agent(m)]
+        self.messages = history + ([status_message] if status_message else [])
+
+    def take_artifact(self, update: dict[str, Any]) -> dict[str, Any]:
+        artifact = update.get("artifact") or {}
+        key = artifact.get("artifactId")
+        held = next((a for a in self.artifacts if key and a.get("artifactId") == key), None)
+        if held is not None and update.get("append"):
+            held["parts"] = [*held.get("parts", []), *artifact.get("parts", [])]
+        elif held is not None:
+            held.update(artifact)
+        else:
+            self.artifacts.append(dict(artifact))
+        return artifact
+
+    def output(self) -> str:
+        texts = [wire.text_of(a.get("parts")) for a in self.artifacts]
+        joined = "\n".join(t for t in texts if t)
+        if joined:
+            return joined
+        return self.last_message()
+
+    def last_message(self) -> str:
+        for message in reversed(self.messages):
+            text = wire.text_of(message.get("parts"))
+            if text:
+                return text
+        return ""
+
+
+class SkillCall:
+    """Runs one skill of a remote agent as a tool."""
+
+    def __init__(self, ag: Agent, agent_name: str, skill: str, peer: Peer) -> None:
+        self.agent = ag
+        self.agent_name = agent_name
+        self.skill = skill
+        self.peer = peer
+        self._waiting: dict[str, tuple[str, str]] = {}  # session -> task waiting for input
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        started = time.monotonic()
+        progress = _Progress()
+        waiting = self._waiting.pop(ctx.session_id, None)
+        message = wire.message(
+            "user",
+            str(arguments["task"]),
+            task_id=waiting[0] if waiting else "",
+            context_id=waiting[1] if waiting else "",
+            metadata={"skillId": self.skill},
+        )
+        budget = self.agent.timeout
+        if ctx.deadline is not None:
+            budget = min(budget, ctx.deadline - started - DEADLINE_MARGIN)
+        async with self.peer.session() as http:
+            try:
+                async with asyncio.timeout(max(budget, 0.001)):
+                    if self.peer.streaming:
+                        await self._streamed(http, message, progress, ctx)
+                    else:
+                        await self._polled(http, message, progress, ctx)
+            except TimeoutError:
+                await self._cancel(http, progress)
+                return self._result(
+                    ctx,
+                    progress,
+                    started,
+                    ToolErrorCode.TIMEOUT,
+                    f"the agent {self.agent_name!r} did not finish within {budget:.3g}s; "
+                    "its task was cancelled",
+                )
+            except asyncio.CancelledError:
+                await self._cancel_in_background(progress)
+                raise
+            except (wire.RpcError, TransportError, httpx.HTTPError) as exc:
+                return self._result(
+                    ctx,
+                    progress,
+                    started,
+                    ToolErrorCode.TOOL_ERROR,
+                    f"the agent {self.agent_name!r} failed: {exc}",
+                )
+        return self._result(ctx, progress, started)
+
+    async def _polled(
+        self,
+        http: httpx.AsyncClient,
+        message: dict[str, Any],
+        progress: _Progress,
+        ctx: ToolContext,
+    ) -> None:
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        answer = await self.peer.call(http, "SendMessage", params)
+        if isinstance(answer, dict) and "message" in answer and "task" not in answer:
+            progress.messages.append(answer["message"])
+            progress.state = "completed"  # the agent answered directly, without a task
+            return
+        progress.take_task(answer.get("task") if isinstance(answer, dict) else None)
+        ctx.status(progress.state)
+        await self._poll(http, progress, ctx)
+
+    async def _poll(self, http: httpx.AsyncClient, progress: _Progress, ctx: ToolContext) -> None:
+        delay = min(FIRST_POLL, self.agent.poll_every)
+        while progress.state not in DONE:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.agent.poll_every)
+            before = progress.state
+            progress.take_task(await self.peer.call(http, "GetTask", {"id": progress.task_id}))
+            progress.polls += 1
+            if progress.state != before:
+                ctx.status(progress.state)
+
+    async def _streamed(
+        self,
+        http: httpx.AsyncClient,
+        message: dict[str, Any],
+        progress: _Progress,
+        ctx: ToolContext,
+    ) -> None:
+        events = self.peer.stream(http, {"message": message})
+        async with contextlib.aclosing(events):
+            async for item in events:
+                self._take_stream_item(item, progress, ctx)
+                if progress.state in DONE:
+                    return
+        if not progress.task_id:
+            raise TransportError("the agent's stream ended before it said anything")
+        await self._poll(http, progress, ctx)  # the stream ended early: carry on by polling
+
+    def _take_stream_item(self, item: Any, progress: _Progress, ctx: ToolContext) -> None:
+        if not isinstance(item, dict):
+            return
+        if "task" in item:
+            progress.take_task(item["task"])
+        elif "message" in item:
+            progress.messages.append(item["message"])
+            if not progress.task_id:
+                progress.state = "completed"
+        elif "statusUpdate" in item:
+            update = item["statusUpdate"]
+            progress.task_id = progress.task_id or str(update.get("taskId") or "")
+            progress.context_id = progress.context_id or str(update.get("contextId") or "")
+            status = update.get("status") or {}
+            progress.state = wire.short_state(status.get("state"))
+            said = wire.text_of((status.get("message") or {}).get("parts"))
+            if status.get("message"):
+                progress.messages.append(status["message"])
+            ctx.status(f"{progress.state}: {said}" if said else progress.state)
+        elif "artifactUpdate" in item:
+            artifact = progress.take_artifact(item["artifactUpdate"])
+            ctx.artifact(
+                str(artifact.get("name") or artifact.get("artifactId") or "artifact"),
+                wire.text_of(artifact.get("parts")),
+                final=bool(item["artifactUpdate"].get("lastChunk", True)),
+            )
+
+    async def _cancel(self, http: httpx.AsyncClient, progress: _Progress) -> None:
+        if not progress.task_id or progress.state in wire.TERMINAL:
+            return
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT):
+                task = await self.peer.call(http, "CancelTask", {"id": progress.task_id})
+            progress.take_task(task)
+        except Exception as exc:  # the call's outcome stands; the agent may not cancel
+            logger.info("CancelTask for %s at %s failed: %s", progress.task_id, self.peer.url, exc)
+
+    async def _cancel_in_background(self, progress: _Progress) -> None:
+        """Cancel the remote task although this call is being cancelled itself (with a client
+        of its own: the shared one may be closing with the toolkit)."""
+
+        async def cancel() -> None:
+            async with self.peer.new_client() as http:
+                await self._cancel(http, progress)
+
+        job = asyncio.ensure_future(cancel())
+        _background.add(job)
+        job.add_done_callback(_background.discard)
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(job)
+
+    def _result(
+        self,
+        ctx: ToolContext,
+        progress: _Progress,
+        started: float,
+        code: str | None = None,
+        error: str = "",
+    ) -> ToolResult:
+        metadata = {
+            "agent": self.agent_name,
+            "taskId": progress.task_id,
+            "state": progress.state,
+            "polls": progress.polls,
+            "ms": int((time.monotonic() - started) * 1000),
+        }
+        if progress.context_id:
+            metadata["contextId"] = progress.context_id
+        if code is None:
+            code, error = self._outcome(ctx, progress)
+        if code is None:
+            return ToolResult(
+                success=True,
+                tool_name=ctx.tool_name,
+                data=progress.output(),
+                metadata=metadata,
+                duration_ms=0,
+            )
+        return ToolResult(
+            success=False,
+            tool_name=ctx.tool_name,
+            error=error,
+            error_code=code,
+            metadata=metadata,
+            duration_ms=0,
+        )
+
+    def _outcome(self, ctx: ToolContext, progress: _Progress) -> tuple[str | None, str]:
+        state = progress.state
+        said = progress.last_message()
+        if state == "completed":
+            return None, ""
+        if state in wire.INTERRUPTED:
+            self._waiting[ctx.session_id] = (progress.task_id, progress.context_id)
+            need = "more input" if state == "input-required" else "authentication"
+            return state.replace("-", "_"), (
+                f"the agent {self.agent_name!r} needs {need}: {said or 'it gave no details'}. "
+                f"Call {ctx.tool_name} again with the answer as `task` to continue its task."
+            )
+        code = ToolErrorCode.CANCELLED if state == "canceled" else ToolErrorCode.TOOL_ERROR
+        return code, f"the agent's task was {state}: {said or 'no reason given'}"
+
+
+def _first_text(*values: Any) -> str:
+    for value in values:
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""

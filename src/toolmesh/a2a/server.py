@@ -1,0 +1,704 @@
+"""A toolkit served as an A2A agent: the agent card and the JSON-RPC endpoint.
+
+    GET  /.well-known/agent-card.json   the card (A2A 1.0 fields, plus the v0.3 ones)
+    POST /a2a                           JSON-RPC: SendMessage, SendStreamingMessage, GetTask,
+                                        CancelTask, ListTasks, SubscribeToTask, and the v0.3
+                                        message/send, message/stream, tasks/get, tasks/cancel,
+                                        tasks/resubscribe
+
+The card's skills are the toolkit's skills (its SKILL.md folders). A message creates a task that
+runs the LLM client's agent loop over the toolkit's tools; the skill named in the message's
+``metadata.skillId`` has its instructions put in the system prompt. A message with the
+``contextId`` of earlier tasks continues their conversation. ``SendStreamingMessage`` streams the
+task, its status updates (one per tool call) and its artifact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from toolmesh.a2a import wire
+from toolmesh.a2a.card import WELL_KNOWN_CARD
+from toolmesh.a2a.tasks import RunningTask, TaskBoard
+from toolmesh.capabilities import CapabilitySet, session_capabilities
+from toolmesh.eager import start_eagerly
+from toolmesh.errors import CapabilityError, ConfigError
+from toolmesh.llm.loop import RunEvent
+from toolmesh.llm.styles import ChatMessage
+from toolmesh.models import new_id
+from toolmesh.pipeline import ApprovalRequest
+from toolmesh.sources.skills import Skill
+from toolmesh.store.base import Store
+from toolmesh.transports.sse import encode_event
+
+if TYPE_CHECKING:
+    from toolmesh.llm.client import LLMClient
+    from toolmesh.toolkit import Toolkit
+
+__all__ = ["RPC_PATH", "A2AServer"]
+
+logger = logging.getLogger("toolmesh.a2a.server")
+
+RPC_PATH = "/a2a"
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+DEFAULT_PAGE = 50
+MAX_PAGE = 100
+STOPPED = "the server stopped before the task finished"
+
+JsonObject = dict[str, Any]
+_V03_TO_V10 = {v03: v10 for v10, v03 in wire.METHODS_V03.items()}
+
+
+OVERRIDE_KEY = "toolmesh/capability_override"
+"""Message metadata asking to adjust the capability set for a task (toolmesh extension)."""
+
+
+CANCEL_TOPIC = "a2a.cancel"
+"""The store signal that asks whichever host runs a task to cancel it."""
+
+
+class A2AServer:
+    """Serves one toolkit as one A2A agent; ``routes()`` mount it on an HTTP server."""
+
+    def __init__(
+        self,
+        toolkit: Toolkit,
+        client: LLMClient,
+        *,
+        name: str,
+        description: str = "",
+        version: str = "",
+        instructions: str = "",
+        store: Store | None = None,
+        max_turns: int = 10,
+        auth_token: str | None = None,
+        allowed_origins: tuple[str, ...] = (),
+    ) -> None:
+        if not name or not isinstance(name, str):
+            raise ConfigError("an A2A agent needs a name (a2a={'name': ...})")
+        self.toolkit = toolkit
+        self.client = client
+        self.name = name
+        self.description = description or f"{name}: an agent with {toolkit.name}'s tools"
+        self.version = version or _package_version()
+        self.instructions = instructions
+        self.max_turns = max_turns
+        self.auth_token = auth_token or None
+        self.allowed_origins = set(allowed_origins)
+        self.board = TaskBoard(store or toolkit.store)
+        self._stopping = False
+        self._unsubscribe: Callable[[], None] | None = None
+        self._methods: dict[str, Callable[[JsonObject, Any, bool], Awaitable[Response]]] = {
+            "SendMessage": self._send_message,
+            "SendStreamingMessage": self._send_streaming_message,
+            "GetTask": self._get_task,
+            "CancelTask": self._cancel_task,
+            "ListTasks": self._list_tasks,
+            "SubscribeToTask": self._subscribe,
+        }
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route(WELL_KNOWN_CARD, self._card, methods=["GET"]),
+            Route("/.well-known/agent.json", self._card, methods=["GET"]),  # v0.2 clients
+            Route(RPC_PATH, _AsgiEndpoint(self._endpoint), methods=["POST"]),
+        ]
+
+    async def start(self) -> None:
+        store = self.board.store
+        await store.open()
+        if store.shared and self._unsubscribe is None:  # hosts sharing one store (PostgreSQL)
+            self._unsubscribe = store.subscribe(CANCEL_TOPIC, self._cancel_here)
+
+    def _cancel_here(self, task_id: str) -> None:
+        """Another host was asked to cancel a task: stop it if it runs here."""
+        running = self.board.running.get(task_id)
+        if running is not None and running.job is not None:
+            running.job.cancel()
+
+    async def close(self) -> None:
+        """Stop the running tasks (recorded as failed: the server stopped)."""
+        self._stopping = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        jobs = [r.job for r in self.board.running.values() if r.job is not None]
+        for job in jobs:
+            job.cancel()
+        if jobs:
+            await asyncio.wait(jobs, timeout=5.0)
+
+    # -- the card ----------------------------------------------------------------------------------
+
+    def card(self, base_url: str) -> JsonObject:
+        url = base_url.rstrip("/") + RPC_PATH
+        card: JsonObject = {
+            "name": self.name,
+            "description": self.description,
+            "supportedInterfaces": [
+                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            ],
+            "version": self.version,
+            "capabilities": {"streaming": True, "pushNotifications": False},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": self._skills(),
+            # v0.3 fields, for clients that predate supportedInterfaces
+            "url": url,
+            "protocolVersion": "0.3.0",
+            "preferredTransport": "JSONRPC",
+        }
+        if self.auth_token:
+            card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+            card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+        return card
+
+    def _skills(self) -> list[JsonObject]:
+        skills = [_card_skill(s) for s in self.toolkit.skills]
+        if skills:
+            return skills
+        return [
+            {
+                "id": "chat",
+                "name": self.name,
+                "description": self.description,
+                "tags": ["chat"],
+            }
+        ]
+
+    async def _card(self, request: Request) -> Response:
+        return JSONResponse(self.card(str(request.base_url)))
+
+    # -- JSON-RPC --------------------------------------------------------------------------------
+
+    async def _endpoint(self, request: Request) -> Response:
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        request_id: Any = None
+        try:
+            body = await _bounded_body(request)
+            payload = json.loads(body)
+            if isinstance(payload, dict):
+                request_id = _request_id(payload.get("id"))
+            method, params = _check_request(payload)
+            legacy = method in _V03_TO_V10
+            name = _V03_TO_V10.get(method, method)
+            handler = self._methods.get(name)
+            if handler is None:
+                raise wire.RpcError(wire.METHOD_NOT_FOUND, f"method {method!r} not found")
+            if not legacy:
+                _check_version(request.headers.get(wire.VERSION_HEADER))
+            if legacy:
+                params = wire.params_from_v03(name, params)
+            return await handler(params, request_id, legacy)
+        except json.JSONDecodeError as exc:
+            return _error(None, wire.RpcError(wire.PARSE_ERROR, f"invalid JSON: {exc.msg}"))
+        except wire.RpcError as exc:
+            return _error(request_id, exc)
+        except Exception as exc:
+            logger.exception("A2A request failed")
+            return _error(request_id, wire.RpcError(wire.INTERNAL_ERROR, f"internal error: {exc}"))
+
+    def _refuse(self, request: Request) -> Response | None:
+        from toolmesh.transports.http import _is_local_origin
+
+        origin = request.headers.get("origin")
+        if origin and origin not in self.allowed_origins and not _is_local_origin(origin):
+            return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
+        if self.auth_token is not None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.auth_token}".encode()):
+                return JSONResponse(
+                    {"error": "missing or wrong bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return None
+
+    # -- methods -----------------------------------------------------------------------------------
+
+    async def _send_message(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
+        running = await self._start(params)
+        config = params.get("configuration") or {}
+        if running.job is not None and not config.get("returnImmediately", False):
+            # Until it ends or waits for input; the task outlives a client that went away.
+            paused: asyncio.Future[Any] = asyncio.ensure_future(running.paused.wait())
+            job: asyncio.Future[Any] = running.job
+            await asyncio.wait({job, paused}, return_when=asyncio.FIRST_COMPLETED)
+            paused.cancel()
+        task = _view(running.doc, config.get("historyLength"))
+        result = wire.task_to_v03(task) if legacy else {"task": task}
+        return _result(request_id, result)
+
+    async def _send_streaming_message(
+        self, params: JsonObject, request_id: Any, legacy: bool
+    ) -> Response:
+        running = await self._start(params, listen=True)
+        queue = running.listeners[-1]
+        return _event_stream(request_id, legacy, {"task": running.submitted}, running, queue)
+
+    async def _subscribe(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
+        task_id = _task_id(params)
+        running = self.board.running.get(task_id)
+        if running is None:
+            if await self.board.get(task_id) is None:
+                raise _not_found(task_id)
+            raise wire.RpcError(
+                wire.UNSUPPORTED_OPERATION, f"task {task_id!r} is not running; use GetTask"
+            )
+        queue = running.listen()
+        return _event_stream(request_id, legacy, {"task": running.doc}, running, queue)
+
+    async def _get_task(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
+        task_id = _task_id(params)
+        doc = await self.board.get(task_id)
+        if doc is None:
+            raise _not_found(task_id)
+        task = _view(doc, params.get("historyLength"))
+        return _result(request_id, wire.task_to_v03(task) if legacy else task)
+
+    async def _cancel_task(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
+        task_id = _task_id(params)
+        running = self.board.running.get(task_id)
+        if running is not None and running.job is not None:
+            running.job.cancel()
+            await asyncio.gather(running.job, return_exceptions=True)
+            doc = running.doc
+        else:
+            found = await self.board.get(task_id)
+            if found is None:
+                raise _not_found(task_id)
+            if wire.task_state(found) in wire.TERMINAL:
+                raise wire.RpcError(
+                    wire.TASK_NOT_CANCELABLE,
+                    f"task {task_id!r} is {wire.task_state(found)} and cannot be canceled",
+                )
+            found["status"] = {"state": wire.state_name("canceled"), "timestamp": wire.timestamp()}
+            await self.board.save(found)
+            if self.board.store.shared:  # the task may run on another host: tell it
+                await self.board.store.publish(CANCEL_TOPIC, task_id)
+            doc = found
+        task = _view(doc, None)
+        return _result(request_id, wire.task_to_v03(task) if legacy else task)
+
+    async def _list_tasks(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
+        size = params.get("pageSize") or DEFAULT_PAGE
+        if not isinstance(size, int) or size < 1:
+            raise wire.RpcError(wire.INVALID_PARAMS, "pageSize must be a positive integer")
+        size = min(size, MAX_PAGE)
+        token = params.get("pageToken") or "0"
+        if not isinstance(token, str) or not token.isdigit():
+            raise wire.RpcError(wire.INVALID_PARAMS, f"unknown pageToken {token!r}")
+        state = params.get("status") or ""
+        docs, total = await self.board.page(
+            context_id=str(params.get("contextId") or ""),
+            state=wire.short_state(state) if state else "",
+            limit=size,
+            offset=int(token),
+        )
+        tasks = [
+            _view(d, params.get("historyLength"), params.get("includeArtifacts")) for d in docs
+        ]
+        result: JsonObject = {"tasks": tasks, "pageSize": size, "totalSize": total}
+        following = int(token) + len(docs)
+        if following < total:
+            result["nextPageToken"] = str(following)
+        return _result(request_id, result)
+
+    # -- running tasks -----------------------------------------------------------------------------
+
+    async def _start(self, params: JsonObject, *, listen: bool = False) -> RunningTask:
+        message = params.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
+            raise wire.RpcError(wire.INVALID_PARAMS, "params.message with parts is required")
+        waiting = self._waiting_for_approval(message)
+        if waiting is not None:
+            if listen:
+                waiting.listen()
+            return waiting
+        prompt = wire.text_of(message["parts"]).strip()
+        if not prompt:
+            raise wire.RpcError(wire.INVALID_PARAMS, "the message has no text")
+        metadata = {**(params.get("metadata") or {}), **(message.get("metadata") or {})}
+        held = self._capabilities(metadata.get(OVERRIDE_KEY))
+        running = await self._task_for(message, prompt)
+        running.capabilities = held
+        if listen:
+            running.listen()
+        skill_id = metadata.get("skillId") or metadata.get("skill_id") or metadata.get("skill")
+        unknown = ""
+        if isinstance(skill_id, str) and skill_id:
+            running.skill = next((s for s in self.toolkit.skills if s.name == skill_id), None)
+            if running.skill is None and skill_id != "chat":
+                known = ", ".join(s.name for s in self.toolkit.skills) or "none"
+                unknown = f"this agent has no skill {skill_id!r} (its skills: {known})"
+            elif running.skill is not None:
+                running.doc.setdefault("metadata", {})["skillId"] = skill_id
+        if unknown:
+            running.set_status("rejected", unknown)
+            running.submitted = _view(running.doc, None)
+            await self.board.save(running.doc)
+            running.publish({})  # the end of a listener's stream
+            return running
+        await self.board.save(running.doc)
+        running.submitted = _view(running.doc, None)  # as it stands before it starts
+        self.board.running[running.id] = running
+        # Eagerly: the task's first step (up to sending the model request) runs now, in its task.
+        running.job = start_eagerly(self._execute(running))
+        return running
+
+    async def _task_for(self, message: JsonObject, prompt: str) -> RunningTask:
+        """A new task for ``message``, or the interrupted task it answers."""
+        task_id = message.get("taskId")
+        if isinstance(task_id, str) and task_id:
+            if task_id in self.board.running:
+                raise wire.RpcError(wire.INVALID_REQUEST, f"task {task_id!r} is still running")
+            doc = await self.board.get(task_id)
+            if doc is None:
+                raise _not_found(task_id)
+            if wire.task_state(doc) not in wire.INTERRUPTED:
+                raise wire.RpcError(
+                    wire.INVALID_REQUEST,
+                    f"task {task_id!r} is {wire.task_state(doc)}; send a new message with its "
+                    "contextId to continue the conversation",
+                )
+            running = RunningTask(doc, prompt, history=_chat(doc.get("history") or []))
+        else:
+            context_id = message.get("contextId")
+            if isinstance(context_id, str) and context_id:
+                history = await self.board.conversation(context_id)
+            else:
+                context_id, history = new_id(), []
+            doc = {
+                "id": new_id(),
+                "contextId": context_id,
+                "status": {"state": wire.state_name("submitted"), "timestamp": wire.timestamp()},
+                "history": [],
+            }
+            running = RunningTask(doc, prompt, history=history)
+        stored = {**message, "taskId": running.id, "contextId": running.doc["contextId"]}
+        stored.setdefault("messageId", new_id())
+        running.doc.setdefault("history", []).append(stored)
+        return running
+
+    async def _execute(self, running: RunningTask) -> None:
+        running.set_status("working")
+        on_event = _progress_reporter(running) if running.listeners else None
+        # A call needing approval puts the task in input-required until the client answers.
+        session = dataclasses.replace(
+            self.toolkit.session,
+            capabilities=running.capabilities or self.toolkit.session.capabilities,
+            approver=functools.partial(self._ask_approval, running),
+        )
+        try:
+            result = await self.client.run(
+                running.prompt,
+                toolkit=self.toolkit,
+                system=self._system(running.skill),
+                history=running.history,
+                max_turns=self.max_turns,
+                on_event=on_event,
+                session=session,
+            )
+        except asyncio.CancelledError:
+            state, text = ("failed", STOPPED) if self._stopping else ("canceled", "")
+            running.set_status(state, text)
+            await self._finish(running)
+            raise
+        except Exception as exc:
+            running.set_status("failed", f"{type(exc).__name__}: {exc}")
+        else:
+            self._complete(running, result.text)
+        await self._finish(running)
+
+    def _capabilities(self, asked: Any) -> CapabilitySet | None:
+        """The task's capability set when the message asks to adjust the toolkit's."""
+        if asked is None:
+            return None
+        if not isinstance(asked, dict) or not isinstance(asked.get("capabilities", []), list):
+            raise wire.RpcError(
+                wire.INVALID_PARAMS, f"{OVERRIDE_KEY} must be {{strategy, capabilities}}"
+            )
+        try:
+            return session_capabilities(
+                self.toolkit.capabilities,
+                self.toolkit.capability_policy,
+                str(asked.get("strategy", "inherit")),
+                [str(tag) for tag in asked.get("capabilities", [])],
+            )
+        except (CapabilityError, ConfigError) as exc:
+            raise wire.RpcError(wire.INVALID_PARAMS, str(exc)) from None
+
+    async def _ask_approval(self, running: RunningTask, request: ApprovalRequest) -> bool:
+        """Ask the A2A client: the task waits in input-required for 'approve' or 'deny'."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        running.approval = future
+        arguments = json.dumps(dict(request.arguments), ensure_ascii=False, default=str)
+        status = running.set_status(
+            "input-required",
+            f"Approval needed: {request.reason}. Tool {request.tool_name!r} with arguments "
+            f"{arguments}. Reply 'approve' or 'deny' in this task.",
+        )
+        status["message"]["metadata"] = {
+            "approval": {
+                "approvalId": request.id,
+                "toolName": request.tool_name,
+                "arguments": dict(request.arguments),
+                "reason": request.reason,
+            }
+        }
+        await self.board.save(running.doc)
+        running.paused.set()
+        try:
+            return await future
+        finally:
+            running.paused.clear()
+            running.approval = None
+            if running.state == "input-required":
+                running.set_status("working")
+
+    def _waiting_for_approval(self, message: JsonObject) -> RunningTask | None:
+        """The running task this message answers an approval of, with the answer given."""
+        running = self.board.running.get(str(message.get("taskId") or ""))
+        if running is None or running.approval is None or running.approval.done():
+            return None
+        answer = _approval_answer(message)
+        if answer is None:
+            raise wire.RpcError(
+                wire.INVALID_PARAMS,
+                f"task {running.id!r} waits for an approval: reply 'approve' or 'deny'",
+            )
+        stored = {**message, "taskId": running.id, "contextId": running.doc["contextId"]}
+        stored.setdefault("messageId", new_id())
+        running.doc.setdefault("history", []).append(stored)
+        running.approval.set_result(answer)
+        return running
+
+    def _complete(self, running: RunningTask, text: str) -> None:
+        doc = running.doc
+        artifact = {"artifactId": new_id(), "name": "response", "parts": [{"text": text}]}
+        doc["artifacts"] = [artifact]
+        doc["history"].append(
+            wire.message("agent", text, context_id=doc["contextId"], task_id=running.id)
+        )
+        update = {
+            "taskId": running.id,
+            "contextId": doc["contextId"],
+            "artifact": artifact,
+            "lastChunk": True,
+        }
+        running.publish({"artifactUpdate": update})
+        running.set_status("completed")
+
+    async def _finish(self, running: RunningTask) -> None:
+        try:
+            await self.board.save(running.doc)
+        finally:
+            self.board.forget(running)
+            running.publish({})  # the end of every listener's stream
+
+    def _system(self, skill: Skill | None) -> str:
+        base = (
+            self.instructions
+            or self.client.system
+            or (
+                f"You are {self.name}, an agent others reach over the A2A protocol. "
+                f"{self.description}"
+            )
+        )
+        if skill is None:
+            return base
+        return f"{base}\n\nFollow the skill {skill.name!r}:\n{skill.instructions}"
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+_YES = frozenset({"approve", "approved", "yes", "y", "allow", "ok"})
+_NO = frozenset({"deny", "denied", "no", "n", "reject"})
+
+
+def _approval_answer(message: JsonObject) -> bool | None:
+    """True/False from a reply: metadata ``approved``, or a text starting approve/deny."""
+    metadata = message.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("approved"), bool):
+        return bool(metadata["approved"])
+    words = wire.text_of(message.get("parts") or []).strip().lower().split()
+    first = words[0].strip(".!,") if words else ""
+    if first in _YES:
+        return True
+    if first in _NO:
+        return False
+    return None
+
+
+def _package_version() -> str:
+    from toolmesh import __version__
+
+    return __version__
+
+
+def _card_skill(skill: Skill) -> JsonObject:
+    tags = skill.metadata.get("tags")
+    examples = skill.metadata.get("examples")
+    entry: JsonObject = {
+        "id": skill.name,
+        "name": skill.name,
+        "description": skill.description,
+        "tags": [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else ["skill"],
+    }
+    if isinstance(examples, list):
+        entry["examples"] = [e for e in examples if isinstance(e, str)]
+    return entry
+
+
+def _chat(messages: list[JsonObject]) -> list[ChatMessage]:
+    return [
+        ChatMessage("assistant" if wire.is_agent(m) else "user", wire.text_of(m.get("parts")))
+        for m in messages
+    ]
+
+
+def _progress_reporter(running: RunningTask) -> Callable[[RunEvent], None]:
+    def report(event: RunEvent) -> None:
+        if event.kind == "tool_call" and event.call is not None:
+            running.set_status("working", f"calling {event.call.name}")
+
+    return report
+
+
+async def _bounded_body(request: Request) -> bytes:
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > MAX_REQUEST_BYTES:
+            raise wire.RpcError(
+                wire.INVALID_REQUEST, f"the request is larger than {MAX_REQUEST_BYTES} bytes"
+            )
+    return bytes(chunks)
+
+
+def _request_id(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int | None):
+        return None
+    return value
+
+
+def _check_request(payload: Any) -> tuple[str, JsonObject]:
+    if not isinstance(payload, dict):
+        raise wire.RpcError(wire.INVALID_REQUEST, "a request must be a JSON object")
+    if payload.get("jsonrpc") != "2.0":
+        raise wire.RpcError(wire.INVALID_REQUEST, "'jsonrpc' must be exactly '2.0'")
+    request_id = payload.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
+        raise wire.RpcError(wire.INVALID_REQUEST, "'id' must be a string, an integer or null")
+    method = payload.get("method")
+    if not isinstance(method, str) or not method:
+        raise wire.RpcError(wire.INVALID_REQUEST, "'method' is required")
+    params = payload.get("params", {})
+    if not isinstance(params, dict):
+        raise wire.RpcError(wire.INVALID_PARAMS, "'params' must be an object")
+    return method, params
+
+
+def _check_version(version: str | None) -> None:
+    if version and not version.strip().startswith("1."):
+        raise wire.RpcError(
+            wire.VERSION_NOT_SUPPORTED,
+            f"A2A version {version!r} is not supported by the 1.0 methods; "
+            "v0.3 clients use message/send and friends",
+        )
+
+
+def _task_id(params: JsonObject) -> str:
+    task_id = params.get("id")
+    if not isinstance(task_id, str) or not task_id:
+        raise wire.RpcError(wire.INVALID_PARAMS, "params.id (the task id) is required")
+    return task_id
+
+
+def _not_found(task_id: str) -> wire.RpcError:
+    return wire.RpcError(wire.TASK_NOT_FOUND, f"task {task_id!r} not found")
+
+
+def _view(doc: JsonObject, history_length: Any, include_artifacts: Any = True) -> JsonObject:
+    """A task as answered: history cut to its last ``history_length`` messages if asked."""
+    view = dict(doc)
+    history = list(view.get("history") or [])
+    view["history"] = history
+    if isinstance(history_length, int) and not isinstance(history_length, bool):
+        view["history"] = history[-history_length:] if history_length > 0 else []
+        if not view["history"]:
+            view.pop("history")
+    if include_artifacts is False or include_artifacts is None:
+        view.pop("artifacts", None)
+    return view
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _result(request_id: Any, result: Any) -> Response:
+    return Response(
+        _dumps({"jsonrpc": "2.0", "id": request_id, "result": result}),
+        media_type="application/json",
+    )
+
+
+def _error(request_id: Any, error: wire.RpcError) -> Response:
+    return Response(
+        _dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_json()}),
+        media_type="application/json",
+    )
+
+
+def _event_stream(
+    request_id: Any,
+    legacy: bool,
+    first: JsonObject,
+    running: RunningTask,
+    queue: asyncio.Queue[JsonObject],
+) -> Response:
+    async def events() -> AsyncIterator[bytes]:
+        try:
+            item = first
+            while item:
+                shown = wire.stream_item_to_v03(item) if legacy else item
+                yield encode_event(_dumps({"jsonrpc": "2.0", "id": request_id, "result": shown}))
+                item = await queue.get()
+        finally:
+            with contextlib.suppress(ValueError):
+                running.listeners.remove(queue)
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+class _AsgiEndpoint:
+    """The JSON-RPC endpoint as a bare ASGI app (Starlette's request/response wrapper and its
+    exception handling cost more than this endpoint's own work)."""
+
+    def __init__(self, handle: Callable[[Request], Awaitable[Response]]) -> None:
+        self.handle = handle
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        response = await self.handle(Request(scope, receive))
+        await response(scope, receive, send)

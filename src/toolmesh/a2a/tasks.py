@@ -1,0 +1,158 @@
+"""The tasks of a served agent: the running ones in memory, every one in the store.
+
+A task is kept as its A2A 1.0 JSON document. It is written to the store when it is created and
+when it reaches a final (or interrupted) state, so a restarted server still answers ``GetTask``
+for it; a task the store holds as running but that no longer runs here was cut short by a
+restart and is reported (and recorded) as failed. Streaming listeners get every status and
+artifact update of a running task, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolmesh.a2a import wire
+from toolmesh.capabilities import CapabilitySet
+from toolmesh.llm.styles import ChatMessage
+from toolmesh.sources.skills import Skill
+from toolmesh.store.base import A2ATaskRecord, Store
+
+__all__ = ["RESTARTED", "RunningTask", "TaskBoard"]
+
+JsonObject = dict[str, Any]
+RESTARTED = "the server restarted before the task finished"
+CONTEXT_TASKS = 50  # earlier tasks of a context the model sees as conversation history
+
+
+@dataclass(eq=False)
+class RunningTask:
+    """A task this server is working on."""
+
+    doc: JsonObject
+    prompt: str
+    skill: Skill | None = None
+    history: list[ChatMessage] = field(default_factory=list)
+    job: asyncio.Future[None] | None = None
+    listeners: list[asyncio.Queue[JsonObject]] = field(default_factory=list)
+    submitted: JsonObject = field(default_factory=dict)  # the task before it started
+    approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
+    paused: asyncio.Event = field(default_factory=asyncio.Event)  # set while it waits for input
+    capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
+
+    @property
+    def id(self) -> str:
+        return str(self.doc["id"])
+
+    @property
+    def state(self) -> str:
+        return wire.task_state(self.doc)
+
+    def listen(self) -> asyncio.Queue[JsonObject]:
+        queue: asyncio.Queue[JsonObject] = asyncio.Queue()
+        self.listeners.append(queue)
+        return queue
+
+    def publish(self, item: JsonObject) -> None:
+        for queue in self.listeners:
+            queue.put_nowait(item)
+
+    def set_status(self, state: str, text: str = "") -> JsonObject:
+        """Move to ``state`` (with an agent message when ``text``) and tell the listeners."""
+        status: JsonObject = {"state": wire.state_name(state), "timestamp": wire.timestamp()}
+        if text:
+            status["message"] = wire.message(
+                "agent", text, context_id=self.doc["contextId"], task_id=self.id
+            )
+        self.doc["status"] = status
+        update = {"taskId": self.id, "contextId": self.doc["contextId"], "status": status}
+        self.publish({"statusUpdate": update})
+        return status
+
+
+class TaskBoard:
+    """Finds, creates and records the tasks of one served agent."""
+
+    def __init__(self, store: Store, *, cache_size: int = 1024) -> None:
+        self.store = store
+        self.running: dict[str, RunningTask] = {}
+        self._recent: OrderedDict[str, JsonObject] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def get(self, task_id: str) -> JsonObject | None:
+        """A task's current document (None when unknown)."""
+        running = self.running.get(task_id)
+        if running is not None:
+            return running.doc
+        doc = self._recent.get(task_id)
+        if doc is not None:
+            return doc
+        record = await self.store.load_a2a_task(task_id)
+        if record is None:
+            return None
+        return await self._settled(record.document)
+
+    async def _settled(self, doc: JsonObject) -> JsonObject:
+        """A stored task as it stands: one left running by an earlier server is failed (not
+        with a shared store: another host may be running it)."""
+        if self.store.shared:
+            return doc
+        if wire.task_state(doc) not in wire.TERMINAL | wire.INTERRUPTED:
+            doc["status"] = {
+                "state": wire.state_name("failed"),
+                "timestamp": wire.timestamp(),
+                "message": wire.message(
+                    "agent", RESTARTED, context_id=doc.get("contextId", ""), task_id=doc["id"]
+                ),
+            }
+            await self.save(doc)
+        return doc
+
+    async def save(self, doc: JsonObject) -> None:
+        state = wire.task_state(doc)
+        await self.store.save_a2a_task(
+            A2ATaskRecord(doc["id"], doc.get("contextId", ""), state, time.time(), doc)
+        )
+        if state in wire.TERMINAL | wire.INTERRUPTED:
+            self._remember(doc)
+
+    def _remember(self, doc: JsonObject) -> None:
+        self._recent[doc["id"]] = doc
+        self._recent.move_to_end(doc["id"])
+        while len(self._recent) > self._cache_size:
+            self._recent.popitem(last=False)
+
+    async def page(
+        self, *, context_id: str, state: str, limit: int, offset: int
+    ) -> tuple[list[JsonObject], int]:
+        records, total = await self.store.list_a2a_tasks(
+            context_id=context_id, state=state, limit=limit, offset=offset
+        )
+        docs = []
+        for record in records:
+            running = self.running.get(record.task_id)
+            docs.append(
+                running.doc if running is not None else await self._settled(record.document)
+            )
+        return docs, total
+
+    async def conversation(self, context_id: str) -> list[ChatMessage]:
+        """The earlier exchanges of a context, oldest first, as the model's history."""
+        records, _total = await self.store.list_a2a_tasks(
+            context_id=context_id, limit=CONTEXT_TASKS
+        )
+        history: list[ChatMessage] = []
+        for record in reversed(records):
+            for message in record.document.get("history") or []:
+                text = wire.text_of(message.get("parts"))
+                if text:
+                    agent = wire.is_agent(message)
+                    history.append(ChatMessage("assistant" if agent else "user", text))
+        return history
+
+    def forget(self, running: RunningTask) -> None:
+        self.running.pop(running.id, None)
+        self._remember(running.doc)

@@ -1,0 +1,368 @@
+"""A2A on the wire: the JSON shapes of A2A 1.0 and of v0.3, and the translation between them.
+
+toolmesh works in the A2A 1.0 shapes (the protobuf JSON mapping the a2a-sdk 1.x speaks:
+``{"task": {...}}``, ``"TASK_STATE_COMPLETED"``, ``"ROLE_USER"``, parts ``{"text": "..."}``) and
+translates at the edge for v0.3 peers (``"kind": "task"``, ``"completed"``, ``"user"``, parts
+``{"kind": "text", "text": "..."}``, method names ``message/send`` and friends).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from toolmesh.models import new_id
+
+__all__ = [
+    "INTERRUPTED",
+    "METHODS_V03",
+    "TERMINAL",
+    "RpcError",
+    "from_v03",
+    "message",
+    "params_from_v03",
+    "params_to_v03",
+    "short_state",
+    "state_name",
+    "stream_item_from_v03",
+    "stream_item_to_v03",
+    "task_from_v03",
+    "task_to_v03",
+    "text_of",
+    "timestamp",
+]
+
+JsonObject = dict[str, Any]
+
+A2A_VERSION = "1.0"
+VERSION_HEADER = "A2A-Version"
+
+# JSON-RPC error codes (A2A adds -32001 and up to the standard ones).
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+PUSH_NOT_SUPPORTED = -32003
+UNSUPPORTED_OPERATION = -32004
+VERSION_NOT_SUPPORTED = -32009
+
+_SHORT = {
+    "TASK_STATE_SUBMITTED": "submitted",
+    "TASK_STATE_WORKING": "working",
+    "TASK_STATE_COMPLETED": "completed",
+    "TASK_STATE_FAILED": "failed",
+    "TASK_STATE_CANCELED": "canceled",
+    "TASK_STATE_INPUT_REQUIRED": "input-required",
+    "TASK_STATE_REJECTED": "rejected",
+    "TASK_STATE_AUTH_REQUIRED": "auth-required",
+    "TASK_STATE_UNSPECIFIED": "unknown",
+}
+_LONG = {short: long for long, short in _SHORT.items()}
+
+TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
+"""Short names of the states a task never leaves."""
+INTERRUPTED = frozenset({"input-required", "auth-required"})
+"""Short names of the states where the agent waits for its caller."""
+
+METHODS_V03 = {
+    "SendMessage": "message/send",
+    "SendStreamingMessage": "message/stream",
+    "GetTask": "tasks/get",
+    "CancelTask": "tasks/cancel",
+    "SubscribeToTask": "tasks/resubscribe",
+}
+"""A2A 1.0 method names and their v0.3 equivalents."""
+
+
+class RpcError(Exception):
+    """A JSON-RPC error, raised by the server's handlers and by a peer's answer."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        self.code = code
+        self.message = message
+        self.data = data
+        super().__init__(f"JSON-RPC error {code}: {message}")
+
+    def to_json(self) -> JsonObject:
+        error: JsonObject = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+# -- states, parts, messages ---------------------------------------------------------------------
+
+
+def short_state(state: Any) -> str:
+    """``"completed"`` for ``"TASK_STATE_COMPLETED"`` or ``"completed"``; ``"unknown"`` else."""
+    if not isinstance(state, str):
+        return "unknown"
+    if state in _SHORT:
+        return _SHORT[state]
+    lowered = state.lower().replace("_", "-")
+    return lowered if lowered in _LONG else "unknown"
+
+
+def state_name(short: str) -> str:
+    """The A2A 1.0 name of a short state name."""
+    return _LONG.get(short, "TASK_STATE_UNSPECIFIED")
+
+
+def task_state(task: JsonObject) -> str:
+    """The short state of a task in the 1.0 shape."""
+    status = task.get("status")
+    return short_state(status.get("state") if isinstance(status, dict) else None)
+
+
+def timestamp() -> str:
+    """Now, as the RFC 3339 UTC text the protobuf JSON mapping uses."""
+    return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def message(
+    role: str,
+    text: str,
+    *,
+    context_id: str = "",
+    task_id: str = "",
+    metadata: JsonObject | None = None,
+) -> JsonObject:
+    """A 1.0 message with one text part; ``role`` is ``"user"`` or ``"agent"``."""
+    built: JsonObject = {
+        "messageId": new_id(),
+        "role": "ROLE_AGENT" if role == "agent" else "ROLE_USER",
+        "parts": [{"text": text}],
+    }
+    if context_id:
+        built["contextId"] = context_id
+    if task_id:
+        built["taskId"] = task_id
+    if metadata:
+        built["metadata"] = metadata
+    return built
+
+
+def text_of(parts: Any) -> str:
+    """The text of a list of parts: text parts as they are, data parts as JSON, files by name."""
+    if not isinstance(parts, list):
+        return ""
+    pieces: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str):
+            pieces.append(part["text"])
+        elif "data" in part:
+            pieces.append(json.dumps(part["data"], ensure_ascii=False))
+        elif part.get("url") or part.get("filename"):
+            pieces.append(f"[file {part.get('filename') or part.get('url')}]")
+    return "".join(pieces)
+
+
+def is_agent(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") in ("ROLE_AGENT", "agent")
+
+
+# -- v0.3 <-> 1.0 --------------------------------------------------------------------------------
+
+
+def _part_from_v03(part: Any) -> JsonObject:
+    if not isinstance(part, dict):
+        return {}
+    kind = part.get("kind") or part.get("type")
+    out: JsonObject
+    if kind == "data":
+        out = {"data": part.get("data")}
+    elif kind == "file":
+        file = part.get("file") or {}
+        out = {}
+        if file.get("uri"):
+            out["url"] = file["uri"]
+        if file.get("bytes"):
+            out["raw"] = file["bytes"]
+        if file.get("mimeType"):
+            out["mediaType"] = file["mimeType"]
+        if file.get("name"):
+            out["filename"] = file["name"]
+    else:
+        out = {"text": part.get("text", "")}
+    if part.get("metadata"):
+        out["metadata"] = part["metadata"]
+    return out
+
+
+def _part_to_v03(part: JsonObject) -> JsonObject:
+    out: JsonObject
+    if "text" in part:
+        out = {"kind": "text", "text": part["text"]}
+    elif "data" in part:
+        out = {"kind": "data", "data": part["data"]}
+    else:
+        file: JsonObject = {}
+        if part.get("url"):
+            file["uri"] = part["url"]
+        if part.get("raw"):
+            file["bytes"] = part["raw"]
+        if part.get("mediaType"):
+            file["mimeType"] = part["mediaType"]
+        if part.get("filename"):
+            file["name"] = part["filename"]
+        out = {"kind": "file", "file": file}
+    if part.get("metadata"):
+        out["metadata"] = part["metadata"]
+    return out
+
+
+def message_from_v03(value: Any) -> JsonObject:
+    if not isinstance(value, dict):
+        return {}
+    out = {k: v for k, v in value.items() if k not in ("kind", "role", "parts")}
+    out["role"] = "ROLE_AGENT" if value.get("role") == "agent" else "ROLE_USER"
+    out["parts"] = [_part_from_v03(p) for p in value.get("parts") or []]
+    return out
+
+
+def message_to_v03(value: JsonObject) -> JsonObject:
+    out = {k: v for k, v in value.items() if k not in ("role", "parts")}
+    out["kind"] = "message"
+    out["role"] = "agent" if value.get("role") == "ROLE_AGENT" else "user"
+    out["parts"] = [_part_to_v03(p) for p in value.get("parts") or []]
+    return out
+
+
+def _status_from_v03(status: Any) -> JsonObject:
+    if not isinstance(status, dict):
+        return {"state": "TASK_STATE_UNSPECIFIED"}
+    out: JsonObject = {"state": state_name(short_state(status.get("state")))}
+    if status.get("message"):
+        out["message"] = message_from_v03(status["message"])
+    if status.get("timestamp"):
+        out["timestamp"] = status["timestamp"]
+    return out
+
+
+def _status_to_v03(status: JsonObject) -> JsonObject:
+    out: JsonObject = {"state": short_state(status.get("state"))}
+    if status.get("message"):
+        out["message"] = message_to_v03(status["message"])
+    if status.get("timestamp"):
+        out["timestamp"] = status["timestamp"]
+    return out
+
+
+def _artifact_from_v03(artifact: Any) -> JsonObject:
+    if not isinstance(artifact, dict):
+        return {}
+    out = {k: v for k, v in artifact.items() if k != "parts"}
+    out["parts"] = [_part_from_v03(p) for p in artifact.get("parts") or []]
+    return out
+
+
+def _artifact_to_v03(artifact: JsonObject) -> JsonObject:
+    out = {k: v for k, v in artifact.items() if k != "parts"}
+    out["parts"] = [_part_to_v03(p) for p in artifact.get("parts") or []]
+    return out
+
+
+def task_from_v03(value: Any) -> JsonObject:
+    if not isinstance(value, dict):
+        return {}
+    out = {k: v for k, v in value.items() if k not in ("kind", "status", "artifacts", "history")}
+    out["status"] = _status_from_v03(value.get("status"))
+    if value.get("artifacts"):
+        out["artifacts"] = [_artifact_from_v03(a) for a in value["artifacts"]]
+    if value.get("history"):
+        out["history"] = [message_from_v03(m) for m in value["history"]]
+    return out
+
+
+def task_to_v03(task: JsonObject) -> JsonObject:
+    out = {k: v for k, v in task.items() if k not in ("status", "artifacts", "history")}
+    out["kind"] = "task"
+    out["status"] = _status_to_v03(task.get("status") or {})
+    if task.get("artifacts"):
+        out["artifacts"] = [_artifact_to_v03(a) for a in task["artifacts"]]
+    if task.get("history"):
+        out["history"] = [message_to_v03(m) for m in task["history"]]
+    return out
+
+
+def from_v03(value: Any) -> JsonObject:
+    """A v0.3 SendMessage result (a Task or a Message) as the 1.0 ``{"task"|"message": ...}``."""
+    if isinstance(value, dict) and value.get("kind") == "message":
+        return {"message": message_from_v03(value)}
+    return {"task": task_from_v03(value)}
+
+
+def stream_item_from_v03(value: Any) -> JsonObject:
+    """A v0.3 stream event as a 1.0 StreamResponse."""
+    if not isinstance(value, dict):
+        return {}
+    kind = value.get("kind")
+    if kind == "status-update":
+        update = {k: v for k, v in value.items() if k not in ("kind", "status", "final")}
+        update["status"] = _status_from_v03(value.get("status"))
+        return {"statusUpdate": update}
+    if kind == "artifact-update":
+        update = {k: v for k, v in value.items() if k not in ("kind", "artifact")}
+        update["artifact"] = _artifact_from_v03(value.get("artifact"))
+        return {"artifactUpdate": update}
+    return from_v03(value)
+
+
+def stream_item_to_v03(item: JsonObject) -> JsonObject:
+    """A 1.0 StreamResponse as the v0.3 event (``final`` set on the last status update)."""
+    if "task" in item:
+        return task_to_v03(item["task"])
+    if "message" in item:
+        return message_to_v03(item["message"])
+    if "statusUpdate" in item:
+        update = dict(item["statusUpdate"])
+        update["status"] = _status_to_v03(update.get("status") or {})
+        update["kind"] = "status-update"
+        update["final"] = short_state(update["status"].get("state")) in TERMINAL | INTERRUPTED
+        return update
+    update = dict(item["artifactUpdate"])
+    update["artifact"] = _artifact_to_v03(update.get("artifact") or {})
+    update["kind"] = "artifact-update"
+    return update
+
+
+def params_to_v03(method: str, params: JsonObject) -> JsonObject:
+    """The v0.3 params of a 1.0 request (the client side)."""
+    if method not in ("SendMessage", "SendStreamingMessage"):
+        return params
+    out: JsonObject = {"message": message_to_v03(params["message"])}
+    config = params.get("configuration") or {}
+    converted: JsonObject = {"blocking": not config.get("returnImmediately", False)}
+    if config.get("acceptedOutputModes"):
+        converted["acceptedOutputModes"] = config["acceptedOutputModes"]
+    if config.get("historyLength") is not None:
+        converted["historyLength"] = config["historyLength"]
+    out["configuration"] = converted
+    if params.get("metadata"):
+        out["metadata"] = params["metadata"]
+    return out
+
+
+def params_from_v03(method: str, params: JsonObject) -> JsonObject:
+    """The 1.0 params of a v0.3 request (the server side); ``method`` is the 1.0 name."""
+    if method not in ("SendMessage", "SendStreamingMessage"):
+        return params
+    out: JsonObject = {"message": message_from_v03(params.get("message"))}
+    config = params.get("configuration") or {}
+    if isinstance(config, dict):
+        converted: JsonObject = {}
+        if "blocking" in config:
+            converted["returnImmediately"] = not config["blocking"]
+        if config.get("historyLength") is not None:
+            converted["historyLength"] = config["historyLength"]
+        out["configuration"] = converted
+    if params.get("metadata"):
+        out["metadata"] = params["metadata"]
+    return out

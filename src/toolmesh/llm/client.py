@@ -1,0 +1,314 @@
+"""A client for a model provider's HTTP API, and the agent loop it runs (``client.run``).
+
+``create_client(base_url, style="openai" | "anthropic", model=..., api_key=...)`` speaks either
+API over httpx; no provider SDK is needed. Requests that fail with 429 or a 5xx status, or that
+get no answer, are retried with exponential backoff; a ``Retry-After`` (or ``retry-after-ms``)
+header sets the wait instead. A retry never waits past the run's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from toolmesh.errors import ConfigError, ProviderError
+from toolmesh.llm.styles import ChatMessage, Reply, Style, style_named
+from toolmesh.tools import Tool
+from toolmesh.transports.lean_http import LeanTransport
+from toolmesh.transports.sse import read_events
+
+if TYPE_CHECKING:
+    from toolmesh.llm.loop import RunEvent, RunResult
+
+__all__ = ["RETRY_STATUSES", "LLMClient", "create_client", "retry_delay"]
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+def create_client(
+    base_url: str,
+    style: str = "openai",
+    model: str = "",
+    api_key: str | None = None,
+    *,
+    system: str = "",
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+    max_retries: int = 3,
+    backoff: float = 0.5,
+    max_backoff: float = 30.0,
+    options: Mapping[str, Any] | None = None,
+) -> LLMClient:
+    """A client for the model ``model`` behind ``base_url`` (e.g. ``https://api.openai.com/v1``
+    or ``https://api.anthropic.com/v1``).
+
+    ``system`` is the default system prompt of every run, ``options`` extra request fields
+    (``temperature``, ``max_tokens``, ...), ``timeout`` the limit of one HTTP request.
+    """
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url must be an http(s) URL, not {base_url!r}")
+    if not model:
+        raise ConfigError("create_client needs a model name (model=...)")
+    if max_retries < 0 or backoff < 0 or max_backoff < 0:
+        raise ConfigError("max_retries, backoff and max_backoff must not be negative")
+    return LLMClient(
+        base_url,
+        style_named(style),
+        model,
+        api_key,
+        system=system,
+        headers=dict(headers or {}),
+        timeout=timeout,
+        max_retries=max_retries,
+        backoff=backoff,
+        max_backoff=max_backoff,
+        options=dict(options or {}),
+    )
+
+
+class LLMClient:
+    """One model behind one API; safe to share between concurrent runs."""
+
+    def __init__(
+        self,
+        base_url: str,
+        style: Style,
+        model: str,
+        api_key: str | None,
+        *,
+        system: str,
+        headers: dict[str, str],
+        timeout: float,
+        max_retries: int,
+        backoff: float,
+        max_backoff: float,
+        options: dict[str, Any],
+    ) -> None:
+        self.base_url = base_url
+        self.style = style
+        self.model = model
+        self.system = system
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.options = options
+        self._url = style.url(base_url)
+        self._endpoint = httpx.URL(self._url)  # parsed once, not per request
+        self._headers = {**style.headers(api_key), **headers}
+        self._http: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"LLMClient({self.style.name!r}, {self.model!r}, {self.base_url!r})"
+
+    # -- one request ---------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        system: str = "",
+        tools: Sequence[Tool] = (),
+        stream: bool = False,
+        on_text: Callable[[str], None] | None = None,
+        on_retry: Callable[[int, float], None] | None = None,
+        deadline: float | None = None,
+    ) -> Reply:
+        """Ask the model once (retrying as the class docstring says) and return its reply.
+
+        ``on_retry(status, wait_seconds)`` hears about each retry; ``deadline`` is a
+        ``time.monotonic()`` value no retry waits past.
+        """
+        body = self.style.body(
+            self.model, system, messages, tools, stream=stream, options=self.options
+        )
+        attempt = 0
+        while True:
+            streamed = False
+
+            def heard(delta: str) -> None:
+                nonlocal streamed
+                streamed = True
+                if on_text is not None:
+                    on_text(delta)
+
+            try:
+                return await self._request(body, stream=stream, on_text=heard)
+            except ProviderError as exc:
+                if streamed or not exc.retryable or attempt >= self.max_retries:
+                    raise
+                failure = exc
+            wait = failure.detail.get("retry_after")
+            if not isinstance(wait, float):
+                wait = retry_delay({}, attempt, self.backoff, self.max_backoff)
+            if deadline is not None and time.monotonic() + wait > deadline:
+                raise ProviderError(
+                    f"gave up after {attempt + 1} attempts: the next retry (in {wait:.3g}s) "
+                    "would pass the run's deadline",
+                    status=failure.status,
+                    body=failure.body,
+                ) from failure
+            if on_retry is not None:
+                on_retry(failure.status, wait)
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def _request(
+        self, body: dict[str, Any], *, stream: bool, on_text: Callable[[str], None]
+    ) -> Reply:
+        http = self._client()
+        try:
+            async with http.stream("POST", self._endpoint, json=body) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    raise self._refused(response, text)
+                kind = response.headers.get("content-type", "")
+                if stream and "text/event-stream" in kind:
+                    parser = self.style.stream_parser(on_text)
+                    async for event, data in read_events(response):
+                        parser.feed(event, data)
+                    return parser.finish()
+                payload = await response.aread()
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
+        try:
+            decoded = json.loads(payload)
+        except json.JSONDecodeError:
+            raise ProviderError(
+                f"{self._url} answered with something that is not JSON",
+                status=200,
+                body=payload[:500].decode("utf-8", "replace"),
+            ) from None
+        reply = self.style.parse(decoded)
+        if reply.text:
+            on_text(reply.text)  # a whole answer is one "delta" for streaming consumers
+        return reply
+
+    def _refused(self, response: httpx.Response, text: str) -> ProviderError:
+        status = response.status_code
+        error = ProviderError(
+            f"{self._url} answered {status}: {_error_text(text)}", status=status, body=text[:2000]
+        )
+        if status in RETRY_STATUSES:
+            error.retryable = True
+            wait = _retry_after(response.headers)
+            if wait is not None:
+                error.detail["retry_after"] = min(wait, 3600.0)
+        else:
+            error.retryable = False
+        return error
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._loop is not loop:
+            # httpx connections belong to the loop that opened them; a new loop needs new ones.
+            # A model server on plain HTTP (usually on this machine or network) gets the lean
+            # transport: a served agent pays for one model request per task.
+            lean = LeanTransport() if self._url.startswith("http://") else None
+            self._http = httpx.AsyncClient(
+                headers=self._headers,
+                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                transport=lean,
+            )
+            self._loop = loop
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close pooled connections (the client opens new ones if used again)."""
+        http, self._http = self._http, None
+        if http is not None and self._loop is asyncio.get_running_loop():
+            await http.aclose()
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the agent loop ------------------------------------------------------------------------
+
+    async def run(self, prompt: str | Sequence[ChatMessage], **options: Any) -> RunResult:
+        """Run the agent loop (see ``toolmesh.llm.loop.run``) and return its result."""
+        from toolmesh.llm.loop import run
+
+        return await run(self, prompt, **options)
+
+    async def stream(
+        self, prompt: str | Sequence[ChatMessage], **options: Any
+    ) -> AsyncIterator[RunEvent]:
+        """The agent loop as events: text deltas, tool calls, tool events and results, retries,
+        and last a ``done`` event carrying the RunResult. Stopping iteration cancels the run."""
+        from toolmesh.llm.loop import RunEvent, run
+
+        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        options.setdefault("stream", True)
+        task = asyncio.ensure_future(run(self, prompt, on_event=queue.put_nowait, **options))
+        task.add_done_callback(lambda _task: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            yield RunEvent("done", result=task.result())
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+def retry_delay(
+    headers: Mapping[str, str], attempt: int, backoff: float, max_backoff: float
+) -> float:
+    """Seconds to wait before retry ``attempt`` (0, 1, ...): what ``Retry-After`` says, else
+    ``backoff * 2**attempt`` (at most ``max_backoff``) with up to 20% jitter taken off."""
+    told = _retry_after(headers)
+    if told is not None:
+        return told
+    wait = min(max_backoff, backoff * 2.0**attempt)
+    return wait * (1.0 - 0.2 * random.random())  # noqa: S311 - jitter, not cryptography
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    lowered = {k.lower(): v for k, v in headers.items()}
+    milliseconds = lowered.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(0.0, float(milliseconds) / 1000)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_text(text: str) -> str:
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        return text[:300] or "(empty answer)"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:300]
+    if isinstance(error, str):
+        return error[:300]
+    return text[:300]
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,451 @@
+"""The two API styles a model provider speaks: OpenAI Chat Completions and Anthropic Messages.
+
+The agent loop keeps its conversation in one neutral form (``ChatMessage``: user text, an
+assistant reply with tool calls, a tool result). A ``Style`` turns it into one provider's request
+body and that provider's answer (whole, or streamed as server-sent events) back into a ``Reply``.
+Most OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LiteLLM, ...) speak the first style.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from toolmesh.errors import ProviderError, ToolCallParseError
+from toolmesh.llm.calls import parse_tool_call
+from toolmesh.llm.formats import to_anthropic, to_openai
+from toolmesh.tools import Tool
+
+__all__ = [
+    "AnthropicStyle",
+    "ChatMessage",
+    "ModelCall",
+    "OpenAIStyle",
+    "Reply",
+    "StreamParser",
+    "Style",
+    "Usage",
+    "style_named",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+OnText = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class ModelCall:
+    """A tool call the model asked for (read by ``toolmesh.llm.calls.parse_tool_call``);
+    ``error`` says why it could not be read, and then it is answered, not run."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens spent, added up over every request of a run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+
+@dataclass(slots=True)
+class Reply:
+    """One answer of the model: its text, the tools it wants called, why it stopped."""
+
+    text: str = ""
+    tool_calls: list[ModelCall] = field(default_factory=list)
+    stop_reason: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    """One entry of the neutral conversation."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str = ""
+    tool_calls: list[ModelCall] = field(default_factory=list)
+    tool_call_id: str = ""
+    is_error: bool = False
+
+
+class StreamParser(ABC):
+    """Collects one streamed answer from its server-sent events."""
+
+    def __init__(self, on_text: OnText | None) -> None:
+        self.reply = Reply()
+        self._on_text = on_text
+
+    def _text(self, delta: str) -> None:
+        if delta:
+            self.reply.text += delta
+            if self._on_text is not None:
+                self._on_text(delta)
+
+    @abstractmethod
+    def feed(self, event: str, data: str) -> None:
+        """Take one event (its name, possibly empty, and its data)."""
+
+    def finish(self) -> Reply:
+        return self.reply
+
+
+class Style(ABC):
+    """How one provider's API is asked and answers."""
+
+    name: str
+
+    @abstractmethod
+    def url(self, base_url: str) -> str:
+        """The endpoint under ``base_url``."""
+
+    @abstractmethod
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        """Authentication and version headers."""
+
+    @abstractmethod
+    def body(
+        self,
+        model: str,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool],
+        *,
+        stream: bool,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The request body."""
+
+    @abstractmethod
+    def parse(self, payload: Any) -> Reply:
+        """The reply in a whole (non-streamed) answer."""
+
+    @abstractmethod
+    def stream_parser(self, on_text: OnText | None) -> StreamParser:
+        """A parser for one streamed answer."""
+
+
+# -- OpenAI Chat Completions ---------------------------------------------------------------------
+
+
+class OpenAIStyle(Style):
+    name = "openai"
+
+    def url(self, base_url: str) -> str:
+        return base_url.rstrip("/") + "/chat/completions"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def body(
+        self,
+        model: str,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool],
+        *,
+        stream: bool,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        wire.extend(_openai_message(m) for m in messages)
+        body: dict[str, Any] = {"model": model, "messages": wire, **options}
+        if tools:
+            body["tools"] = to_openai(tools)
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def parse(self, payload: Any) -> Reply:
+        try:
+            choice = payload["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError):
+            raise _malformed(payload, "no choices[0].message") from None
+        calls = [
+            _call(c, str(c.get("id") or ""), str((c.get("function") or {}).get("name") or ""))
+            for c in message.get("tool_calls") or []
+            if isinstance(c, dict)
+        ]
+        return Reply(
+            text=_openai_text(message.get("content")),
+            tool_calls=calls,
+            stop_reason=choice.get("finish_reason") or "",
+            usage=_openai_usage(payload.get("usage")),
+        )
+
+    def stream_parser(self, on_text: OnText | None) -> StreamParser:
+        return _OpenAIStream(on_text)
+
+
+def _openai_message(message: ChatMessage) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+    if message.role == "user":
+        return {"role": "user", "content": message.text}
+    wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in message.tool_calls
+        ]
+    return wire
+
+
+def _openai_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _openai_usage(usage: Any) -> Usage:
+    if not isinstance(usage, dict):
+        return Usage()
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+
+
+class _OpenAIStream(StreamParser):
+    def __init__(self, on_text: OnText | None) -> None:
+        super().__init__(on_text)
+        self._calls: dict[int, dict[str, str]] = {}
+
+    def feed(self, event: str, data: str) -> None:
+        if data.strip() == "[DONE]":
+            return
+        chunk = _json(data)
+        if chunk.get("usage"):
+            self.reply.usage = _openai_usage(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            self._text(_openai_text(delta.get("content")))
+            for part in delta.get("tool_calls") or []:
+                slot = self._calls.setdefault(
+                    int(part.get("index", len(self._calls))), {"id": "", "name": "", "args": ""}
+                )
+                function = part.get("function") or {}
+                slot["id"] = part.get("id") or slot["id"]
+                slot["name"] += function.get("name") or ""
+                slot["args"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.reply.stop_reason = choice["finish_reason"]
+
+    def finish(self) -> Reply:
+        self.reply.tool_calls = [
+            _call(
+                {"id": s["id"], "function": {"name": s["name"], "arguments": s["args"]}},
+                s["id"],
+                s["name"],
+            )
+            for _, s in sorted(self._calls.items())
+        ]
+        return self.reply
+
+
+# -- Anthropic Messages --------------------------------------------------------------------------
+
+
+class AnthropicStyle(Style):
+    name = "anthropic"
+
+    def url(self, base_url: str) -> str:
+        return base_url.rstrip("/") + "/messages"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def body(
+        self,
+        model: str,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool],
+        *,
+        stream: bool,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": DEFAULT_MAX_TOKENS,
+            "messages": _anthropic_messages(messages),
+            **options,
+        }
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = to_anthropic(tools)
+        if stream:
+            body["stream"] = True
+        return body
+
+    def parse(self, payload: Any) -> Reply:
+        if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):
+            raise _malformed(payload, "no content list")
+        reply = Reply(
+            stop_reason=payload.get("stop_reason") or "",
+            usage=_anthropic_usage(payload.get("usage")),
+        )
+        for block in payload["content"]:
+            if block.get("type") == "text":
+                reply.text += block.get("text", "")
+            elif block.get("type") == "tool_use":
+                reply.tool_calls.append(
+                    _call(block, str(block.get("id") or ""), str(block.get("name") or ""))
+                )
+        return reply
+
+    def stream_parser(self, on_text: OnText | None) -> StreamParser:
+        return _AnthropicStream(on_text)
+
+
+def _anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Tool results travel as tool_result blocks of a user message; consecutive ones share it."""
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": message.text,
+                "is_error": message.is_error,
+            }
+            last = wire[-1] if wire else None
+            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+                last["content"].append(block)
+            else:
+                wire.append({"role": "user", "content": [block]})
+        elif message.role == "user":
+            wire.append({"role": "user", "content": message.text})
+        else:
+            content: list[dict[str, Any]] = []
+            if message.text:
+                content.append({"type": "text", "text": message.text})
+            content.extend(
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                for c in message.tool_calls
+            )
+            wire.append({"role": "assistant", "content": content})
+    return wire
+
+
+def _anthropic_usage(usage: Any) -> Usage:
+    if not isinstance(usage, dict):
+        return Usage()
+    return Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
+
+
+class _AnthropicStream(StreamParser):
+    def __init__(self, on_text: OnText | None) -> None:
+        super().__init__(on_text)
+        self._blocks: dict[int, dict[str, str]] = {}
+
+    def feed(self, event: str, data: str) -> None:
+        chunk = _json(data)
+        kind = chunk.get("type") or event
+        if kind == "message_start":
+            self.reply.usage = _anthropic_usage((chunk.get("message") or {}).get("usage"))
+        elif kind == "content_block_start":
+            block = chunk.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                self._blocks[int(chunk.get("index", 0))] = {
+                    "id": block.get("id", ""),
+                    "name": block.get("name", ""),
+                    "args": "",
+                }
+            elif block.get("text"):
+                self._text(block["text"])
+        elif kind == "content_block_delta":
+            delta = chunk.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                self._text(delta.get("text", ""))
+            elif delta.get("type") == "input_json_delta":
+                slot = self._blocks.get(int(chunk.get("index", 0)))
+                if slot is not None:
+                    slot["args"] += delta.get("partial_json", "")
+        elif kind == "message_delta":
+            delta = chunk.get("delta") or {}
+            self.reply.stop_reason = delta.get("stop_reason") or self.reply.stop_reason
+            usage = chunk.get("usage") or {}
+            self.reply.usage.output_tokens = int(
+                usage.get("output_tokens") or self.reply.usage.output_tokens
+            )
+        elif kind == "error":
+            error = chunk.get("error") or {}
+            raise ProviderError(f"the stream reported an error: {error.get('message', chunk)}")
+
+    def finish(self) -> Reply:
+        self.reply.tool_calls = [
+            _call(
+                {"type": "tool_use", "id": s["id"], "name": s["name"], "input": s["args"]},
+                s["id"],
+                s["name"],
+            )
+            for _, s in sorted(self._blocks.items())
+        ]
+        return self.reply
+
+
+# -- shared ----------------------------------------------------------------------------------------
+
+
+def _call(raw: dict[str, Any], call_id: str, name: str) -> ModelCall:
+    """A call in a provider's own shape, read by ``parse_tool_call``."""
+    try:
+        parsed = parse_tool_call(raw)
+    except ToolCallParseError as exc:
+        return ModelCall(call_id, name, {}, str(exc))
+    return ModelCall(parsed.id or call_id, parsed.name, parsed.arguments)
+
+
+def _json(data: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError:
+        raise ProviderError(f"the stream sent data that is not JSON: {data[:200]!r}") from None
+    return value if isinstance(value, dict) else {}
+
+
+def _malformed(payload: Any, what: str) -> ProviderError:
+    return ProviderError(
+        f"the provider's answer is not in the expected shape ({what})",
+        status=200,
+        body=json.dumps(payload)[:500] if payload is not None else "",
+    )
+
+
+_STYLES: dict[str, type[Style]] = {"openai": OpenAIStyle, "anthropic": AnthropicStyle}
+
+
+def style_named(name: str) -> Style:
+    """The style called ``name`` ("openai" or "anthropic")."""
+    from toolmesh.errors import ConfigError
+
+    style = _STYLES.get(name)
+    if style is None:
+        raise ConfigError(f"style must be 'openai' or 'anthropic', not {name!r}")
+    return style()

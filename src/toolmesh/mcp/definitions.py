@@ -1,0 +1,106 @@
+"""MCP tool descriptions <-> toolmesh ToolDefinitions, both ways.
+
+An MCP tool keeps its exact input and output JSON Schemas and its behaviour hints
+(``readOnlyHint``, ``destructiveHint``, ``idempotentHint``, ``openWorldHint``, ``title``) on
+``ToolDefinition.annotations``; ``idempotent`` follows ``idempotentHint`` and the hints that are
+set become tags (``read_only``, ``destructive``, ``idempotent``, ``open_world``), so a listing can
+be filtered by them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolmesh.errors import SchemaError
+from toolmesh.models import ToolDefinition
+from toolmesh.schema import schema_to_parameters
+from toolmesh.tools import Tool
+
+__all__ = ["HINTS", "definition_from_mcp", "input_schema_of", "mcp_tool_entry"]
+
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+_HINT_TAGS = {
+    "readOnlyHint": "read_only",
+    "destructiveHint": "destructive",
+    "idempotentHint": "idempotent",
+    "openWorldHint": "open_world",
+}
+_EMPTY_INPUT: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def definition_from_mcp(
+    tool: Mapping[str, Any], *, server: str, defer_loading: bool = False
+) -> ToolDefinition:
+    """The ToolDefinition of one MCP tool (``tool`` in its wire form, camelCase keys)."""
+    annotations = _annotations(tool)
+    output_schema = tool.get("outputSchema")
+    output_parameters = []
+    if isinstance(output_schema, Mapping):
+        try:
+            output_parameters = schema_to_parameters(output_schema)
+        except SchemaError:
+            output_parameters = []  # the exact schema still travels as output_schema
+    tags = ["mcp", server]
+    tags += [_HINT_TAGS[h] for h in HINTS if annotations.get(h) is True]
+    return ToolDefinition(
+        name=str(tool["name"]),
+        description=str(tool.get("description") or annotations.get("title") or tool["name"]),
+        output_parameters=output_parameters,
+        idempotent=annotations.get("idempotentHint") is True,
+        tags=list(dict.fromkeys(tags)),
+        toolkit=server,
+        defer_loading=defer_loading,
+        kind="mcp",
+        output_schema=dict(output_schema) if isinstance(output_schema, Mapping) else None,
+        annotations=annotations or None,
+    )
+
+
+def input_schema_of(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """An MCP tool's input schema (an empty object schema when it gave none)."""
+    schema = tool.get("inputSchema")
+    return dict(schema) if isinstance(schema, Mapping) else dict(_EMPTY_INPUT)
+
+
+def mcp_tool_entry(tool: Tool) -> dict[str, Any]:
+    """How a toolmesh tool is listed over MCP (``tools/list`` wire form)."""
+    definition = tool.definition
+    entry: dict[str, Any] = {
+        "name": definition.name,
+        "description": definition.description,
+        "inputSchema": _object_schema(tool.input_schema),
+    }
+    annotations = dict(definition.annotations or {})
+    title = annotations.pop("title", None)
+    if isinstance(title, str):
+        entry["title"] = title
+    hints: dict[str, Any] = {
+        k: v for k, v in annotations.items() if k in HINTS and isinstance(v, bool)
+    }
+    if definition.idempotent and "idempotentHint" not in hints:
+        hints["idempotentHint"] = True
+    if isinstance(title, str):
+        hints["title"] = title
+    if hints:
+        entry["annotations"] = hints
+    output = tool.output_schema
+    if output is not None and output.get("type") == "object":
+        entry["outputSchema"] = output  # MCP requires an object schema here
+    return entry
+
+
+def _annotations(tool: Mapping[str, Any]) -> dict[str, Any]:
+    raw = tool.get("annotations")
+    annotations = {k: v for k, v in (raw or {}).items() if v is not None}
+    title = tool.get("title") or annotations.get("title")
+    if title:
+        annotations["title"] = title
+    return annotations
+
+
+def _object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """MCP wants ``{"type": "object", ...}`` at the top of every input schema."""
+    if schema.get("type") == "object":
+        return dict(schema)
+    return {"type": "object", **schema}

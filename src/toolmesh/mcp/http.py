@@ -1,0 +1,408 @@
+"""A toolkit served over MCP's streamable HTTP at ``/mcp``, beside A2E on the same server.
+
+``mcp_routes(host)`` returns the Starlette routes; mount them with
+``HttpServer(host, bind, extra_routes=mcp_routes(host))`` (what ``toolmesh serve --http ...
+--mcp`` does) or in any Starlette app. Both protocol eras are answered on the one path:
+
+- 2026-07-28 (``MCP-Protocol-Version: 2026-07-28``): each POST is one self-contained request;
+  no session. Closing the response stream cancels the call.
+- 2025 revisions: ``initialize`` opens a session (``Mcp-Session-Id``); later POSTs name it;
+  ``GET`` opens a stream for ``notifications/tools/list_changed``; ``DELETE`` ends the session;
+  ``notifications/cancelled`` (or a closed stream) cancels a call.
+
+A request is answered with JSON unless it emits notifications (progress, a listen stream)
+before it ends: then the answer becomes a server-sent event stream carrying them, then the
+response. Browser requests from foreign origins are refused (403) and, when a token is set,
+every request needs ``Authorization: Bearer <token>`` (401).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from toolmesh.host import Host
+from toolmesh.mcp.server import (
+    HANDSHAKE_VERSIONS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    MCPPeer,
+    MCPService,
+    _error,
+)
+from toolmesh.models import new_id
+from toolmesh.transports.http import _is_local_origin
+
+__all__ = ["MCPHttpEndpoint", "mcp_routes"]
+
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+KEEPALIVE_SECONDS = 15.0
+IDLE_SESSION_SECONDS = 600.0
+
+# HTTP status of a 2026-07-28 JSON-RPC error, as the SDK maps them.
+_MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400}
+_MODERN_STATUS[-32601] = 404
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def mcp_routes(
+    host: Host,
+    *,
+    path: str = "/mcp",
+    auth_token: str | None = None,
+    allowed_origins: Sequence[str] = (),
+    instructions: str | None = None,
+) -> list[BaseRoute]:
+    """The routes serving ``host`` over MCP at ``path`` (for ``extra_routes`` of the A2E server,
+    or any Starlette app). ``auth_token`` should match the server's own token."""
+    endpoint = MCPHttpEndpoint(
+        host, auth_token=auth_token, allowed_origins=allowed_origins, instructions=instructions
+    )
+    return endpoint.routes(path)
+
+
+class MCPHttpEndpoint:
+    """The ASGI endpoint: its service, its 2025-era sessions."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        auth_token: str | None = None,
+        allowed_origins: Sequence[str] = (),
+        instructions: str | None = None,
+    ) -> None:
+        self.service = MCPService(host, instructions=instructions)
+        self.auth_token = auth_token or None
+        self.allowed_origins = set(allowed_origins)
+        self.sessions: dict[str, _HttpSession] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._started = False
+
+    def routes(self, path: str = "/mcp") -> list[BaseRoute]:
+        return [Route(path, self, methods=["GET", "POST", "DELETE"])]
+
+    async def close(self) -> None:
+        """End every session (running calls are cancelled and audited as such)."""
+        for session in list(self.sessions.values()):
+            await session.close()
+        self.sessions.clear()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        refused = self._refuse(headers)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if not self._started:
+            self._started = True
+            await self.service.start()
+        method = scope["method"]
+        if method == "POST":
+            await self._post(scope, receive, send, headers)
+        elif method == "GET":
+            await self._stream(scope, receive, send, headers)
+        else:
+            await self._delete(scope, receive, send, headers)
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def _refuse(self, headers: Headers) -> Response | None:
+        origin = headers.get("origin")
+        if origin and origin not in self.allowed_origins and not _is_local_origin(origin):
+            return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
+        if self.auth_token is not None:
+            given = headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.auth_token}".encode()):
+                return JSONResponse(
+                    {"error": "missing or wrong bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        return None
+
+    def _session(self, headers: Headers) -> _HttpSession | Response:
+        session_id = headers.get(SESSION_HEADER)
+        if not session_id:
+            return _json_error(400, INVALID_REQUEST, f"missing {SESSION_HEADER} header")
+        session = self.sessions.get(session_id)
+        if session is None:
+            return _json_error(404, INVALID_REQUEST, f"unknown session {session_id!r}")
+        session.last_seen = time.monotonic()
+        return session
+
+    # -- POST: one message -------------------------------------------------------------------------
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        accept = headers.get("accept", "*/*")
+        sse_ok = "text/event-stream" in accept or "*/*" in accept
+        if not sse_ok and "application/json" not in accept:
+            await Response(status_code=406)(scope, receive, send)
+            return
+        body = await _body(receive, self.service.host.max_message_bytes)
+        if body is None:
+            await _json_error(413, INVALID_REQUEST, "message too large")(scope, receive, send)
+            return
+        try:
+            message = json.loads(body)
+        except ValueError:
+            await _json_error(400, PARSE_ERROR, "not valid JSON")(scope, receive, send)
+            return
+        version = headers.get(VERSION_HEADER)
+        if version is not None and version not in HANDSHAKE_VERSIONS:
+            peer = self.service.peer(stateful=False)
+            extra: list[tuple[bytes, bytes]] = []
+            lowered = {k.lower(): v for k, v in headers.items()}
+            await _exchange(peer, message, lowered, scope, receive, send, sse_ok, extra, True)
+            return
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            session = self._open_session()
+        else:
+            found = self._session(headers)
+            if isinstance(found, Response):
+                await found(scope, receive, send)
+                return
+            session = found
+        extra = [(SESSION_HEADER.encode(), session.id.encode())]
+        await _exchange(session.peer, message, None, scope, receive, send, sse_ok, extra, False)
+
+    def _open_session(self) -> _HttpSession:
+        self._reap()
+        session = _HttpSession(self.service)
+        self.sessions[session.id] = session
+        return session
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for session in list(self.sessions.values()):
+            if not session.streams and now - session.last_seen > IDLE_SESSION_SECONDS:
+                self.sessions.pop(session.id, None)
+                task = asyncio.ensure_future(session.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+    # -- GET: the session's notification stream ----------------------------------------------------
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        if headers.get(VERSION_HEADER) in (None, *HANDSHAKE_VERSIONS) and SESSION_HEADER in headers:
+            found = self._session(headers)
+            if isinstance(found, Response):
+                await found(scope, receive, send)
+                return
+            queue: asyncio.Queue[bytes] = asyncio.Queue()
+            found.streams.append(queue)
+            try:
+                await _sse(
+                    queue,
+                    None,
+                    scope,
+                    receive,
+                    send,
+                    [(SESSION_HEADER.encode(), found.id.encode())],
+                )
+            finally:
+                found.streams.remove(queue)
+            return
+        await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+
+    async def _delete(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        found = self._session(headers)
+        if isinstance(found, Response):
+            await found(scope, receive, send)
+            return
+        self.sessions.pop(found.id, None)
+        await found.close()
+        await Response(status_code=200)(scope, receive, send)
+
+
+class _HttpSession:
+    """A 2025-era MCP session: its peer, and the GET streams that carry its notifications."""
+
+    def __init__(self, service: MCPService) -> None:
+        self.id = new_id()
+        self.streams: list[asyncio.Queue[bytes]] = []
+        self.last_seen = time.monotonic()
+        self.peer: MCPPeer = service.peer(self._notify, http_session=self.id)
+
+    def _notify(self, data: bytes) -> None:
+        for queue in self.streams:
+            queue.put_nowait(data)
+
+    async def close(self) -> None:
+        for queue in self.streams:
+            queue.put_nowait(b"")
+        await self.peer.close()
+
+
+async def _exchange(
+    peer: MCPPeer,
+    message: Any,
+    headers: dict[str, str] | None,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    sse_ok: bool,
+    extra: list[tuple[bytes, bytes]],
+    modern: bool,
+) -> None:
+    """Answer one POSTed message: 202 for a notification, JSON or an event stream otherwise."""
+    if not isinstance(message, dict) or "id" not in message or "method" not in message:
+        reply = await peer.handle(message, headers=headers)
+        if reply is None:
+            await Response(status_code=202, headers=dict(_text(extra)))(scope, receive, send)
+        else:
+            await _json(reply, 400, extra)(scope, receive, send)
+        return
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    notify = queue.put_nowait if sse_ok else None
+    handler = asyncio.ensure_future(peer.handle(message, notify=notify, headers=headers))
+    watcher = asyncio.ensure_future(_disconnected(receive))
+    first = asyncio.ensure_future(queue.get())
+    try:
+        done, _ = await asyncio.wait({handler, watcher, first}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher in done:
+            handler.cancel()  # the client closed the stream: cancel the call
+            return
+        if handler in done and first not in done:
+            reply = handler.result()
+            if reply is None:  # cancelled by the client: no answer is owed, end the stream
+                await _empty_stream(sse_ok, extra, scope, receive, send)
+                return
+            status = _status(reply) if modern else 200
+            await _json(reply, status, extra)(scope, receive, send)
+            return
+        pending = first.result() if first in done else None
+        await _sse(queue, handler, scope, receive, send, extra, first=pending, watcher=watcher)
+    finally:
+        for task in (first, watcher):
+            task.cancel()
+        if not handler.done():
+            handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await handler
+
+
+async def _sse(
+    queue: asyncio.Queue[bytes],
+    handler: asyncio.Future[bytes | None] | None,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    extra: list[tuple[bytes, bytes]],
+    *,
+    first: bytes | None = None,
+    watcher: asyncio.Future[None] | None = None,
+) -> None:
+    """Stream ``queue`` as server-sent events until ``handler`` answers (or, with no handler,
+    until the client leaves or the session ends)."""
+    await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
+    if watcher is None:
+        watcher = asyncio.ensure_future(_disconnected(receive))
+    if first is not None:
+        await send({"type": "http.response.body", "body": _event(first), "more_body": True})
+    try:
+        while True:
+            getter = asyncio.ensure_future(queue.get())
+            waiting: set[asyncio.Future[Any]] = {getter, watcher}
+            if handler is not None:
+                waiting.add(handler)
+            done, _ = await asyncio.wait(
+                waiting, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            if getter in done:
+                data = getter.result()
+                if not data:
+                    break  # the session ended
+                await send({"type": "http.response.body", "body": _event(data), "more_body": True})
+                continue
+            getter.cancel()
+            if watcher in done:
+                if handler is not None:
+                    handler.cancel()
+                return
+            if handler is not None and handler in done:
+                while not queue.empty():
+                    data = queue.get_nowait()
+                    await send(
+                        {"type": "http.response.body", "body": _event(data), "more_body": True}
+                    )
+                reply = handler.result()
+                if reply is not None:
+                    await send(
+                        {"type": "http.response.body", "body": _event(reply), "more_body": True}
+                    )
+                break
+            await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        watcher.cancel()
+
+
+async def _empty_stream(
+    sse_ok: bool, extra: list[tuple[bytes, bytes]], scope: Scope, receive: Receive, send: Send
+) -> None:
+    if not sse_ok:
+        await Response(status_code=204, headers=dict(_text(extra)))(scope, receive, send)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _body(receive: Receive, limit: int) -> bytes | None:
+    chunks = bytearray()
+    more = True
+    while more:
+        message = await receive()
+        chunks += message.get("body", b"")
+        more = message.get("more_body", False)
+        if len(chunks) > limit:
+            return None
+    return bytes(chunks)
+
+
+def _event(data: bytes) -> bytes:
+    return b"event: message\ndata: " + data + b"\n\n"
+
+
+def _status(reply: bytes) -> int:
+    if b',"error":{"code":' not in reply[:200]:
+        return 200
+    try:
+        code = json.loads(reply)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return 200
+    return _MODERN_STATUS.get(code, 200)
+
+
+def _json(reply: bytes, status: int, extra: list[tuple[bytes, bytes]]) -> Response:
+    return Response(
+        reply, status_code=status, media_type="application/json", headers=dict(_text(extra))
+    )
+
+
+def _json_error(status: int, code: int, message: str) -> Response:
+    return Response(_error(None, code, message), status_code=status, media_type="application/json")
+
+
+def _text(pairs: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(k.decode(), v.decode()) for k, v in pairs]

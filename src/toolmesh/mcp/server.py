@@ -1,0 +1,716 @@
+"""Any toolkit served over MCP: the protocol core shared by the stdio and HTTP transports.
+
+An ``MCPService`` serves one ``Host``. Transports hand each peer's decoded JSON-RPC messages to
+its ``MCPPeer`` and write back the bytes it returns. Both protocol eras are answered, as the
+official SDK answers them:
+
+- 2025 revisions (2024-11-05 ... 2025-11-25): ``initialize`` / ``notifications/initialized``
+  first; the connection keeps the negotiated version;
+- 2026-07-28: no handshake; every request carries its own ``_meta`` envelope (checked with the
+  SDK's own classifier), ``server/discover`` answers a probe, results carry ``resultType`` and
+  tool-list changes travel on ``subscriptions/listen`` streams.
+
+Every ``tools/call`` goes through the host's pipeline (capabilities, validation, deadline,
+events, audit with transport "mcp") under a ``Session`` holding the host's capability set.
+Failures a model should read (denied, invalid arguments, timeouts, tool errors) are results
+with ``isError``; an unknown tool is a JSON-RPC error (-32602), as the spec asks. Progress
+events become ``notifications/progress`` when the request gave a ``progressToken``;
+``notifications/cancelled`` (or a closed HTTP stream) cancels the running tool.
+
+Listings are serialized once per toolkit version and capability set, so ``tools/list`` of a
+large catalogue costs one string concatenation. When the toolkit holds deferred tools, a
+``search_tools`` tool is listed too: it ranks every tool (deferred ones included) and adds the
+ones it finds to this session's listing, announcing the change with ``list_changed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from toolmesh.errors import ConfigError
+from toolmesh.mcp.approvals import (
+    APPROVAL_INPUT,
+    ElicitationNeeded,
+    answer_of,
+    elicitation,
+    seal,
+    unseal,
+)
+from toolmesh.mcp.definitions import mcp_tool_entry
+from toolmesh.mcp.results import mcp_call_result
+from toolmesh.models import ToolErrorCode, ToolEvent, new_id
+from toolmesh.pipeline import ApprovalRequest, CallSpec
+from toolmesh.session import Session
+from toolmesh.store.base import SessionRecord
+
+if TYPE_CHECKING:
+    from toolmesh.capabilities import CapabilitySet
+    from toolmesh.host import Host
+    from toolmesh.models import ToolDefinition
+
+__all__ = ["MCPPeer", "MCPService", "Send"]
+
+logger = logging.getLogger("toolmesh.mcp.server")
+
+Send = Callable[[bytes], None]
+"""Writes one serialized JSON-RPC message to the peer."""
+
+MODERN_VERSIONS = ("2026-07-28",)
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_HANDSHAKE = HANDSHAKE_VERSIONS[-1]
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+OVERRIDE_KEY = "toolmesh/capability_override"
+"""Where a client asks to adjust its capability set: in ``initialize``'s
+``capabilities.experimental`` (2025) or a request's ``_meta`` (2026-07-28)."""
+_CALL: contextvars.ContextVar[tuple[Send | None, dict[str, Any]]] = contextvars.ContextVar(
+    "toolmesh_mcp_call"
+)
+
+SEARCH_TOOL = "search_tools"
+_SEARCH_LIMIT = 10
+
+
+class MCPService:
+    """Serves a host's tools over MCP to any number of peers."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        name: str | None = None,
+        version: str | None = None,
+        instructions: str | None = None,
+    ) -> None:
+        self.approval_key = os.urandom(32)  # seals 2026-07-28 approval states
+        from toolmesh import __version__
+
+        self.host = host
+        self.server_info = {"name": name or host.toolkit.name, "version": version or __version__}
+        self.instructions = instructions
+        self.peers: set[MCPPeer] = set()
+        # Tools that search_tools found for 2026-07-28 HTTP clients: their requests share no
+        # session, so what one search loads is listed for all of them.
+        self.shared_loaded: frozenset[str] = frozenset()
+        self._listings: dict[tuple[Any, ...], tuple[list[ToolDefinition], str]] = {}
+        self._watched: set[int] = set()
+        self._search_name = SEARCH_TOOL
+        self._info_json = json.dumps(self.server_info)
+
+    async def start(self) -> None:
+        """Start the host (sources connect) and watch its sources for tool-list changes."""
+        await self.host.start()
+        self._watch_sources()
+
+    def peer(
+        self, send: Send | None = None, *, http_session: str = "", stateful: bool = True
+    ) -> MCPPeer:
+        """A new connection (stdio) or session (HTTP); ``send`` carries server notifications.
+
+        A stateless peer answers one 2026-07-28 HTTP request and is neither recorded in the
+        store nor told about list changes."""
+        peer = MCPPeer(self, send, http_session=http_session, stateful=stateful)
+        if stateful:
+            self.peers.add(peer)
+        return peer
+
+    # -- listing -----------------------------------------------------------------------------------
+
+    def listing_json(self, held: CapabilitySet, loaded: frozenset[str] = frozenset()) -> str:
+        """The ``tools`` array a session holding ``held`` sees, serialized (cached)."""
+        toolkit = self.host.toolkit
+        definitions = toolkit.definitions(capabilities=held)
+        key = (held, loaded)
+        cached = self._listings.get(key)
+        if cached is not None and cached[0] is definitions:
+            return cached[1]
+        entries = [mcp_tool_entry(toolkit[d.name]) for d in definitions]
+        listed = {d.name for d in definitions}
+        for name in sorted(loaded - listed):
+            tool = toolkit.get(name)
+            if tool is not None and held.allows(tool.definition.capabilities):
+                entries.append(mcp_tool_entry(tool))
+        if self.has_deferred(held):
+            self._search_name = (
+                SEARCH_TOOL if SEARCH_TOOL not in toolkit else "toolmesh_search_tools"
+            )
+            entries.append(_search_entry(self._search_name))
+        text = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+        if len(self._listings) > 256:
+            self._listings.clear()
+        self._listings[key] = (definitions, text)
+        return text
+
+    def has_deferred(self, held: CapabilitySet) -> bool:
+        toolkit = self.host.toolkit
+        everything = toolkit.definitions(capabilities=held, include_deferred=True)
+        return len(everything) != len(toolkit.definitions(capabilities=held))
+
+    # -- changes -----------------------------------------------------------------------------------
+
+    def _watch_sources(self) -> None:
+        for source in self.host.toolkit.sources:
+            if id(source) not in self._watched:
+                self._watched.add(id(source))
+                source.subscribe(lambda _source: self.tools_changed())
+
+    def tools_changed(self) -> None:
+        """Tell every peer that listens that the tool list changed."""
+        self._listings.clear()
+        for peer in list(self.peers):
+            peer.announce_list_changed()
+
+    def forget(self, peer: MCPPeer) -> None:
+        self.peers.discard(peer)
+
+
+class MCPPeer:
+    """One MCP conversation: its era, its session, its running calls and subscriptions."""
+
+    def __init__(
+        self,
+        service: MCPService,
+        send: Send | None,
+        *,
+        http_session: str = "",
+        stateful: bool = True,
+    ) -> None:
+        self.service = service
+        self.stateful = stateful
+        self._saved = False
+        self.send = send
+        self.era = ""  # "legacy" | "modern", decided by the first request
+        self.version = ""
+        self.initialized = False
+        self.client_info: dict[str, Any] = {}
+        self.http_session = http_session
+        self._loaded: frozenset[str] = frozenset()
+        self._session: Session | None = None
+        self._calls: dict[Any, asyncio.Future[Any]] = {}
+        self._cancelled: set[Any] = set()  # requests the client cancelled
+        self._listens: dict[Any, Send] = {}
+        self._closed = False
+        self._asks: dict[str, asyncio.Future[Any]] = {}  # our requests to the client
+        self._ask_seq = 0
+        self._elicitation = False  # the client declared it can answer elicitation/create
+        self._override: Any = None  # a capability override asked for (toolmesh extension)
+
+    # -- entry point -------------------------------------------------------------------------------
+
+    async def handle(
+        self,
+        message: Any,
+        *,
+        notify: Send | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> bytes | None:
+        """Answer one decoded JSON-RPC message; None for notifications and cancelled calls.
+
+        ``notify`` carries this request's own notifications (progress); ``headers`` are the
+        HTTP request's headers (lower-case), checked against a 2026-07-28 envelope."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return _error(None, INVALID_REQUEST, "expected one JSON-RPC 2.0 request object")
+        if "method" not in message and "id" in message:
+            self._answered(message)  # the client's answer to one of our requests
+            return None
+        method = message.get("method")
+        request_id = message.get("id")
+        if "id" not in message:
+            if isinstance(method, str):
+                self._notification(method, message.get("params"))
+            return None  # a response from the client, or a notification: nothing to answer
+        if not isinstance(method, str) or not _valid_id(request_id):
+            return _error(request_id, INVALID_REQUEST, "a request needs a string method and an id")
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            return _error(request_id, INVALID_PARAMS, "params must be an object")
+        try:
+            answer = await self._request(method, request_id, params or {}, notify, headers)
+        except _RpcError as exc:
+            return _error(request_id, exc.code, exc.message, exc.data)
+        if not self._saved and self.stateful:
+            self._saved = True
+            await self.save_session()
+        return answer
+
+    async def _request(
+        self,
+        method: str,
+        request_id: Any,
+        params: dict[str, Any],
+        notify: Send | None,
+        headers: Mapping[str, str] | None,
+    ) -> bytes | None:
+        self._settle_era(method, params, headers)
+        meta = params.get("_meta")
+        if self.era == "modern" and isinstance(meta, dict) and OVERRIDE_KEY in meta:
+            self._override = meta[OVERRIDE_KEY]
+        if method == "initialize":
+            return self._initialize(request_id, params)
+        if method == "ping":
+            return self._result(request_id, "{}")
+        if self.era == "legacy" and not self.initialized:
+            raise _RpcError(
+                INVALID_REQUEST, "send initialize (and notifications/initialized) first"
+            )
+        if method == "tools/call":
+            return await self._call(request_id, params, notify or self.send)
+        if method == "tools/list":
+            return self._list(request_id)
+        if method == "server/discover":
+            return self._discover(request_id)
+        if method == "subscriptions/listen" and self.era == "modern":
+            return await self._listen(request_id, params, notify or self.send)
+        raise _RpcError(METHOD_NOT_FOUND, f"method {method!r} is not served here")
+
+    def _settle_era(
+        self, method: str, params: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> None:
+        enveloped = isinstance(meta := params.get("_meta"), dict) and PROTOCOL_VERSION_KEY in meta
+        if not self.era:
+            self.era = "modern" if enveloped and method != "initialize" else "legacy"
+        if self.era == "modern":
+            if method == "initialize":
+                raise _RpcError(
+                    UNSUPPORTED_PROTOCOL_VERSION,
+                    "this connection serves the 2026-07-28 protocol; initialize is not accepted",
+                    {
+                        "supported": list(MODERN_VERSIONS),
+                        "requested": params.get("protocolVersion"),
+                    },
+                )
+            self._check_envelope(method, params, headers)
+        elif enveloped and method != "initialize":
+            raise _RpcError(
+                INVALID_REQUEST,
+                "this connection serves the handshake era; 2026-07-28 envelopes are not accepted",
+            )
+
+    def _check_envelope(
+        self, method: str, params: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> None:
+        from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+
+        verdict = classify_inbound_request(
+            {"method": method, "params": params},
+            headers=headers,
+            supported_modern_versions=MODERN_VERSIONS,
+        )
+        if isinstance(verdict, InboundLadderRejection):
+            raise _RpcError(verdict.code, verdict.message, verdict.data)
+        self.version = verdict.protocol_version
+        info = verdict.client_info
+        if isinstance(info, dict):
+            self.client_info = info
+
+    # -- handshake and discovery -------------------------------------------------------------------
+
+    def _initialize(self, request_id: Any, params: dict[str, Any]) -> bytes:
+        requested = params.get("protocolVersion")
+        self.version = requested if requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
+        info = params.get("clientInfo")
+        if isinstance(info, dict):
+            self.client_info = info
+        capabilities = params.get("capabilities")
+        if isinstance(capabilities, dict):
+            self._elicitation = isinstance(capabilities.get("elicitation"), dict)
+            experimental = capabilities.get("experimental")
+            if isinstance(experimental, dict) and OVERRIDE_KEY in experimental:
+                self._override = experimental[OVERRIDE_KEY]
+        self.session  # noqa: B018 - settle the capability set now: a refusal answers initialize
+        self.initialized = True  # notifications/initialized is optional in practice
+        result: dict[str, Any] = {
+            "protocolVersion": self.version,
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": self.service.server_info,
+        }
+        if self.service.instructions:
+            result["instructions"] = self.service.instructions
+        return self._result(request_id, json.dumps(result))
+
+    def _discover(self, request_id: Any) -> bytes:
+        result: dict[str, Any] = {
+            "supportedVersions": list(MODERN_VERSIONS),
+            "capabilities": {"tools": {"listChanged": True}},
+            "ttlMs": 0,
+            "cacheScope": "private",
+        }
+        if self.service.instructions:
+            result["instructions"] = self.service.instructions
+        return self._result(request_id, json.dumps(result))
+
+    def _notification(self, method: str, params: Any) -> None:
+        if method == "notifications/initialized":
+            self.initialized = True
+        elif method == "notifications/cancelled" and isinstance(params, dict):
+            key = _id_key(params.get("requestId"))
+            task = self._calls.get(key)
+            if task is not None:
+                self._cancelled.add(key)
+                task.cancel()
+
+    # -- tools -------------------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> frozenset[str]:
+        """Deferred tools this peer's listing includes (found by search_tools)."""
+        return self._loaded if self.stateful else self.service.shared_loaded
+
+    def _load(self, names: frozenset[str]) -> None:
+        if self.stateful:
+            self._loaded = self._loaded | names
+            self.announce_list_changed()
+        else:
+            self.service.shared_loaded = self.service.shared_loaded | names
+            self.service.tools_changed()
+
+    @property
+    def session(self) -> Session:
+        """The toolmesh session of this conversation, made on first use."""
+        if self._session is None:
+            host = self.service.host
+            agent = self.client_info.get("name") if isinstance(self.client_info, dict) else None
+            self._session = Session(
+                capabilities=self._capabilities(),
+                agent_id=str(agent or "mcp-client"),
+                id=self.http_session or new_id(),
+                max_parallel=host.max_parallel,
+                transport="mcp",
+                metadata={"protocol_version": self.version},
+                approver=self._approve,
+            )
+            if self.stateful:
+                host.sessions[self._session.id] = self._session
+        return self._session
+
+    async def save_session(self) -> None:
+        """Record the session in the host's store (stateful conversations only)."""
+        session = self.session
+        await self.service.host.store.save_session(
+            SessionRecord(
+                session_id=session.id,
+                agent_id=session.agent_id,
+                capabilities=sorted(session.capabilities.tags),
+                created_at=session.created_at,
+                metadata={"transport": "mcp", "host_id": self.service.host.host_id},
+            )
+        )
+
+    def _list(self, request_id: Any) -> bytes:
+        tools = self.service.listing_json(self.session.capabilities, self.loaded)
+        if self.era == "modern":
+            tail = ',"ttlMs":0,"cacheScope":"private","resultType":"complete"'
+            return self._result(request_id, '{"tools":' + tools + tail + "}", stamped=False)
+        return self._result(request_id, '{"tools":' + tools + "}")
+
+    async def _call(
+        self, request_id: Any, params: dict[str, Any], notify: Send | None
+    ) -> bytes | None:
+        name = params.get("name")
+        if not isinstance(name, str) or not name:
+            raise _RpcError(INVALID_PARAMS, "tools/call needs the tool's name")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise _RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
+        if name == self.service._search_name and name not in self.service.host.toolkit:
+            return self._result(request_id, json.dumps(self._search(arguments)))
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        on_event = _progress_sender(token, notify) if token is not None and notify else None
+        spec = CallSpec(
+            tool_name=name,
+            arguments=arguments,
+            req_id=str(request_id),
+            streaming=on_event is not None,
+        )
+        key = _id_key(request_id)
+        task = asyncio.current_task()
+        if task is not None:
+            self._calls[key] = task  # notifications/cancelled cancels it
+        _CALL.set((notify, params))  # what an approval of this call needs
+        try:
+            result = await self.service.host.pipeline.call(self.session, spec, on_event)
+        except ElicitationNeeded as pending:  # 2026-07-28: the client retries with its answer
+            return self._result(request_id, json.dumps(pending.result))
+        except asyncio.CancelledError:
+            if task is None or key not in self._cancelled:
+                raise
+            task.uncancel()  # cancelled by the client (and audited): no answer is owed
+            return None
+        finally:
+            self._calls.pop(key, None)
+            self._cancelled.discard(key)
+        if result.error_code == ToolErrorCode.UNKNOWN_TOOL:
+            raise _RpcError(INVALID_PARAMS, result.error or f"unknown tool {name!r}")
+        wire = mcp_call_result(result, modern=self.era == "modern")
+        return self._result(request_id, json.dumps(wire, ensure_ascii=False, default=str))
+
+    # -- capabilities and approvals (docs/policy.md) --------------------------------------------
+
+    def _capabilities(self) -> CapabilitySet:
+        """The host's set, adjusted by the client's override when the host's policy allows."""
+        from toolmesh.capabilities import session_capabilities
+        from toolmesh.errors import CapabilityError
+
+        host = self.service.host
+        asked = self._override
+        if asked is None:
+            return host.capabilities
+        if not isinstance(asked, dict) or not isinstance(asked.get("capabilities", []), list):
+            raise _RpcError(INVALID_PARAMS, f"{OVERRIDE_KEY} must be {{strategy, capabilities}}")
+        try:
+            return session_capabilities(
+                host.capabilities,
+                host.capability_policy,
+                str(asked.get("strategy", "inherit")),
+                [str(tag) for tag in asked.get("capabilities", [])],
+            )
+        except (CapabilityError, ConfigError) as exc:
+            raise _RpcError(INVALID_REQUEST, str(exc)) from None
+
+    async def _approve(self, request: ApprovalRequest) -> bool:
+        """Ask the client: an elicitation on the call's channel (2025) or an input request
+        the client answers by retrying the call (2026-07-28)."""
+        send, params = _CALL.get()
+        service = self.service
+        if self.era == "modern":
+            responses = params.get("inputResponses")
+            state = params.get("requestState")
+            if isinstance(responses, dict) and APPROVAL_INPUT in responses:
+                if not unseal(service.approval_key, state, request.tool_name, request.arguments):
+                    raise ValueError("the approval's requestState is missing, expired or forged")
+                return answer_of(responses[APPROVAL_INPUT])
+            ask = {"method": "elicitation/create", "params": elicitation(request)}
+            ttl = service.host.pipeline.limits.approval_timeout
+            raise ElicitationNeeded(
+                {
+                    "resultType": "input_required",
+                    "inputRequests": {APPROVAL_INPUT: ask},
+                    "requestState": seal(service.approval_key, request, ttl),
+                }
+            )
+        if not self._elicitation:
+            raise ValueError("the MCP client did not declare elicitation, so it cannot approve")
+        if send is None:
+            raise ValueError("this request has no channel to ask the client on")
+        return answer_of(await self._ask("elicitation/create", elicitation(request), send))
+
+    async def _ask(self, method: str, params: dict[str, Any], send: Send) -> Any:
+        self._ask_seq += 1
+        ask_id = f"toolmesh-{self._ask_seq}"
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._asks[ask_id] = future
+        request = {"jsonrpc": "2.0", "id": ask_id, "method": method, "params": params}
+        send(json.dumps(request).encode())
+        try:
+            return await future
+        finally:
+            self._asks.pop(ask_id, None)
+
+    def _answered(self, message: dict[str, Any]) -> None:
+        future = self._asks.get(str(message.get("id")))
+        if future is None or future.done():
+            return
+        if "error" in message:
+            error = message["error"]
+            text = error.get("message") if isinstance(error, dict) else error
+            future.set_exception(ValueError(f"the client answered with an error: {text}"))
+        else:
+            future.set_result(message.get("result"))
+
+    def _search(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            text = "search_tools needs a non-empty 'query' string"
+            return {"content": [{"type": "text", "text": text}], "isError": True}
+        limit = arguments.get("limit", _SEARCH_LIMIT)
+        limit = limit if isinstance(limit, int) and 0 < limit <= 50 else _SEARCH_LIMIT
+        found = self.service.host.toolkit.search(
+            query, capabilities=self.session.capabilities, limit=limit
+        )
+        entries = [mcp_tool_entry(tool) for tool in found]
+        new = frozenset(t.name for t in found if t.definition.defer_loading) - self.loaded
+        if new:
+            self._load(new)
+        lines = [f"{e['name']}: {e['description']}" for e in entries] or ["no tool matches"]
+        wire: dict[str, Any] = {
+            "content": [{"type": "text", "text": "\n".join(lines)}],
+            "structuredContent": {"tools": entries},
+            "isError": False,
+        }
+        if self.era == "modern":
+            wire["resultType"] = "complete"
+        return wire
+
+    # -- tool-list changes -------------------------------------------------------------------------
+
+    async def _listen(
+        self, request_id: Any, params: dict[str, Any], notify: Send | None
+    ) -> bytes | None:
+        wanted = params.get("notifications")
+        tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
+        if notify is None:
+            raise _RpcError(INVALID_REQUEST, "subscriptions/listen needs a stream to answer on")
+        honored = {"toolsListChanged": True} if tools else {}
+        ack = {"notifications": honored, "_meta": {SUBSCRIPTION_ID_KEY: request_id}}
+        notify(_notification("notifications/subscriptions/acknowledged", ack))
+        key = _id_key(request_id)
+        if tools:
+            self._listens[key] = notify
+            self.service.peers.add(self)  # a stateless peer hears changes while it listens
+        ended = asyncio.get_running_loop().create_future()
+        self._calls[key] = ended  # cancelling it ends the stream
+        try:
+            await ended
+        except asyncio.CancelledError:
+            if _being_cancelled():
+                raise
+        finally:
+            self._listens.pop(key, None)
+            self._calls.pop(key, None)
+            self._cancelled.discard(key)
+            if not self.stateful and not self._listens:
+                self.service.forget(self)
+        result = {"_meta": {SUBSCRIPTION_ID_KEY: request_id}, "resultType": "complete"}
+        return self._result(request_id, json.dumps(result), stamped=False)
+
+    def announce_list_changed(self) -> None:
+        """Send ``notifications/tools/list_changed`` where this peer can hear it."""
+        if self.era == "modern":
+            for key, notify in list(self._listens.items()):
+                meta = {SUBSCRIPTION_ID_KEY: key[1]}
+                notify(_notification("notifications/tools/list_changed", {"_meta": meta}))
+        elif self.initialized and self.send is not None:
+            self.send(_notification("notifications/tools/list_changed", None))
+
+    # -- ending ------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Cancel running calls (each is audited as cancelled) and end listen streams."""
+        if self._closed:
+            return
+        self._closed = True
+        running = list(self._calls.values())
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=5.0)
+        self.service.forget(self)
+        if self._session is not None:
+            self.service.host.sessions.pop(self._session.id, None)
+
+    # -- encoding ----------------------------------------------------------------------------------
+
+    def _result(self, request_id: Any, result_json: str, *, stamped: bool = True) -> bytes:
+        if self.era == "modern" and stamped:
+            result_json = self._stamp(result_json)
+        return (
+            b'{"jsonrpc":"2.0","id":'
+            + json.dumps(request_id).encode()
+            + b',"result":'
+            + result_json.encode()
+            + b"}"
+        )
+
+    def _stamp(self, result_json: str) -> str:
+        """A 2026-07-28 result: ``resultType`` and the ``serverInfo`` stamp."""
+        body = result_json[1:-1]
+        extra = '"resultType":"complete"' if '"resultType"' not in body else ""
+        if '"_meta"' not in body:
+            stamp = '"_meta":{"' + SERVER_INFO_KEY + '":' + self.service._info_json + "}"
+            extra = f"{extra},{stamp}" if extra else stamp
+        if not extra:
+            return result_json
+        return "{" + body + ("," if body else "") + extra + "}"
+
+
+class _RpcError(Exception):
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    envelope = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return json.dumps(envelope, separators=(",", ":")).encode()
+
+
+def _notification(method: str, params: Any) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode()
+
+
+def _progress_sender(token: Any, notify: Send) -> Callable[[ToolEvent], None]:
+    def on_event(event: ToolEvent) -> None:
+        if event.kind != "progress":
+            return
+        params: dict[str, Any] = {
+            "progressToken": token,
+            "progress": event.data.get("progress", event.data.get("pct", 0)),
+        }
+        total = event.data.get("total", 100 if "progress" not in event.data else None)
+        if total is not None:
+            params["total"] = total
+        if event.data.get("message"):
+            params["message"] = event.data["message"]
+        notify(_notification("notifications/progress", params))
+
+    return on_event
+
+
+def _search_entry(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": (
+            "Search every tool this server offers, including ones not listed yet, by what they "
+            "do. Tools found are added to your tool list."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "what the tool should do"},
+                "limit": {"type": "integer", "description": "most tools to return (10)"},
+            },
+            "required": ["query"],
+        },
+        "annotations": {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
+    }
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _id_key(value: Any) -> tuple[str, Any]:
+    """Request ids compare by type and value (``1`` and ``"1"`` are different ids)."""
+    return (type(value).__name__, value)
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -1,0 +1,609 @@
+"""An MCP server as a toolmesh source: its tools become governed toolmesh tools.
+
+The connection lives in its own task (the SDK's client is built on anyio task groups, which
+must be entered and left by one task), so ``open`` and ``close`` may come from anywhere. Calls
+run in the pipeline's task and go through the SDK's session:
+
+- the pipeline's deadline (or the caller's cancellation) cancels the request at the server: the
+  SDK sends ``notifications/cancelled`` over stdio and closes the request's stream over HTTP;
+- progress notifications become ``progress`` events and, when configured, restart the
+  deadline up to ``max_total_timeout``;
+- a stdio server that dies fails its running calls with a clear error (the last lines it wrote
+  to stderr included) and is started again by the next call;
+- ``notifications/tools/list_changed`` (or a 2026-07-28 ``subscriptions/listen`` event)
+  re-reads the tool list, and the toolkit re-assembles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from toolmesh.errors import SchemaError
+from toolmesh.mcp.config import MCPServerConfig
+from toolmesh.mcp.definitions import definition_from_mcp, input_schema_of
+from toolmesh.mcp.results import result_from_mcp
+from toolmesh.models import ToolErrorCode, ToolResult
+from toolmesh.schema import Validator, compile_validator
+from toolmesh.sources.base import Source, SourceStatus
+from toolmesh.sources.wrappers import Filtered, Prefixed, Tagged
+from toolmesh.tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+__all__ = ["MCPSource", "mcp_source"]
+
+logger = logging.getLogger("toolmesh.mcp")
+
+MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
+STDERR_LINES = 20
+_CONNECTION_CLOSED = -32000
+
+
+def mcp_source(config: MCPServerConfig, *, wrap: bool = True) -> Source:
+    """The source for one configured server: its tools filtered, re-tagged and prefixed.
+
+    ``wrap=False`` leaves allow/deny and capabilities to the caller (the manifest loader)."""
+    source: Source = MCPSource(config)
+    if wrap and (config.allow or config.deny):
+        source = Filtered(source, allow=config.allow, deny=config.deny)
+    capabilities = config.capabilities if wrap else ()
+    if capabilities or config.tags:
+        source = Tagged(source, capabilities=capabilities, tags=config.tags)
+    if config.tool_prefix:
+        source = Prefixed(source, config.tool_prefix)
+    return source
+
+
+class MCPSource(Source):
+    """The tools of one MCP server, over stdio or streamable HTTP."""
+
+    def __init__(self, config: MCPServerConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._tools: list[Tool] = []
+        self._connection: _Connection | None = None
+        self._connecting: asyncio.Future[_Connection] | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+        self._refresh_again = False
+        self._closed = False
+        self.server_info: dict[str, Any] = {}
+        self.protocol_version = ""
+        self.status = (
+            SourceStatus("pending")
+            if config.enabled
+            else SourceStatus("disabled", "disabled in the configuration")
+        )
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect and list the tools; a failure or a hang sets ``status``, never raises."""
+        if not self.config.enabled or self._connection is not None or self._closed:
+            return
+        with contextlib.suppress(_ConnectFailed):
+            await self._connect()
+
+    async def close(self) -> None:
+        """Disconnect; a stdio server's process (and its children) is gone when this returns."""
+        self._closed = True
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+        pending = self._connecting
+        if pending is not None and not pending.done():
+            pending.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.stop()
+
+    async def _connect(self) -> _Connection:
+        """The live connection, connecting first (once, however many calls wait for it)."""
+        if self._connection is not None and self._connection.alive:
+            return self._connection
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.ensure_future(self._start_connection())
+        return await asyncio.shield(self._connecting)
+
+    async def _start_connection(self) -> _Connection:
+        if self._closed:
+            raise _ConnectFailed(f"MCP server {self.name!r} is closed")
+        stale, self._connection = self._connection, None
+        if stale is not None:
+            await stale.stop()
+        connection = _Connection(self.config, self._on_change, self._on_lost)
+        try:
+            listing = await connection.start()
+        except Exception as exc:
+            reason = _connect_failure(self.config, exc, connection.stderr_tail())
+            self.status = SourceStatus("failed", reason)
+            logger.warning("MCP server %r: %s", self.name, reason)
+            raise _ConnectFailed(reason) from None
+        if self.closed:  # closed while connecting
+            await connection.stop()
+            raise _ConnectFailed(f"MCP server {self.name!r} is closed")
+        self._connection = connection
+        self.server_info = connection.server_info
+        self.protocol_version = connection.protocol_version
+        self.status = SourceStatus("connected")
+        self._set_tools(listing)
+        return connection
+
+    # -- tools -----------------------------------------------------------------------------------
+
+    def _set_tools(self, listing: list[dict[str, Any]]) -> None:
+        known = {t.name: t for t in self._tools}
+        defer = self.config.defers(len(listing))
+        tools = []
+        for entry in listing:
+            previous = known.get(str(entry["name"]))
+            made = self._tool(entry, defer)
+            if previous is not None and previous.definition == made.definition:
+                made = previous  # unchanged: the toolkit keeps its index entry
+            tools.append(made)
+        changed = [id(t) for t in tools] != [id(t) for t in self._tools]
+        self._tools = tools
+        if changed:
+            self.changed()
+
+    def _tool(self, entry: dict[str, Any], defer: bool) -> Tool:
+        name = str(entry["name"])
+        definition = definition_from_mcp(entry, server=self.name, defer_loading=defer)
+        schema = input_schema_of(entry)
+        try:
+            tool = Tool(definition, self._caller(name), source="mcp", input_schema=schema)
+        except SchemaError:  # parameters cannot be derived: list and validate the schema as is
+            exact = definition.model_copy(update={"input_schema": schema})
+            tool = Tool(exact, self._caller(name), source="mcp")
+        try:
+            compile_validator(schema)
+        except Exception:
+            # A schema our validator cannot compile: the server validates its own arguments.
+            tool._validator = Validator({"type": "object"})
+        return tool
+
+    def _caller(self, remote_name: str) -> Callable[[dict[str, Any], ToolContext], Any]:
+        async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+            # The pipeline starts this in its own task (eagerly), so the SDK's anyio cancel
+            # scopes are entered and left by one task.
+            return await self._call(remote_name, arguments, ctx)
+
+        return call
+
+    async def _call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            connection = await self._connect()
+        except _ConnectFailed as exc:
+            return _failure(ctx.tool_name, f"MCP server {self.name!r} is not available: {exc}")
+        progress = _ProgressRelay(ctx, self.config)
+        from mcp import MCPError
+
+        try:
+            result = await connection.client.call_tool(name, arguments, progress_callback=progress)
+        except MCPError as exc:
+            if exc.code == _CONNECTION_CLOSED:
+                connection.lost()
+                if self._closed:
+                    return _failure(
+                        ctx.tool_name, f"MCP server {self.name!r} was closed during the call"
+                    )
+                return _failure(ctx.tool_name, _lost_message(self, connection))
+            return _failure(
+                ctx.tool_name, f"MCP server {self.name!r} answered error {exc.code}: {exc}"
+            )
+        except (RuntimeError, ValueError) as exc:  # e.g. content that breaks its outputSchema
+            return _failure(ctx.tool_name, f"MCP server {self.name!r}: {exc}")
+        return result_from_mcp(result, ctx, tool_name=ctx.tool_name)
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    def _on_change(self) -> None:
+        """The server's tool list changed: re-read it (one refresh at a time)."""
+        if self._refreshing is not None and not self._refreshing.done():
+            self._refresh_again = True
+            return
+        self._refreshing = asyncio.ensure_future(self._refresh())
+
+    async def _refresh(self) -> None:
+        while True:
+            self._refresh_again = False
+            connection = self._connection
+            if connection is None or self._closed:
+                return
+            try:
+                listing = await connection.list_tools()
+            except Exception as exc:
+                logger.warning("MCP server %r: re-reading the tool list failed: %s", self.name, exc)
+                return
+            self._set_tools(listing)
+            if not self._refresh_again:
+                return
+
+    def _on_lost(self, connection: _Connection) -> None:
+        if connection is self._connection and not self._closed:
+            self.status = SourceStatus("failed", _lost_message(self, connection))
+
+
+class _ConnectFailed(Exception):
+    pass
+
+
+class _Connection:
+    """One live session with the server, owned by its own task."""
+
+    def __init__(
+        self,
+        config: MCPServerConfig,
+        on_change: Callable[[], None],
+        on_lost: Callable[[_Connection], None],
+    ) -> None:
+        self.config = config
+        self._on_change = on_change
+        self._on_lost = on_lost
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[list[dict[str, Any]]] | None = None
+        self._client: Client | None = None
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.alive = False
+        self.server_info: dict[str, Any] = {}
+        self.protocol_version = ""
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("the MCP connection is closed")
+        return self._client
+
+    async def start(self) -> list[dict[str, Any]]:
+        """Connect (within the connect timeout) and return the first tool listing."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._task = asyncio.ensure_future(self._run())
+        try:
+            async with asyncio.timeout(self.config.connect_timeout):
+                return await asyncio.shield(self._ready)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Leave the session; the SDK closes stdin, then terminates the process group."""
+        self.alive = False
+        self._stop.set()
+        task = self._task
+        if task is None or task.done():
+            return
+        if self._ready is not None and not self._ready.done():
+            task.cancel()  # still connecting: abandon the handshake
+        await asyncio.gather(task, return_exceptions=True)
+
+    def lost(self) -> None:
+        """The server went away (its stdout closed, or a call saw the connection close)."""
+        if self.alive:
+            self.alive = False
+            self._stop.set()
+            self._on_lost(self)
+
+    def stderr_tail(self) -> str:
+        return " | ".join(line for line in self._stderr if line.strip())
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool, following tools/list pagination."""
+        client = self.client
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+            tools.extend(
+                t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
+            )
+            cursor = page.next_cursor
+            if cursor is None or cursor in seen:
+                break
+            seen.add(cursor)
+        return tools
+
+    async def _run(self) -> None:
+        from mcp import Client
+
+        ready = self._ready
+        assert ready is not None
+        try:
+            async with (
+                self._transport() as transport,
+                Client(
+                    transport,
+                    mode=self.config.mode,
+                    message_handler=self._on_message,
+                    cache=None,
+                ) as client,
+            ):
+                self._client = client
+                self.protocol_version = client.protocol_version
+                info = client.server_info
+                self.server_info = info.model_dump(mode="json", exclude_none=True) if info else {}
+                listing = await self.list_tools()
+                self.alive = True
+                if not ready.done():
+                    ready.set_result(listing)
+                await self._serve(client)
+        except BaseException as exc:
+            if not ready.done():
+                if isinstance(exc, Exception):
+                    ready.set_exception(exc)
+                else:
+                    ready.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            if self.alive:
+                logger.warning("MCP server %r: the connection failed: %s", self.config.name, exc)
+        finally:
+            self._client = None
+            self.lost()
+
+    async def _serve(self, client: Client) -> None:
+        """Wait for close or loss; on a 2026-07-28 connection, listen for tool-list changes."""
+        listener = None
+        capabilities = client.server_capabilities.tools
+        if capabilities is not None and capabilities.list_changed and _modern(client):
+            listener = asyncio.ensure_future(self._listen(client))
+        try:
+            await self._stop.wait()
+        finally:
+            if listener is not None:
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
+
+    async def _listen(self, client: Client) -> None:
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    pass  # the notification also reaches _on_message, which refreshes
+        except Exception as exc:
+            logger.debug("MCP server %r: listen ended: %s", self.config.name, exc)
+
+    async def _on_message(self, message: Any) -> None:
+        method = getattr(message, "method", None)
+        if method == "notifications/tools/list_changed":
+            self._on_change()
+        elif isinstance(message, Exception):
+            logger.debug("MCP server %r sent a malformed message: %s", self.config.name, message)
+
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        if self.config.transport == "http":
+            async with self._http() as transport:
+                yield transport
+            return
+        async with self._stdio() as transport:
+            yield transport
+
+    @contextlib.asynccontextmanager
+    async def _http(self) -> AsyncIterator[Any]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = httpx2.AsyncClient(
+            headers=self.config.http_headers(),
+            timeout=httpx2.Timeout(self.config.connect_timeout, read=None),
+        )
+        async with client:
+            yield _Watched(streamable_http_client(self.config.url, http_client=client), self.lost)
+
+    @contextlib.asynccontextmanager
+    async def _stdio(self) -> AsyncIterator[Any]:
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        params = StdioServerParameters(
+            command=self.config.command,
+            args=list(self.config.args),
+            env=dict(self.config.env),
+            cwd=self.config.cwd,
+        )
+        read_fd, write_fd = os.pipe()
+        errlog = os.fdopen(write_fd, "w")
+        reader = asyncio.ensure_future(self._read_stderr(read_fd))
+        try:
+            yield _Watched(stdio_client(params, errlog=errlog), self.lost, after_enter=errlog.close)
+        finally:
+            errlog.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(reader)
+            reader.cancel()
+
+    async def _read_stderr(self, fd: int) -> None:
+        """Keep the last lines the server wrote to stderr (they explain failures)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=64 * 1024)
+        pipe = os.fdopen(fd, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+        name = self.config.name
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # a line longer than the limit
+                    continue
+                if not line:
+                    return
+                text = line.decode("utf-8", "replace").rstrip()
+                self._stderr.append(text[:500])
+                logger.debug("MCP server %r stderr: %s", name, text)
+        finally:
+            transport.close()
+
+
+class _Watched:
+    """A transport whose read stream tells ``on_end`` when the server stops sending."""
+
+    def __init__(
+        self,
+        inner: Any,
+        on_end: Callable[[], None],
+        *,
+        after_enter: Callable[[], None] | None = None,
+    ) -> None:
+        self._inner = inner
+        self._on_end = on_end
+        self._after_enter = after_enter
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        try:
+            read_stream, write_stream = await self._inner.__aenter__()
+        finally:
+            if self._after_enter is not None:
+                self._after_enter()  # the child holds its own copy of the stderr pipe now
+        return _WatchedRead(read_stream, self._on_end), write_stream
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
+        return result
+
+
+class _WatchedRead:
+    """Delegates to a read stream; notices its end."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except Exception:
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _WatchedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except StopAsyncIteration:
+            self._on_end()
+            raise
+        except Exception:
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedRead:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
+        return result
+
+
+class _ProgressRelay:
+    """MCP progress notifications as ``progress`` events (and deadline extensions)."""
+
+    def __init__(self, ctx: ToolContext, config: MCPServerConfig) -> None:
+        self.ctx = ctx
+        self.started = time.monotonic()
+        self.window = (ctx.deadline - self.started) if ctx.deadline is not None else None
+        self.limit = (
+            self.started + config.max_total_timeout
+            if config.max_total_timeout is not None
+            else None
+        )
+        self.extend = config.reset_timeout_on_progress
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        ctx = self.ctx
+        pct = progress / total * 100 if total else 0
+        data: dict[str, Any] = {
+            "pct": max(0, min(100, round(pct))),
+            "message": message or "",
+            "progress": progress,
+        }
+        if total is not None:
+            data["total"] = total
+        ctx.emit("progress", data)
+        if self.extend and self.window is not None:
+            ctx.extend_deadline(time.monotonic() + self.window, limit=self.limit)
+
+
+def _modern(client: Client) -> bool:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return client.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _failure(tool_name: str, message: str) -> ToolResult:
+    return ToolResult(
+        success=False,
+        tool_name=tool_name,
+        error=message,
+        error_code=ToolErrorCode.TOOL_ERROR,
+        duration_ms=0,
+    )
+
+
+def _lost_message(source: MCPSource, connection: _Connection) -> str:
+    kind = "its process exited" if source.config.transport == "stdio" else "the connection closed"
+    message = f"MCP server {source.name!r} went away during the call ({kind})"
+    tail = connection.stderr_tail()
+    if tail:
+        message += f"; its last stderr output: {tail}"
+    return message + "; it is restarted on the next call"
+
+
+def _connect_failure(config: MCPServerConfig, exc: BaseException, stderr: str) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        reason = f"no answer within the connect timeout of {config.connect_timeout:g}s"
+    elif isinstance(exc, FileNotFoundError | PermissionError):
+        reason = f"cannot start {config.command!r}: {exc.strerror}"
+    else:
+        reason = _describe(exc)
+    where = config.describe()
+    text = f"{reason} ({config.transport}: {where})"
+    if stderr:
+        text += f"; stderr: {stderr}"
+    return text
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

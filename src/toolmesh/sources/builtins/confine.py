@@ -1,0 +1,174 @@
+"""Confining paths to a set of root folders.
+
+Every path a model gives is checked the same way: it must be text without NUL bytes, within the
+length limits, and once resolved (``realpath``: every symlink followed, ``..`` collapsed) it must
+lie inside one of the roots. The check is repeated on the opened file descriptor
+(``/proc/self/fd``), so a symlink swapped in between the check and the open is caught too. Files
+with more than one hard link are refused: a hard link planted inside a root may alias a file
+outside it, and nothing on disk says where its other names are.
+
+The error messages say which rule refused the path, never where an escaping path leads.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from toolmesh.sources.builtins.base import Refused
+
+__all__ = ["MAX_NAME", "MAX_PATH", "PathRefused", "Roots"]
+
+MAX_PATH = 4096  # bytes, PATH_MAX on Linux
+MAX_NAME = 255  # bytes per path component, NAME_MAX
+
+
+class PathRefused(Refused):
+    """A path a tool may not touch; the message names the rule that refused it."""
+
+
+class Roots:
+    """The folders the file tools may reach; the first is the working folder."""
+
+    def __init__(self, roots: Sequence[str | os.PathLike[str]], *, allow_hardlinks: bool = False):
+        if not roots:
+            raise ValueError("at least one root folder is needed")
+        resolved: list[str] = []
+        for root in roots:
+            real = os.path.realpath(os.fspath(root))
+            if not os.path.isdir(real):
+                raise ValueError(f"root {os.fspath(root)!r} is not a folder")
+            resolved.append(real)
+        self.paths: tuple[str, ...] = tuple(resolved)
+        self.allow_hardlinks = allow_hardlinks
+
+    @property
+    def home(self) -> str:
+        """The working folder: relative paths start here."""
+        return self.paths[0]
+
+    def contains(self, real: str) -> bool:
+        """Whether an already resolved path lies inside a root."""
+        return any(real == root or real.startswith(root.rstrip("/") + "/") for root in self.paths)
+
+    def relative(self, real: str) -> str:
+        """How the model should see a resolved path: relative to the working folder when
+        inside it, otherwise as is."""
+        home = self.home
+        if real == home:
+            return "."
+        if real.startswith(home.rstrip("/") + "/"):
+            return real[len(home.rstrip("/")) + 1 :]
+        return real
+
+    def resolve(self, path: str, *, base: str | None = None) -> str:
+        """The real path ``path`` names, refused unless it lies inside a root.
+
+        ``base`` is the folder a relative path starts from (default: the working folder).
+        The path need not exist; its nearest existing ancestor is resolved and must be inside.
+        """
+        check_text(path)
+        start = base or self.home
+        joined = os.path.normpath(os.path.join(start, path or "."))
+        if not self.contains(joined):
+            if os.path.isabs(path):
+                raise PathRefused(f"absolute path {path!r} is outside the workspace")
+            raise PathRefused(f"path {path!r} uses '..' to leave the workspace")
+        real = os.path.realpath(joined)
+        if not self.contains(real):
+            raise PathRefused(_symlink_reason(path, joined, self))
+        return real
+
+    def check_file(self, real: str) -> os.stat_result | None:
+        """``lstat`` of a resolved path (None when it does not exist), refusing hard links."""
+        try:
+            info = os.lstat(real)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            raise PathRefused(
+                f"{self.relative(real)!r}: a parent is a file, not a folder"
+            ) from None
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not self.allow_hardlinks:
+            raise PathRefused(
+                f"{self.relative(real)!r} has {info.st_nlink} hard links; it is refused because "
+                "another link may lie outside the workspace"
+            )
+        return info
+
+    @contextmanager
+    def open(self, real: str, flags: int, mode: int = 0o644) -> Iterator[int]:
+        """Open a resolved regular file without following a final symlink (and without blocking
+        on a FIFO), then check again where the descriptor really points (a symlink swapped in
+        meanwhile is caught) and that it is a regular file."""
+        fd = os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+        try:
+            self.verify_fd(fd, real)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PathRefused(f"{self.relative(real)!r} is not a regular file")
+            os.set_blocking(fd, True)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def verify_fd(self, fd: int, shown: str) -> None:
+        where = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else shown
+        if not self.contains(where):
+            raise PathRefused(f"{self.relative(shown)!r} changed to point outside the workspace")
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not self.allow_hardlinks:
+            raise PathRefused(
+                f"{self.relative(shown)!r} has {info.st_nlink} hard links; it is refused because "
+                "another link may lie outside the workspace"
+            )
+
+    def make_parents(self, real: str) -> None:
+        """Create the missing folders above a resolved path, each checked on the way."""
+        parent = os.path.dirname(real)
+        missing: list[str] = []
+        while not os.path.isdir(parent):
+            if os.path.lexists(parent):
+                raise PathRefused(f"{self.relative(parent)!r} exists and is not a folder")
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for folder in reversed(missing):
+            os.mkdir(folder)
+            if not self.contains(os.path.realpath(folder)):
+                raise PathRefused(f"{self.relative(folder)!r} resolves outside the workspace")
+
+
+def check_text(path: object) -> None:
+    """Refuse what is not a plain path string: wrong type, NUL bytes, over-long."""
+    if not isinstance(path, str):
+        raise PathRefused(f"a path must be a string, not {type(path).__name__}")
+    if "\x00" in path:
+        raise PathRefused("path contains a NUL byte")
+    encoded = path.encode("utf-8", "surrogateescape")
+    if len(encoded) >= MAX_PATH:
+        raise PathRefused(f"path is too long ({len(encoded)} bytes; the limit is {MAX_PATH})")
+    longest = max(
+        (len(part.encode("utf-8", "surrogateescape")) for part in path.split("/")), default=0
+    )
+    if longest > MAX_NAME:
+        raise PathRefused(
+            f"a path component is too long ({longest} bytes; the limit is {MAX_NAME})"
+        )
+
+
+def _symlink_reason(path: str, joined: str, roots: Roots) -> str:
+    """Name the symlink through which ``joined`` leaves the roots."""
+    parts = Path(joined).parts
+    current = Path(parts[0])
+    for index, part in enumerate(parts[1:], start=1):
+        current = current / part
+        if os.path.islink(current) and not roots.contains(os.path.realpath(current)):
+            shown = roots.relative(str(current))
+            if index == len(parts) - 1:
+                return f"{path!r} is a symlink that points outside the workspace"
+            return (
+                f"parent folder {shown!r} of {path!r} is a symlink that leads outside the workspace"
+            )
+    return f"path {path!r} resolves outside the workspace"

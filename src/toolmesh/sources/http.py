@@ -1,0 +1,613 @@
+"""Declarative HTTP tools: one request per call, described rather than coded.
+
+An ``HttpEndpoint`` says how a call becomes a request: the method, a URL template whose
+``{placeholders}`` are filled from the arguments (percent-encoded), query parameters and headers
+that may use ``{argument}`` placeholders too, a JSON, form or raw body, a timeout, and whether the
+result is the response's text, its JSON or its status code. Header values may hold ``${ENV}``
+references: they are expanded at call time, and their values are never logged, shown in a result
+or stored in a definition (so secrets stay in headers, never in URLs that clients log).
+
+A template string that is exactly ``"{name}"`` takes the argument's value as it is (a list in the
+query repeats the parameter, a number in a JSON body stays a number); an entry whose placeholder
+names an argument the call left out is left out too. Arguments that no template mentions go to
+the query string (GET, DELETE, HEAD, OPTIONS) or to a JSON body (other methods).
+
+A response outside 2xx is an error result with the status in ``metadata["status"]``; so are
+timeouts and unreachable hosts (without a status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+
+from toolmesh.capabilities import check_tag
+from toolmesh.errors import ConfigError
+from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
+from toolmesh.sources.base import Source
+from toolmesh.tools import Output, Tool, ToolContext
+
+__all__ = ["HttpEndpoint", "HttpSource", "http_tool", "sources_from_manifest"]
+
+JsonSchema = dict[str, Any]
+BodyFormat = Literal["json", "form", "raw"]
+ResultFormat = Literal["auto", "text", "json", "status"]
+
+_PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}$]+)\}")
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HEADER_TOKEN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\{([^{}$]+)\}")
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+_QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
+_EXCERPT = 500
+
+
+class _Missing(Exception):
+    """A template names an argument the call did not give."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpEndpoint:
+    """How one tool's arguments become one HTTP request."""
+
+    name: str
+    url: str
+    method: str = "GET"
+    description: str = ""
+    query: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: Any = None
+    body_format: BodyFormat | None = None
+    content_type: str | None = None
+    timeout: float = 30.0
+    result: ResultFormat = "auto"
+    input_schema: JsonSchema | None = None
+    capabilities: Sequence[str] = ()
+    tags: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        method = self.method.upper()
+        object.__setattr__(self, "method", method)
+        if method not in _METHODS:
+            raise ConfigError(f"http tool {self.name!r}: unknown method {self.method!r}")
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigError(f"http tool {self.name!r}: url must be http(s), not {self.url!r}")
+        if self.body_format not in (None, "json", "form", "raw"):
+            raise ConfigError(
+                f"http tool {self.name!r}: body_format must be json, form or raw, "
+                f"not {self.body_format!r}"
+            )
+        if self.result not in ("auto", "text", "json", "status"):
+            raise ConfigError(
+                f"http tool {self.name!r}: result must be auto, text, json or status, "
+                f"not {self.result!r}"
+            )
+        if not self.timeout > 0:
+            raise ConfigError(f"http tool {self.name!r}: timeout must be positive")
+        for where, value in (("url", self.url), ("query", self.query), ("body", self.body)):
+            if _ENV.search(json.dumps(value, default=str)):
+                raise ConfigError(
+                    f"http tool {self.name!r}: ${{ENV}} is expanded in headers only; "
+                    f"move the secret out of the {where}"
+                )
+
+    # -- the schema ------------------------------------------------------------------------------
+
+    def placeholders(self) -> dict[str, str]:
+        """Each argument a template mentions, and where (path, query, header or body)."""
+        found: dict[str, str] = {}
+        for name in _PLACEHOLDER.findall(self.url):
+            found.setdefault(name, "path")
+        for where, template in (
+            ("query", self.query),
+            ("header", self.headers),
+            ("body", self.body),
+        ):
+            for name in _names_in(template):
+                found.setdefault(name, where)
+        return found
+
+    def schema(self) -> JsonSchema:
+        """The input schema: given, or one string per placeholder (path ones required)."""
+        if self.input_schema is not None:
+            return self.input_schema
+        mentioned = self.placeholders()
+        return {
+            "type": "object",
+            "properties": {name: {"type": "string"} for name in mentioned},
+            "required": [n for n, where in mentioned.items() if where == "path"],
+            "additionalProperties": False,
+        }
+
+    # -- the request -----------------------------------------------------------------------------
+
+    def request(
+        self, arguments: Mapping[str, Any], base_headers: Mapping[str, str]
+    ) -> httpx.Request:
+        """The request for ``arguments`` (raises KeyError naming a missing environment variable)."""
+        used: set[str] = set()
+        url = _fill_url(self.url, arguments, used)
+        params = _fill_entries(self.query, arguments, used)
+        headers = {k: _expand_env(v, k) for k, v in base_headers.items()}
+        for key, template in self.headers.items():
+            try:
+                headers[key] = _fill_header(template, arguments, used, key)
+            except _Missing:
+                continue
+        body = _fill(self.body, arguments, used) if self.body is not None else None
+        rest = {k: v for k, v in arguments.items() if k not in used}
+        if rest:
+            if self.body is None and self.method not in _QUERY_METHODS:
+                body = rest
+            else:
+                params.extend(rest.items())
+        content: Any = {}
+        if body is not None:
+            content = self._body(body, headers)
+        return httpx.Request(
+            self.method,
+            url,
+            params=[(k, _text(v)) for k, v in _flatten(params)],
+            headers=headers,
+            **content,
+        )
+
+    def _body(self, body: Any, headers: dict[str, str]) -> dict[str, Any]:
+        form = self.body_format or "json"
+        if form == "form":
+            if not isinstance(body, Mapping):
+                raise ValueError("a form body must be an object")
+            return {"data": {k: _text(v) for k, v in body.items()}}
+        if form == "raw":
+            if self.content_type:
+                headers.setdefault("Content-Type", self.content_type)
+            raw = body if isinstance(body, str | bytes) else json.dumps(body)
+            return {"content": raw}
+        return {"json": body}
+
+
+def _names_in(template: Any) -> list[str]:
+    if isinstance(template, str):
+        return list(_PLACEHOLDER.findall(template))
+    if isinstance(template, Mapping):
+        return [n for v in template.values() for n in _names_in(v)]
+    if isinstance(template, list | tuple):
+        return [n for v in template for n in _names_in(v)]
+    return []
+
+
+def _fill(template: Any, arguments: Mapping[str, Any], used: set[str]) -> Any:
+    """``template`` with its placeholders filled; entries naming absent arguments dropped."""
+    if isinstance(template, str):
+        whole = _PLACEHOLDER.fullmatch(template)
+        if whole:
+            if whole.group(1) not in arguments:
+                raise _Missing(whole.group(1))
+            used.add(whole.group(1))
+            return arguments[whole.group(1)]
+        return _PLACEHOLDER.sub(lambda m: _text(_take(m.group(1), arguments, used)), template)
+    if isinstance(template, Mapping):
+        out = {}
+        for key, value in template.items():
+            try:
+                out[key] = _fill(value, arguments, used)
+            except _Missing:
+                continue
+        return out
+    if isinstance(template, list | tuple):
+        return [_fill(v, arguments, used) for v in template]
+    return template
+
+
+def _fill_entries(
+    template: Mapping[str, Any], arguments: Mapping[str, Any], used: set[str]
+) -> list[tuple[str, Any]]:
+    out = []
+    for key, value in template.items():
+        try:
+            out.append((key, _fill(value, arguments, used)))
+        except _Missing:
+            continue
+    return out
+
+
+def _fill_url(template: str, arguments: Mapping[str, Any], used: set[str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        return quote(_text(_take(match.group(1), arguments, used)), safe="")
+
+    try:
+        return _PLACEHOLDER.sub(one, template)
+    except _Missing as missing:
+        raise ValueError(f"the URL needs the argument {missing.args[0]!r}") from None
+
+
+def _take(name: str, arguments: Mapping[str, Any], used: set[str]) -> Any:
+    if name not in arguments or arguments[name] is None:
+        raise _Missing(name)
+    used.add(name)
+    return arguments[name]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _flatten(entries: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Lists in the query repeat their parameter (``?tag=a&tag=b``); nulls are left out."""
+    out: list[tuple[str, Any]] = []
+    for key, value in entries:
+        if value is None:
+            continue
+        if isinstance(value, list | tuple):
+            out.extend((key, v) for v in value if v is not None)
+        else:
+            out.append((key, value))
+    return out
+
+
+def _env(name: str, header: str) -> str:
+    found = os.environ.get(name)
+    if found is None:
+        raise KeyError(f"environment variable {name!r} (header {header!r}) is not set")
+    return found
+
+
+def _expand_env(value: str, header: str) -> str:
+    return _ENV.sub(lambda match: _env(match.group(1), header), value)
+
+
+def _fill_header(template: str, arguments: Mapping[str, Any], used: set[str], header: str) -> str:
+    """One pass over the template: ``${ENV}`` from the environment, ``{arg}`` from the call.
+    Nothing substituted is scanned again, so an argument cannot pull in an environment
+    variable."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return _env(match.group(1), header)
+        return _text(_take(match.group(2), arguments, used))
+
+    return _HEADER_TOKEN.sub(one, template)
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+class _Client:
+    """One httpx client per event loop, made on first use and closed with its source."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop or self._client.is_closed:
+            self._client = httpx.AsyncClient(follow_redirects=True)
+            self._loop = loop
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+
+async def call_endpoint(
+    endpoint: HttpEndpoint,
+    client: httpx.AsyncClient,
+    arguments: Mapping[str, Any],
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> ToolResult | Output:
+    """Send the request for ``arguments`` and shape the answer into a result."""
+    name = endpoint.name
+    try:
+        request = endpoint.request(arguments, headers or {})
+    except KeyError as exc:
+        return _error(name, str(exc.args[0]))
+    except ValueError as exc:
+        return _error(name, f"cannot build the request: {exc}")
+    limit = min(endpoint.timeout, timeout) if timeout else endpoint.timeout
+    request.extensions["timeout"] = httpx.Timeout(limit).as_dict()
+    try:
+        response = await client.send(request)
+    except httpx.TimeoutException:
+        return _error(name, f"{request.method} {_safe_url(request)} timed out after {limit:g}s")
+    except httpx.HTTPError as exc:
+        where = f"{request.method} {_safe_url(request)}"
+        return _error(name, f"{where} failed: {type(exc).__name__}: {exc}")
+    return _answer(endpoint, response)
+
+
+def _answer(endpoint: HttpEndpoint, response: httpx.Response) -> ToolResult | Output:
+    status = response.status_code
+    metadata: dict[str, Any] = {"status": status}
+    content_type = response.headers.get("content-type", "")
+    if content_type:
+        metadata["content_type"] = content_type
+    if not 200 <= status < 300:
+        excerpt = response.text[:_EXCERPT]
+        reason = response.reason_phrase or "error"
+        message = f"HTTP {status} {reason}" + (f": {excerpt}" if excerpt else "")
+        return _error(endpoint.name, message, metadata)
+    if endpoint.result == "status":
+        return Output(status, metadata=metadata)
+    wants_json = endpoint.result == "json" or (endpoint.result == "auto" and "json" in content_type)
+    if wants_json:
+        try:
+            return Output(response.json() if response.content else None, metadata=metadata)
+        except ValueError:
+            if endpoint.result == "json":
+                return _error(endpoint.name, "the response is not JSON", metadata)
+    return Output(response.text, metadata=metadata)
+
+
+def _error(name: str, message: str, metadata: dict[str, Any] | None = None) -> ToolResult:
+    return ToolResult(
+        success=False,
+        tool_name=name,
+        error=message,
+        error_code=ToolErrorCode.TOOL_ERROR,
+        metadata=metadata or {},
+        duration_ms=0,
+    )
+
+
+def _safe_url(request: httpx.Request) -> str:
+    """The URL without its query string (arguments may be private)."""
+    return str(request.url.copy_with(query=None))
+
+
+def _tool(endpoint: HttpEndpoint, client: _Client, headers: Mapping[str, str], kind: str) -> Tool:
+    definition = ToolDefinition(
+        name=endpoint.name,
+        description=endpoint.description or f"{endpoint.method} {endpoint.url}",
+        idempotent=endpoint.method in ("GET", "HEAD", "OPTIONS", "PUT", "DELETE"),
+        streaming=False,
+        tags=list(endpoint.tags),
+        capabilities=[
+            check_tag(c, where=f"tool {endpoint.name!r} capability") for c in endpoint.capabilities
+        ],
+    )
+
+    async def run(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | Output:
+        return await call_endpoint(
+            endpoint, client.get(), arguments, headers=headers, timeout=ctx.remaining
+        )
+
+    return Tool(definition, run, source=kind, input_schema=endpoint.schema())
+
+
+class HttpSource(Source):
+    """Tools of HTTP endpoints sharing one connection pool and default headers (which may hold
+    ``${ENV}`` references, expanded at call time)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[HttpEndpoint],
+        *,
+        name: str = "http",
+        headers: Mapping[str, str] | None = None,
+        kind: str = "http",
+    ) -> None:
+        self.name = name
+        self.endpoints = list(endpoints)
+        self.headers = dict(headers or {})
+        self._client = _Client()
+        self._tools = [_tool(e, self._client, self.headers, kind) for e in self.endpoints]
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def http_tool(
+    name: str,
+    url: str,
+    *,
+    method: str = "GET",
+    description: str = "",
+    parameters: Mapping[str, Any] | None = None,
+    required: Sequence[str] = (),
+    query: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+    body: Any = None,
+    body_format: BodyFormat | None = None,
+    content_type: str | None = None,
+    timeout: float = 30.0,
+    result: ResultFormat = "auto",
+    capabilities: Sequence[str] = (),
+    tags: Sequence[str] = (),
+) -> Tool:
+    """One HTTP tool (a source of its own; add several at once with ``HttpSource``).
+
+    ``parameters`` maps argument names to JSON Schemas (``required = true`` inside one, or the
+    ``required`` list, makes it required; URL placeholders always are).
+    """
+    endpoint = endpoint_of(
+        {
+            "name": name,
+            "url": url,
+            "method": method,
+            "description": description,
+            "parameters": parameters,
+            "required": list(required),
+            "query": query,
+            "headers": headers,
+            "body": body,
+            "body_format": body_format,
+            "content_type": content_type,
+            "timeout": timeout,
+            "result": result,
+            "capabilities": list(capabilities),
+            "tags": list(tags),
+        }
+    )
+    return HttpSource([endpoint], name=f"http:{name}").tools()[0]
+
+
+# -- declarations (Python keywords and the manifest alike) ---------------------------------------
+
+_ENDPOINT_KEYS = frozenset(
+    {
+        "name",
+        "url",
+        "method",
+        "description",
+        "parameters",
+        "required",
+        "input_schema",
+        "query",
+        "headers",
+        "body",
+        "body_format",
+        "content_type",
+        "timeout",
+        "result",
+        "capabilities",
+        "tags",
+    }
+)
+
+
+def endpoint_of(spec: Mapping[str, Any], *, base_url: str = "") -> HttpEndpoint:
+    """An endpoint from a declaration; unknown keys and wrong types are ConfigErrors."""
+    spec = {k: v for k, v in spec.items() if v is not None}
+    unknown = set(spec) - _ENDPOINT_KEYS
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(sorted(unknown))}; an http tool takes "
+            + ", ".join(sorted(_ENDPOINT_KEYS))
+        )
+    for key in ("name", "url"):
+        if not isinstance(spec.get(key), str) or not spec[key]:
+            raise ConfigError(f"an http tool needs {key!r} (a string)")
+    name = spec["name"]
+    url = spec["url"]
+    if base_url and not url.startswith(("http://", "https://")):
+        url = base_url.rstrip("/") + "/" + url.lstrip("/")
+    endpoint = HttpEndpoint(
+        name=name,
+        url=url,
+        method=str(spec.get("method", "GET")),
+        description=str(spec.get("description", "")),
+        query=_mapping(spec, "query", name),
+        headers={k: str(v) for k, v in _mapping(spec, "headers", name).items()},
+        body=spec.get("body"),
+        body_format=spec.get("body_format"),
+        content_type=spec.get("content_type"),
+        timeout=_number(spec.get("timeout", 30.0), name),
+        result=spec.get("result", "auto"),
+        capabilities=_strings(spec, "capabilities", name),
+        tags=_strings(spec, "tags", name),
+    )
+    schema = spec.get("input_schema")
+    if schema is None:
+        schema = _schema_of(endpoint, _mapping(spec, "parameters", name), spec.get("required", []))
+    elif not isinstance(schema, Mapping) or schema.get("type") != "object":
+        raise ConfigError(f"http tool {name!r}: input_schema must be an object schema")
+    return _with_schema(endpoint, dict(schema))
+
+
+def _with_schema(endpoint: HttpEndpoint, schema: JsonSchema) -> HttpEndpoint:
+    return dataclasses.replace(endpoint, input_schema=schema)
+
+
+def _schema_of(endpoint: HttpEndpoint, parameters: Mapping[str, Any], required: Any) -> JsonSchema:
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise ConfigError(f"http tool {endpoint.name!r}: required must be a list of names")
+    mentioned = endpoint.placeholders()
+    properties: JsonSchema = {}
+    needed = [n for n, where in mentioned.items() if where == "path"]
+    for key, value in parameters.items():
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"http tool {endpoint.name!r}: parameter {key!r} must be a table")
+        prop = dict(value)
+        if prop.pop("required", False) is True:
+            needed.append(key)
+        properties[key] = prop
+    for key in mentioned:
+        properties.setdefault(key, {"type": "string"})
+    for key in required:
+        if key not in properties:
+            raise ConfigError(f"http tool {endpoint.name!r}: required {key!r} is no parameter")
+    needed = list(dict.fromkeys([*needed, *required]))
+    schema: JsonSchema = {"type": "object", "properties": properties}
+    if needed:
+        schema["required"] = needed
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _mapping(spec: Mapping[str, Any], key: str, name: str) -> dict[str, Any]:
+    value = spec.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"http tool {name!r}: {key} must be a table of names to values")
+    return dict(value)
+
+
+def _strings(spec: Mapping[str, Any], key: str, name: str) -> list[str]:
+    value = spec.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"http tool {name!r}: {key} must be a list of strings")
+    return value
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"http tool {name!r}: timeout must be a number of seconds")
+    return float(value)
+
+
+def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
+    """A manifest entry of kind ``http``: one tool, or ``endpoints = [...]`` sharing
+    ``base_url``, ``headers`` and ``timeout``."""
+    spec = {k: v for k, v in entry.items() if k != "kind"}
+    endpoints = spec.pop("endpoints", None)
+    if endpoints is None:
+        endpoint = endpoint_of(spec)
+        return [HttpSource([endpoint], name=f"http:{endpoint.name}")]
+    if not isinstance(endpoints, list) or not endpoints:
+        raise ConfigError("endpoints must be a list of tables, one per tool")
+    shared = {k: spec.pop(k) for k in ("headers", "timeout") if k in spec}
+    base_url = spec.pop("base_url", "")
+    source_name = spec.pop("name", "http")
+    if spec:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(sorted(spec))} beside endpoints; "
+            "shared keys are base_url, headers, timeout, name"
+        )
+    made = []
+    for index, item in enumerate(endpoints):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"endpoints[{index}] must be a table")
+        try:
+            made.append(
+                endpoint_of({"timeout": shared.get("timeout"), **item}, base_url=str(base_url))
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"endpoints[{index}]: {exc}") from None
+    headers = shared.get("headers") or {}
+    if not isinstance(headers, Mapping):
+        raise ConfigError("headers must be a table of names to values")
+    return [
+        HttpSource(made, name=str(source_name), headers={k: str(v) for k, v in headers.items()})
+    ]

@@ -1,0 +1,259 @@
+"""The javascript kind (seed 003): tools written as JavaScript or TypeScript packages.
+
+A package is a folder with a ``package.json`` whose entry module (``main``, ``exports["."]``, or
+index.{mjs,js,ts}) exports a tool, or a list of them, as ``default``, ``tool`` or ``tools``::
+
+    export default {
+      name: "counter",
+      description: "Count calls",
+      parameters: { type: "object", properties: { by: { type: "integer" } } },
+      async execute({ args, state, activity }) {
+        activity("progress", [{ op: "add", path: "/step", value: 1 }]);
+        const update = [{ op: "add", path: "/context/n", value: args.by }];
+        return { output: { n: args.by }, state_update: update };
+      },
+    };
+
+It runs in Node.js as a worker process (sources/worker.py) under Node's permission model: it may
+read its own package folder (and ``allow_read``), write only ``allow_write``, and start no child
+processes or workers. Node's permissions do not cover the network; ``isolation = "bubblewrap"``
+adds a sandbox without network (unless ``network = true``). TypeScript entries are bundled with
+esbuild first (from the setting ``esbuild``, $TOOLMESH_ESBUILD, the package's node_modules, or
+PATH), cached by the content of the package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolmesh.sources.base import Source
+from toolmesh.sources.builtins.sandbox import Sandbox
+from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
+
+__all__ = ["JavaScriptSource", "sources_from_manifest"]
+
+RUNNER = Path(__file__).resolve().parent / "runners" / "node_runner.mjs"
+NODE_HINT = "install Node.js 20 or newer (`apt-get install nodejs`) or set `node` to its path"
+TYPESCRIPT = (".ts", ".mts", ".cts", ".tsx")
+_SKIP = {"node_modules", ".git", "dist", "build"}
+
+
+class JavaScriptSource(WorkerSource):
+    """The tools of one JavaScript/TypeScript package, run by Node.js."""
+
+    kind = "javascript"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        node: str = "node",
+        allow_read: Sequence[str] = (),
+        allow_write: Sequence[str] = (),
+        esbuild: str | None = None,
+        install: bool = True,
+        isolation: str = "none",
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.folder = Path(path).resolve()
+        super().__init__(name or f"javascript:{self.folder.name}")
+        self.node = node
+        self.allow_read = [str(Path(p).resolve()) for p in allow_read]
+        self.allow_write = [str(Path(p).resolve()) for p in allow_write]
+        self.esbuild = esbuild
+        self.install = install
+        self.isolation = isolation
+        self.network = network
+        self.env = dict(env or {})
+        self.cache = Path(cache_dir) if cache_dir else cache_root() / "javascript"
+        self.entry: Path | None = None
+        self._permission_flag = "--experimental-permission"
+
+    async def prepare(self) -> None:
+        manifest = self.folder / "package.json"
+        if not manifest.is_file():
+            raise WorkerError(f"{self.name}: {self.folder} has no package.json")
+        package = json.loads(manifest.read_text(encoding="utf-8"))
+        node = shutil.which(self.node)
+        if node is None:
+            raise WorkerError(f"{self.name}: Node.js ({self.node!r}) is not installed; {NODE_HINT}")
+        self.node = node
+        self._permission_flag = await asyncio.to_thread(_permission_flag, node)
+        if (
+            self.install
+            and package.get("dependencies")
+            and not (self.folder / "node_modules").exists()
+        ):
+            await asyncio.to_thread(self._npm_install)
+        entry = _entry(self.folder, package)
+        if entry.suffix in TYPESCRIPT:
+            entry = await asyncio.to_thread(self._bundle, entry)
+        self.entry = entry
+
+    def command(self) -> tuple[list[str], str, dict[str, str]]:
+        if self.entry is None:  # pragma: no cover - prepare() ran first
+            raise WorkerError(f"{self.name}: not prepared")
+        readable = [str(RUNNER), str(self.folder), str(self.entry.parent), *self.allow_read]
+        argv = [self.node, "--no-warnings", self._permission_flag]
+        argv += [f"--allow-fs-read={_grant(p)}" for p in _outermost(readable)]
+        argv += [f"--allow-fs-write={_grant(p)}" for p in _outermost(self.allow_write)]
+        argv += [str(RUNNER), str(self.entry)]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **self.env}
+        if self.isolation == "bubblewrap":
+            sandbox = Sandbox(
+                (),
+                str(self.folder),
+                view="read-only",
+                network=self.network,
+                read_only_paths=[
+                    *readable,
+                    *self.allow_write,
+                    str(Path(self.node).resolve().parent.parent),
+                ],
+            )
+            argv = sandbox.wrap(argv)
+        return argv, str(self.folder), env
+
+    def _npm_install(self) -> None:
+        npm = shutil.which("npm")
+        if npm is None:
+            raise WorkerError(f"{self.name}: the package has dependencies but npm is not installed")
+        done = subprocess.run(
+            [npm, "install", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund"],
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise WorkerError(f"{self.name}: npm install failed: {done.stderr.strip()[-500:]}")
+
+    def _bundle(self, entry: Path) -> Path:
+        esbuild = self._find_esbuild()
+        digest = _content_hash(self.folder)
+        target = self.cache / f"{self.folder.name}-{digest}.mjs"
+        if target.is_file():
+            return target
+        self.cache.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp.mjs")
+        done = subprocess.run(
+            [
+                esbuild,
+                str(entry),
+                "--bundle",
+                "--platform=node",
+                "--format=esm",
+                "--log-level=error",
+                f"--outfile={partial}",
+            ],
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise WorkerError(f"{self.name}: esbuild failed: {done.stderr.strip()[-800:]}")
+        os.replace(partial, target)
+        return target
+
+    def _find_esbuild(self) -> str:
+        for candidate in (
+            self.esbuild,
+            os.environ.get("TOOLMESH_ESBUILD"),
+            str(self.folder / "node_modules" / ".bin" / "esbuild"),
+            shutil.which("esbuild"),
+        ):
+            if candidate and os.access(candidate, os.X_OK):
+                return candidate
+        raise WorkerError(
+            f"{self.name}: a TypeScript entry needs esbuild: `npm install --save-dev esbuild` in "
+            "the package, or set `esbuild` (or $TOOLMESH_ESBUILD) to its path"
+        )
+
+
+def _entry(folder: Path, package: Mapping[str, Any]) -> Path:
+    candidates: list[str] = []
+    exports = package.get("exports")
+    if isinstance(exports, str):
+        candidates.append(exports)
+    elif isinstance(exports, Mapping):
+        dot = exports.get(".", exports)
+        if isinstance(dot, str):
+            candidates.append(dot)
+        elif isinstance(dot, Mapping):
+            candidates += [
+                v for k in ("import", "node", "default") if isinstance(v := dot.get(k), str)
+            ]
+    if isinstance(package.get("main"), str):
+        candidates.append(package["main"])
+    candidates += ["index.mjs", "index.js", "index.ts", "src/index.ts", "src/index.js"]
+    for relative in candidates:
+        path = (folder / relative).resolve()
+        if path.is_file() and path.is_relative_to(folder):
+            return path
+    raise WorkerError(f"{folder}: no entry module (set 'main' or 'exports' in package.json)")
+
+
+def _outermost(paths: Sequence[str]) -> list[str]:
+    """The paths without repeats or paths inside others (Node 20 crashes on a repeated grant)."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=len):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _grant(path: str) -> str:
+    return path.rstrip("/") + "/*" if os.path.isdir(path) else path
+
+
+def _permission_flag(node: str) -> str:
+    """Node 20-22 call it --experimental-permission; later versions --permission."""
+    done = subprocess.run([node, "--version"], capture_output=True, text=True, check=False)
+    try:
+        major = int(done.stdout.strip().lstrip("v").split(".")[0])
+    except ValueError:
+        major = 20
+    if major < 20:
+        raise WorkerError(f"Node.js {done.stdout.strip()} has no permission model; {NODE_HINT}")
+    return "--permission" if major >= 23 else "--experimental-permission"
+
+
+def _content_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP)
+        for name in sorted(files):
+            path = Path(root) / name
+            digest.update(str(path.relative_to(folder)).encode() + b"\x00")
+            digest.update(path.read_bytes() + b"\x00")
+    return digest.hexdigest()[:16]
+
+
+_OPTIONS = frozenset({
+    "name", "node", "allow_read", "allow_write", "esbuild", "install", "isolation", "network",
+    "env", "cache_dir",
+})  # fmt: skip
+
+
+def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
+    """A ``kind = "javascript"`` entry: ``path`` to the package folder (relative to the
+    manifest) and the options of ``JavaScriptSource`` (top level or in ``config``)."""
+    folder, config = package_entry(entry, base_dir=base_dir, kind="javascript", options=_OPTIONS)
+    for key in ("allow_read", "allow_write"):
+        config[key] = [str(base_dir / p) for p in config.get(key, [])]
+    return [JavaScriptSource(folder, **config)]

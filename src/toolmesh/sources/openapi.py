@@ -1,0 +1,440 @@
+"""Tools from an OpenAPI 3.x document: one tool per operation.
+
+The document may be JSON or YAML, a local file, a URL or an already-parsed mapping. Each
+operation becomes an HTTP tool (``toolmesh.sources.http``) named by its ``operationId`` (or by
+method and path), described by its summary and description, and taking its path, query, header
+and cookie parameters as arguments, plus ``body`` for a request body (``request_body`` if a
+parameter already holds that name). Parameters of one name in two places get the place as a
+suffix (``id_query``).
+
+``$ref``s to the document's own parts are resolved: ``#/components/schemas/X`` becomes
+``#/$defs/X`` inside each tool's schema (so recursive types keep working), other references are
+inlined. A reference to another document is a ``ConfigError``: nothing is fetched beyond the
+document itself. OpenAPI 3.0's ``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum``
+and its annotation-only keywords (``example``, ``xml``, ``discriminator``, ...) are rewritten to
+plain JSON Schema.
+
+The base URL comes from ``servers[0]`` (its variables take their defaults); a relative server
+URL is resolved against the document's URL, or needs ``base_url``. A document given by URL is
+fetched when the source opens (``toolkit.start()``); if that fails the source reports
+``status`` failed with the reason and serves no tools.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+import yaml
+
+from toolmesh.errors import ConfigError
+from toolmesh.sources.base import Source, SourceStatus
+from toolmesh.sources.http import HttpEndpoint, HttpSource
+from toolmesh.tools import Tool
+
+__all__ = ["OpenAPISource", "load_document", "openapi_endpoints", "sources_from_manifest"]
+
+JsonSchema = dict[str, Any]
+
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch")
+_ANNOTATIONS_ONLY = frozenset({"example", "xml", "discriminator", "externalDocs", "x-examples"})
+_SCHEMA_PREFIX = "#/components/schemas/"
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
+    """Parse an OpenAPI 3.x document (JSON or YAML) and check that it is one."""
+    try:
+        raw = text.decode() if isinstance(text, bytes) else text
+        document = json.loads(raw) if raw.lstrip().startswith("{") else yaml.safe_load(raw)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{where}: not JSON or YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{where}: an OpenAPI document must be an object")
+    version = str(document.get("openapi", ""))
+    if not version.startswith("3."):
+        found = f"swagger {document['swagger']}" if "swagger" in document else repr(version)
+        raise ConfigError(f"{where}: OpenAPI 3.x expected, found {found}")
+    if not isinstance(document.get("paths", {}), Mapping):
+        raise ConfigError(f"{where}: paths must be an object")
+    return document
+
+
+class _Document:
+    """Reference lookups in one document, with the path of what is being read for errors."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self.document = document
+
+    def resolve(self, node: Any, where: str) -> Any:
+        """``node`` with its own ``$ref`` (if any) followed, repeatedly."""
+        seen: set[str] = set()
+        while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
+            ref = node["$ref"]
+            if ref in seen:
+                raise ConfigError(f"{where}: $ref {ref!r} refers to itself")
+            seen.add(ref)
+            node = self.target(ref, where)
+        return node
+
+    def target(self, ref: str, where: str) -> Any:
+        if not ref.startswith("#/"):
+            raise ConfigError(
+                f"{where}: $ref {ref!r} points to another document; only references inside "
+                "the document are followed (nothing else is fetched)"
+            )
+        node: Any = self.document
+        for part in ref[2:].split("/"):
+            key = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, Mapping) or key not in node:
+                raise ConfigError(f"{where}: $ref {ref!r} points nowhere")
+            node = node[key]
+        return node
+
+    # -- schemas ---------------------------------------------------------------------------------
+
+    def schema(self, node: Any, where: str, defs: dict[str, Any]) -> Any:
+        """JSON Schema of an OpenAPI schema; named components land in ``defs``."""
+        if isinstance(node, list):
+            return [self.schema(item, where, defs) for item in node]
+        if not isinstance(node, Mapping):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if ref.startswith(_SCHEMA_PREFIX) and "/" not in ref[len(_SCHEMA_PREFIX) :]:
+                name = ref[len(_SCHEMA_PREFIX) :]
+                if name not in defs:
+                    defs[name] = {}  # taken first: a recursive reference finds it
+                    defs[name] = self.schema(self.target(ref, where), f"{where} -> {ref}", defs)
+                return {"$ref": f"#/$defs/{name}"}
+            return self.schema(self.resolve(node, where), f"{where} -> {ref}", defs)
+        out: JsonSchema = {}
+        for key, value in node.items():
+            if key in _ANNOTATIONS_ONLY or key == "nullable":
+                continue
+            if key in ("properties", "patternProperties", "$defs", "definitions"):
+                out[key] = {k: self.schema(v, f"{where}.{key}.{k}", defs) for k, v in value.items()}
+            elif key in ("items", "additionalProperties", "not", "allOf", "anyOf", "oneOf"):
+                out[key] = self.schema(value, f"{where}.{key}", defs)
+            else:
+                out[key] = value
+        _exclusive_bounds(out)
+        if node.get("nullable") is True:
+            _allow_null(out)
+        return out
+
+
+def _exclusive_bounds(schema: JsonSchema) -> None:
+    """OpenAPI 3.0's boolean ``exclusiveMinimum`` as the JSON Schema number form."""
+    for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(schema.get(flag), bool) and schema.pop(flag) and bound in schema:
+            schema[flag] = schema.pop(bound)
+
+
+def _allow_null(schema: JsonSchema) -> None:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        schema["type"] = [declared, "null"]
+        if isinstance(schema.get("enum"), list) and None not in schema["enum"]:
+            schema["enum"] = [*schema["enum"], None]
+    elif isinstance(declared, list) and "null" not in declared:
+        schema["type"] = [*declared, "null"]
+    elif declared is None:
+        inner = dict(schema)
+        schema.clear()
+        schema["anyOf"] = [inner, {"type": "null"}]
+
+
+# -- operations ----------------------------------------------------------------------------------
+
+
+def openapi_endpoints(
+    document: Mapping[str, Any],
+    *,
+    base_url: str | None = None,
+    document_url: str | None = None,
+    timeout: float = 30.0,
+    where: str = "openapi",
+) -> list[HttpEndpoint]:
+    """One HTTP endpoint per operation of ``document``."""
+    doc = _Document(document)
+    root = _base_url(document, base_url, document_url, where)
+    taken: set[str] = set()
+    endpoints = []
+    for path, item in (document.get("paths") or {}).items():
+        item_where = f"{where}: paths.{path}"
+        item = doc.resolve(item, item_where)
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{item_where}: a path item must be an object")
+        shared = item.get("parameters") or []
+        for method in _METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            op_where = f"{item_where}.{method}"
+            if not isinstance(operation, Mapping):
+                raise ConfigError(f"{op_where}: an operation must be an object")
+            name = _unique(_operation_name(operation, method, path), taken)
+            endpoints.append(
+                _endpoint(doc, name, method, path, operation, shared, root, timeout, op_where)
+            )
+    return endpoints
+
+
+def _base_url(
+    document: Mapping[str, Any], base_url: str | None, document_url: str | None, where: str
+) -> str:
+    if base_url:
+        return base_url.rstrip("/")
+    servers = document.get("servers") or [{"url": "/"}]
+    server = servers[0] if isinstance(servers, list) and servers else {}
+    url = str(server.get("url", "/")) if isinstance(server, Mapping) else "/"
+    for key, variable in (server.get("variables") or {}).items():
+        url = url.replace("{" + key + "}", str(variable.get("default", "")))
+    if url.startswith(("http://", "https://")):
+        return url.rstrip("/")
+    if document_url:
+        return urljoin(document_url, url).rstrip("/")
+    raise ConfigError(
+        f"{where}: the server URL {url!r} is relative; give base_url (the API's address)"
+    )
+
+
+def _operation_name(operation: Mapping[str, Any], method: str, path: str) -> str:
+    given = operation.get("operationId")
+    raw = str(given) if given else f"{method}_{path}"
+    return re.sub("_{2,}", "_", _NAME_CHARS.sub("_", raw)).strip("_") or method
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}_{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _endpoint(
+    doc: _Document,
+    name: str,
+    method: str,
+    path: str,
+    operation: Mapping[str, Any],
+    shared: Sequence[Any],
+    root: str,
+    timeout: float,
+    where: str,
+) -> HttpEndpoint:
+    parameters: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for i, raw in enumerate([*shared, *(operation.get("parameters") or [])]):
+        param = doc.resolve(raw, f"{where}.parameters[{i}]")
+        if not isinstance(param, Mapping) or "name" not in param or "in" not in param:
+            raise ConfigError(f"{where}.parameters[{i}]: a parameter needs name and in")
+        parameters[(str(param["name"]), str(param["in"]))] = param  # the operation's wins
+    defs: dict[str, Any] = {}
+    properties: JsonSchema = {}
+    required: list[str] = []
+    url, query, headers, cookies = root + path, {}, {}, []
+    for (pname, place), param in parameters.items():
+        arg = pname if pname not in properties else f"{pname}_{place}"
+        schema = doc.schema(param.get("schema") or {"type": "string"}, f"{where}.{pname}", defs)
+        if param.get("description") and "description" not in schema:
+            schema = {**schema, "description": param["description"]}
+        properties[arg] = schema
+        if param.get("required") or place == "path":
+            required.append(arg)
+        if place == "path":
+            url = url.replace("{" + pname + "}", "{" + arg + "}")
+        elif place == "query":
+            query[pname] = "{" + arg + "}"
+        elif place == "header":
+            headers[pname] = "{" + arg + "}"
+        elif place == "cookie":
+            cookies.append(f"{pname}={{{arg}}}")
+    if cookies:
+        headers["Cookie"] = "; ".join(cookies)
+    for undeclared in re.findall(r"\{([^{}]+)\}", path):  # in the path, not in parameters
+        if undeclared not in properties and (undeclared, "path") not in parameters:
+            properties[undeclared] = {"type": "string"}
+            required.append(undeclared)
+    body, body_format, content_type = _request_body(
+        doc, operation, properties, required, defs, where
+    )
+    input_schema: JsonSchema = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        input_schema["required"] = required
+    if defs:
+        input_schema["$defs"] = defs
+    texts = [operation.get("summary"), operation.get("description")]
+    description = "\n\n".join(str(t).strip() for t in texts if t) or f"{method.upper()} {path}"
+    tags = operation.get("tags") or []
+    return HttpEndpoint(
+        name=name,
+        url=url,
+        method=method.upper(),
+        description=description,
+        query=query,
+        headers=headers,
+        body=body,
+        body_format=body_format,
+        content_type=content_type,
+        timeout=timeout,
+        input_schema=input_schema,
+        tags=[str(t) for t in tags] if isinstance(tags, list) else [],
+    )
+
+
+def _request_body(
+    doc: _Document,
+    operation: Mapping[str, Any],
+    properties: JsonSchema,
+    required: list[str],
+    defs: dict[str, Any],
+    where: str,
+) -> tuple[str | None, Any, str | None]:
+    if "requestBody" not in operation:
+        return None, None, None
+    body = doc.resolve(operation["requestBody"], f"{where}.requestBody")
+    content = body.get("content") if isinstance(body, Mapping) else None
+    if not isinstance(content, Mapping) or not content:
+        raise ConfigError(f"{where}.requestBody: content must name at least one media type")
+    media_type, form = _pick_media_type(list(content))
+    media = content[media_type] if isinstance(content[media_type], Mapping) else {}
+    schema = doc.schema(media.get("schema") or {}, f"{where}.requestBody", defs)
+    if form == "raw" and not schema:
+        schema = {"type": "string"}
+    elif form == "raw" and schema.get("format") == "binary":
+        schema = {"type": "string", "description": "the content, as text"}
+    if body.get("description") and "description" not in schema:
+        schema = {**schema, "description": body["description"]}
+    arg = "body" if "body" not in properties else "request_body"
+    properties[arg] = schema
+    if body.get("required"):
+        required.append(arg)
+    return "{" + arg + "}", form, media_type if form == "raw" else None
+
+
+def _pick_media_type(types: list[str]) -> tuple[str, Any]:
+    for media_type in types:
+        if media_type == "application/json" or media_type.endswith("+json"):
+            return media_type, "json"
+    for media_type in types:
+        if media_type == "application/x-www-form-urlencoded":
+            return media_type, "form"
+    return types[0], "raw"
+
+
+# -- the source ----------------------------------------------------------------------------------
+
+
+class OpenAPISource(Source):
+    """Tools of every operation of an OpenAPI 3.x document (file, URL or mapping)."""
+
+    def __init__(
+        self,
+        document: str | Path | Mapping[str, Any],
+        *,
+        base_url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        name: str | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.headers = dict(headers or {})
+        self.timeout = timeout
+        self._inner: HttpSource | None = None
+        self.url: str | None = None
+        if isinstance(document, str) and document.startswith(("http://", "https://")):
+            self.url = document
+            self.name = name or f"openapi:{document}"
+            self.status = SourceStatus("pending", "the document is fetched when the source opens")
+            return
+        if isinstance(document, Mapping):
+            where, loaded = "openapi", load_document(json.dumps(document), where="openapi")
+        else:
+            path = Path(document)
+            where = str(path)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"{where}: cannot read the document: {exc.strerror}") from None
+            loaded = load_document(text, where=where)
+        self.name = name or f"openapi:{loaded.get('info', {}).get('title', where)}"
+        self._build(loaded, where=where)
+
+    def _build(self, document: Mapping[str, Any], *, where: str) -> None:
+        endpoints = openapi_endpoints(
+            document,
+            base_url=self.base_url,
+            document_url=self.url,
+            timeout=self.timeout,
+            where=where,
+        )
+        self._inner = HttpSource(endpoints, name=self.name, headers=self.headers, kind="openapi")
+        self.status = SourceStatus("connected")
+
+    def tools(self) -> Sequence[Tool]:
+        return self._inner.tools() if self._inner is not None else ()
+
+    async def open(self) -> None:
+        if self.url is None or self._inner is not None:
+            return
+        try:
+            async with httpx.AsyncClient(follow_redirects=True, timeout=self.timeout) as client:
+                response = await client.get(self.url)
+                response.raise_for_status()
+            self._build(load_document(response.content, where=self.url), where=self.url)
+        except (httpx.HTTPError, ConfigError) as exc:
+            self.status = SourceStatus("failed", f"cannot load {self.url}: {exc}")
+            return
+        self.changed()
+
+    async def close(self) -> None:
+        if self._inner is not None:
+            await self._inner.close()
+
+
+def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
+    """A manifest entry of kind ``openapi``: ``spec`` (a file, relative to the manifest, or a
+    URL) and optionally ``base_url``, ``headers``, ``timeout``, ``name``."""
+    known = {"kind", "spec", "base_url", "headers", "timeout", "name"}
+    unknown = set(entry) - known
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(sorted(unknown))}; openapi takes "
+            + ", ".join(sorted(known - {"kind"}))
+        )
+    spec = entry.get("spec")
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError("openapi needs spec = a file path or an http(s) URL")
+    document: str | Path = spec
+    if not spec.startswith(("http://", "https://")):
+        document = (base_dir / spec).resolve()
+    headers = entry.get("headers") or {}
+    timeout = entry.get("timeout", 30.0)
+    if not isinstance(headers, Mapping):
+        raise ConfigError("headers must be a table of names to values")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigError("timeout must be a positive number of seconds")
+    base_url = entry.get("base_url")
+    if base_url is not None and not isinstance(base_url, str):
+        raise ConfigError("base_url must be a string")
+    name = entry.get("name")
+    return [
+        OpenAPISource(
+            document,
+            base_url=base_url,
+            headers={k: str(v) for k, v in headers.items()},
+            timeout=float(timeout),
+            name=str(name) if name else None,
+        )
+    ]

@@ -1,0 +1,191 @@
+"""The python kind, isolated (seed 003): a tool package with its own dependencies.
+
+The package is a folder with a ``pyproject.toml``. Its dependencies (``[project].dependencies``)
+are installed into a virtual environment of its own, cached by a hash of what decides its
+content (the dependency list, the Python version and interpreter), so a second start costs
+nothing. The tool runs in that environment as a worker process (sources/worker.py) that imports
+nothing of toolmesh; the package's code is imported from its folder (or its ``src/``), so edits
+apply at the next start. The tool object is named by ``entry = "module:attr"`` (the manifest
+entry, or ``[tool.toolmesh] entry`` in pyproject.toml; default ``<project name>:tools``) and is
+a dict or object with ``name``, ``description``, ``parameters`` (JSON Schema) and
+``execute(input)``, or a list of them::
+
+    def execute(input):
+        count = input["state"].get("context", {}).get("count", 0) + 1
+        input["activity"]("progress", [{"op": "add", "path": "/count", "value": count}])
+        return {"output": count,
+                "state_update": [{"op": "add", "path": "/context/count", "value": count}]}
+
+    tools = [{"name": "count", "description": "Count calls",
+              "parameters": {"type": "object", "properties": {}}, "execute": execute}]
+
+The in-process ``@tool`` function stays the light default; this kind is for tools whose
+dependencies must not meet toolmesh's (or each other's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from toolmesh.sources.base import Source
+from toolmesh.sources.builtins.sandbox import Sandbox
+from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
+
+__all__ = ["PythonPackageSource", "ensure_venv", "sources_from_manifest"]
+
+RUNNER = Path(__file__).resolve().parent / "runners" / "python_runner.py"
+
+
+class PythonPackageSource(WorkerSource):
+    """The tools of one Python package, run in its own virtual environment."""
+
+    kind = "python"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        entry: str | None = None,
+        name: str | None = None,
+        python: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        isolation: str = "none",
+        network: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.folder = Path(path).resolve()
+        super().__init__(name or f"python:{self.folder.name}")
+        self.entry = entry
+        self.python = python or sys.executable
+        self.cache = Path(cache_dir) if cache_dir else cache_root() / "venvs"
+        self.isolation = isolation
+        self.network = network
+        self.env = dict(env or {})
+        self.venv: Path | None = None
+
+    async def prepare(self) -> None:
+        project = _read_pyproject(self.folder)
+        self.entry = self.entry or _default_entry(project, self.folder)
+        dependencies = project.get("project", {}).get("dependencies", [])
+        if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
+            raise WorkerError(f"{self.name}: [project].dependencies must be a list of strings")
+        self.venv = await asyncio.to_thread(ensure_venv, dependencies, self.cache, self.python)
+
+    def command(self) -> tuple[list[str], str, dict[str, str]]:
+        if self.venv is None or self.entry is None:  # pragma: no cover - prepare() ran first
+            raise WorkerError(f"{self.name}: not prepared")
+        root = self.folder / "src" if (self.folder / "src").is_dir() else self.folder
+        python = self.venv / "bin" / "python"
+        argv = [str(python), "-I", "-B", str(RUNNER), str(root), self.entry]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8",
+            **self.env,
+        }
+        if self.isolation == "bubblewrap":
+            base = Path(os.path.realpath(python)).parent.parent
+            visible = [str(self.folder), str(RUNNER.parent), str(self.venv), str(base)]
+            sandbox = Sandbox((), str(self.folder), view="read-only", network=self.network,
+                              read_only_paths=visible)  # fmt: skip
+            argv = sandbox.wrap(argv)
+        return argv, str(self.folder), env
+
+
+def _read_pyproject(folder: Path) -> dict[str, Any]:
+    path = folder / "pyproject.toml"
+    if not path.is_file():
+        raise WorkerError(f"{folder} has no pyproject.toml")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkerError(f"{path}: {exc}") from None
+
+
+def _default_entry(project: Mapping[str, Any], folder: Path) -> str:
+    configured = project.get("tool", {}).get("toolmesh", {}).get("entry")
+    if isinstance(configured, str):
+        return configured
+    name = project.get("project", {}).get("name")
+    if not isinstance(name, str):
+        raise WorkerError(f'{folder}: set `entry = "module:attr"` (no [project].name to guess)')
+    return re.sub(r"[-.]", "_", name).lower() + ":tools"
+
+
+def ensure_venv(dependencies: list[str], cache: Path, python: str = sys.executable) -> Path:
+    """The virtual environment with ``dependencies`` installed, made once per content hash.
+
+    It is built in a temporary folder and renamed into place, so a half-made environment is
+    never used, and two builders racing each other both end with a whole one."""
+    version = subprocess.run(
+        [python, "-c", "import sys; print(sys.version, sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    key = json.dumps({"deps": sorted(dependencies), "python": version}, sort_keys=True)
+    target = cache / hashlib.sha256(key.encode()).hexdigest()[:20]
+    if (target / "bin" / "python").exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+    try:
+        _run([python, "-m", "venv", "--without-pip", str(building)], "creating the environment")
+        if dependencies:
+            _run(
+                [
+                    sys.executable, "-m", "pip", "--python", str(building / "bin" / "python"),
+                    "install", "--quiet", "--disable-pip-version-check", *dependencies,
+                ],
+                "installing the dependencies",
+            )  # fmt: skip
+        _fix_paths(building, target)
+        try:
+            os.rename(building, target)
+        except OSError:
+            if not (target / "bin" / "python").exists():
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+def _fix_paths(building: Path, target: Path) -> None:
+    """A venv records its own folder in activation scripts and script shebangs; point them at
+    the final folder before the rename."""
+    old, new = str(building).encode(), str(target).encode()
+    for path in (building / "bin").iterdir():
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            if old in data:
+                path.write_bytes(data.replace(old, new))
+    config = building / "pyvenv.cfg"
+    config.write_bytes(config.read_bytes().replace(old, new))
+
+
+def _run(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        raise WorkerError(f"{what} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+
+
+_OPTIONS = frozenset({"entry", "name", "python", "cache_dir", "isolation", "network", "env"})
+
+
+def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
+    """A ``kind = "python"`` entry with ``path`` (an isolated package folder, relative to the
+    manifest) and the options of ``PythonPackageSource`` (top level or in ``config``)."""
+    folder, config = package_entry(entry, base_dir=base_dir, kind="python", options=_OPTIONS)
+    return [PythonPackageSource(folder, **config)]

@@ -1,0 +1,87 @@
+// toolmesh's runner for tools written as JavaScript packages (see toolmesh/sources/worker.py).
+// Usage: node runner.mjs ENTRY_FILE
+// Speaks one JSON object per line: calls on stdin, answers on stdout. Whatever the tool code
+// prints goes to stderr, so it cannot break the protocol.
+import { pathToFileURL } from "node:url";
+import { createInterface } from "node:readline";
+
+const protocol = process.stdout.write.bind(process.stdout);
+process.stdout.write = process.stderr.write.bind(process.stderr);
+for (const name of ["log", "info", "debug"]) console[name] = console.error;
+
+function send(message) {
+  protocol(JSON.stringify(message) + "\n");
+}
+
+function describe(error) {
+  return error && error.message ? `${error.name || "Error"}: ${error.message}` : String(error);
+}
+
+async function load(entry) {
+  const module = await import(pathToFileURL(entry).href);
+  let found = module.default ?? module.tools ?? module.tool;
+  if (found && !Array.isArray(found) && found.tools) found = found.tools;
+  const tools = Array.isArray(found) ? found : [found];
+  for (const tool of tools) {
+    if (!tool || typeof tool.name !== "string" || typeof tool.execute !== "function") {
+      throw new Error(
+        "the package must export a tool { name, description, parameters, execute(input) } " +
+          "(as default, `tool` or `tools`)",
+      );
+    }
+  }
+  return tools;
+}
+
+async function run(tools, message) {
+  const tool = tools.get(message.tool);
+  if (!tool) return send({ type: "error", id: message.id, message: `no tool ${message.tool}` });
+  const emit = (kind, data) => send({ type: "event", id: message.id, kind, data: data ?? {} });
+  const input = {
+    args: message.args ?? {},
+    state: message.state ?? {},
+    emit,
+    activity: (activityType, patch) => emit("activity", { activity_type: activityType, patch }),
+  };
+  try {
+    const answer = (await tool.execute(input)) ?? {};
+    const shaped = typeof answer === "object" && "output" in answer ? answer : { output: answer };
+    send({ type: "result", id: message.id, output: shaped.output ?? null, state_update: shaped.state_update ?? null });
+  } catch (error) {
+    send({ type: "error", id: message.id, message: describe(error) });
+  }
+}
+
+async function main() {
+  let tools;
+  try {
+    tools = await load(process.argv[2]);
+  } catch (error) {
+    send({ type: "fatal", message: describe(error) });
+    process.exit(1);
+  }
+  send({
+    type: "ready",
+    tools: tools.map((t) => ({
+      name: t.name,
+      description: t.description ?? "",
+      parameters: t.parameters ?? { type: "object", properties: {} },
+      capabilities: t.capabilities ?? [],
+    })),
+  });
+  const byName = new Map(tools.map((t) => [t.name, t]));
+  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  for await (const line of lines) {
+    if (!line.trim()) continue;
+    let message;
+    try {
+      message = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (message.type === "call") run(byName, message);
+  }
+  process.exit(0);
+}
+
+main();

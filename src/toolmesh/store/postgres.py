@@ -1,0 +1,642 @@
+"""The shared store: PostgreSQL, for several hosts serving as one (``postgresql://...``).
+
+It keeps what SQLite keeps (audit, sessions, state) in the same schema versions, plus the
+tables that let hosts share HTTP sessions (see ``toolmesh.transports.cluster``). The driver is
+asyncpg: asyncio-native, a connection pool and LISTEN/NOTIFY built in, and the fastest Python
+driver on the short statements a call makes (binary protocol, statements prepared once per
+connection).
+
+Every host is a client of the same database, so:
+
+- state updates are compare-and-set on a version column, and a write carries a token so a
+  retry after a lost connection can tell whether its own write landed (never applied twice);
+- an audit row carries a unique id, so a retried insert is harmless (exactly once);
+- ``shared = True`` tells the state manager to read documents through, never from a cache;
+- a lost connection (a restart, a failover) is retried for ``reconnect_timeout`` seconds, and
+  the listener reconnects by itself, then asks subscribers to resync (signals may be lost);
+- migrations run under an advisory lock, so hosts starting together apply each one once.
+
+One NOTIFY channel (``toolmesh``) carries every signal as ``"<topic> <payload>"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from toolmesh.audit import AuditEntry
+from toolmesh.errors import ConfigError
+from toolmesh.store.base import (
+    A2ATaskRecord,
+    SessionRecord,
+    StateRecord,
+    Store,
+    _check_payload,
+    _check_topic,
+)
+
+__all__ = ["CLUSTER_MIGRATIONS", "MIGRATIONS", "PostgresStore", "display_url"]
+
+logger = logging.getLogger("toolmesh.store")
+
+T = TypeVar("T")
+Connection = Any  # asyncpg.Connection or the pool's proxy of one
+CHANNEL = "toolmesh"
+_MIGRATION_LOCK = 0x746F6F6C  # "tool": the advisory lock hosts take while migrating
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE audit (
+            id BIGSERIAL PRIMARY KEY,
+            uid TEXT NOT NULL UNIQUE,
+            ts DOUBLE PRECISION NOT NULL,
+            session_id TEXT NOT NULL,
+            agent_id TEXT NOT NULL,
+            req_id TEXT NOT NULL,
+            correlation_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            source TEXT NOT NULL,
+            transport TEXT NOT NULL,
+            success BOOLEAN NOT NULL,
+            error_code TEXT,
+            duration_ms BIGINT NOT NULL,
+            input_bytes BIGINT NOT NULL,
+            output_bytes BIGINT NOT NULL,
+            args_digest TEXT NOT NULL,
+            decision TEXT NOT NULL,
+            host_id TEXT NOT NULL
+        );
+        CREATE TABLE sessions (
+            session_id TEXT PRIMARY KEY,
+            agent_id TEXT NOT NULL,
+            capabilities JSONB NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            metadata JSONB NOT NULL
+        );
+        CREATE TABLE state (
+            session_id TEXT PRIMARY KEY,
+            document JSONB NOT NULL,
+            version BIGINT NOT NULL,
+            writer TEXT NOT NULL
+        );
+        """,
+    ),
+    (
+        2,
+        """
+        CREATE TABLE a2a_tasks (
+            task_id TEXT PRIMARY KEY,
+            context_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            document JSONB NOT NULL
+        );
+        CREATE INDEX a2a_tasks_by_context ON a2a_tasks (context_id, updated_at);
+        """,
+    ),
+]
+"""The store's schema, numbered as SQLite's (``toolmesh.store.sqlite.MIGRATIONS``)."""
+
+CLUSTER_MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE mailbox (
+            id BIGSERIAL PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            message BYTEA NOT NULL,
+            posted_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX mailbox_by_session ON mailbox (session_id, id);
+        CREATE TABLE approvals (
+            approval_id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            host_id TEXT NOT NULL,
+            asked_at DOUBLE PRECISION NOT NULL
+        );
+        """,
+    ),
+]
+"""PostgreSQL-only tables for hosts that share HTTP sessions: messages waiting for the host that
+holds a session's stream, and which host waits for which approval."""
+
+_AUDIT_COLUMNS = (
+    ("uid", "text"),
+    ("ts", "float8"),
+    ("session_id", "text"),
+    ("agent_id", "text"),
+    ("req_id", "text"),
+    ("correlation_id", "text"),
+    ("tool_name", "text"),
+    ("source", "text"),
+    ("transport", "text"),
+    ("success", "bool"),
+    ("error_code", "text"),
+    ("duration_ms", "int8"),
+    ("input_bytes", "int8"),
+    ("output_bytes", "int8"),
+    ("args_digest", "text"),
+    ("decision", "text"),
+    ("host_id", "text"),
+)
+_ARRAYS = ", ".join(f"${i}::{kind}[]" for i, (_, kind) in enumerate(_AUDIT_COLUMNS, 1))
+_INSERT_AUDIT = (
+    f"INSERT INTO audit ({', '.join(name for name, _ in _AUDIT_COLUMNS)}) "  # noqa: S608
+    f"SELECT * FROM unnest({_ARRAYS}) ON CONFLICT (uid) DO NOTHING"
+)
+_READ_COLUMNS = [name for name, _ in _AUDIT_COLUMNS[1:]]
+
+
+def display_url(url: str) -> str:
+    """``url`` with its password hidden, for logs and banners."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection went away (worth reconnecting and retrying)."""
+    if isinstance(
+        exc,
+        asyncpg.PostgresConnectionError
+        | asyncpg.exceptions.OperatorInterventionError
+        | OSError
+        | TimeoutError,
+    ):
+        return True
+    return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
+
+
+class PostgresStore(Store):
+    """Audit, sessions and state in one PostgreSQL database, shared by every host."""
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_connections: int = 1,
+        max_connections: int = 10,
+        reconnect_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if urlsplit(url).scheme not in ("postgresql", "postgres"):
+            raise ConfigError(f"a PostgreSQL store wants a postgresql:// URL, not {url!r}")
+        self.url = url
+        self.min_connections = min_connections
+        self.max_connections = max_connections
+        self.reconnect_timeout = reconnect_timeout
+        self.connect_timeout = connect_timeout
+        self._pool: asyncpg.Pool | None = None
+        self._pending: list[tuple[Any, ...]] = []  # audit rows waiting for the next flush
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._flush_scheduled = False
+        self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+        self._open_lock: asyncio.Lock | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({display_url(self.url)!r})"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            try:
+                pool = await asyncpg.create_pool(
+                    self.url,
+                    min_size=self.min_connections,
+                    max_size=self.max_connections,
+                    timeout=self.connect_timeout,
+                    reset=_nothing_to_reset,
+                )
+            except Exception as exc:
+                raise ConfigError(
+                    f"cannot use {display_url(self.url)} as a toolmesh store: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            try:
+                async with pool.acquire() as connection:
+                    await _migrate(connection)
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool = pool
+            self._listening = asyncio.Event()
+            self._listener = asyncio.ensure_future(self._listen())
+            await self._listening.wait()
+
+    async def close(self) -> None:
+        if self._pool is None:
+            return
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+        await self.flush()
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+        pool, self._pool = self._pool, None
+        await pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise ConfigError(f"{self!r} is not open: await store.open() first")
+        return self._pool
+
+    async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``operation`` on a pooled connection, reconnecting and retrying it while the
+        server is unreachable (up to ``reconnect_timeout`` seconds). Operations must be safe to
+        run twice: the first try may have committed before its connection was lost."""
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                async with self.pool.acquire() as connection:
+                    return await operation(connection)
+            except Exception as exc:
+                if not _lost(exc):
+                    raise
+                now = time.monotonic()
+                deadline = deadline or now + self.reconnect_timeout
+                if now >= deadline:
+                    raise
+                logger.warning("PostgreSQL connection lost (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # -- audit -----------------------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
+        self._pending.append(_audit_row(entry))
+        if durable:
+            await self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            task = asyncio.ensure_future(self._flush_soon())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(0)  # entries finishing in this loop iteration share the insert
+        self._flush_scheduled = False
+        try:
+            await self.flush()
+        except Exception as exc:
+            logger.error("audit rows were not stored: %s", exc)
+
+    async def flush(self) -> None:
+        """Insert the audit rows appended so far (committed when this returns)."""
+        if not self._pending:
+            return
+        rows, self._pending = self._pending, []
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        try:
+            await self.run(lambda db: db.execute(_INSERT_AUDIT, *columns))
+        except BaseException:
+            self._pending[:0] = rows  # kept for the next flush (or close)
+            raise
+
+    async def recent_audit(self, limit: int = 20) -> list[AuditEntry]:
+        await self.flush()
+        query = f"SELECT {', '.join(_READ_COLUMNS)} FROM audit ORDER BY id DESC LIMIT $1"  # noqa: S608
+        rows = await self.run(lambda db: db.fetch(query, limit))
+        return [AuditEntry(**dict(row)) for row in rows]
+
+    # -- sessions and state ----------------------------------------------------------------------
+
+    async def save_session(self, record: SessionRecord) -> None:
+        await self.run(
+            lambda db: db.execute(
+                "INSERT INTO sessions (session_id, agent_id, capabilities, created_at, metadata) "
+                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session_id) DO UPDATE SET "
+                "agent_id = excluded.agent_id, capabilities = excluded.capabilities, "
+                "metadata = excluded.metadata",
+                record.session_id,
+                record.agent_id,
+                json.dumps(record.capabilities),
+                record.created_at,
+                json.dumps(record.metadata),
+            )
+        )
+
+    async def load_session(self, session_id: str) -> SessionRecord | None:
+        row = await self.run(
+            lambda db: db.fetchrow(
+                "SELECT agent_id, capabilities, created_at, metadata FROM sessions "
+                "WHERE session_id = $1",
+                session_id,
+            )
+        )
+        if row is None:
+            return None
+        return SessionRecord(
+            session_id,
+            row["agent_id"],
+            json.loads(row["capabilities"]),
+            row["created_at"],
+            json.loads(row["metadata"]),
+        )
+
+    async def load_state(self, session_id: str) -> StateRecord | None:
+        row = await self.run(
+            lambda db: db.fetchrow(
+                "SELECT document, version FROM state WHERE session_id = $1", session_id
+            )
+        )
+        return None if row is None else StateRecord(json.loads(row["document"]), row["version"])
+
+    async def save_state(
+        self, session_id: str, document: dict[str, Any], *, expected_version: int
+    ) -> bool:
+        text = json.dumps(document, ensure_ascii=False)
+        token = uuid.uuid4().hex
+        attempts = 0
+
+        async def write(db: Connection) -> bool:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:  # the last try may have landed before its connection was lost
+                row = await db.fetchrow(
+                    "SELECT version, writer FROM state WHERE session_id = $1", session_id
+                )
+                if row is not None and row["writer"] == token:
+                    return True
+            if expected_version == 0:
+                status = await db.execute(
+                    "INSERT INTO state (session_id, document, version, writer) "
+                    "VALUES ($1, $2, 1, $3) ON CONFLICT (session_id) DO NOTHING",
+                    session_id,
+                    text,
+                    token,
+                )
+                return bool(status == "INSERT 0 1")
+            status = await db.execute(
+                "UPDATE state SET document = $2, version = version + 1, writer = $4 "
+                "WHERE session_id = $1 AND version = $3",
+                session_id,
+                text,
+                expected_version,
+                token,
+            )
+            return bool(status == "UPDATE 1")
+
+        return await self.run(write)
+
+    # -- A2A tasks -------------------------------------------------------------------------------
+
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
+        await self.run(
+            lambda db: db.execute(
+                "INSERT INTO a2a_tasks (task_id, context_id, state, updated_at, document) "
+                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
+                "context_id = excluded.context_id, state = excluded.state, "
+                "updated_at = excluded.updated_at, document = excluded.document",
+                record.task_id,
+                record.context_id,
+                record.state,
+                record.updated_at,
+                text,
+            )
+        )
+
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        row = await self.run(
+            lambda db: db.fetchrow(
+                "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "
+                "WHERE task_id = $1",
+                task_id,
+            )
+        )
+        return None if row is None else _task_record(row)
+
+    async def list_a2a_tasks(
+        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+    ) -> tuple[list[A2ATaskRecord], int]:
+        # '' matches every context / state, as for SQLite
+        where = "($1 = '' OR context_id = $1) AND ($2 = '' OR state = $2)"
+        total = await self.run(
+            lambda db: db.fetchval(
+                f"SELECT COUNT(*) FROM a2a_tasks WHERE {where}",  # noqa: S608
+                context_id,
+                state,
+            )
+        )
+        rows = await self.run(
+            lambda db: db.fetch(
+                "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "  # noqa: S608
+                f"WHERE {where} ORDER BY updated_at DESC LIMIT $3 OFFSET $4",
+                context_id,
+                state,
+                limit,
+                offset,
+            )
+        )
+        return [_task_record(row) for row in rows], int(total)
+
+    # -- signals ---------------------------------------------------------------------------------
+
+    async def publish(self, topic: str, payload: str) -> None:
+        _check_topic(topic)
+        _check_payload(payload)
+        message = f"{topic} {payload}"
+        await self.run(lambda db: db.execute("SELECT pg_notify($1, $2)", CHANNEL, message))
+
+    async def _listen(self) -> None:
+        """Hold one connection LISTENing on the channel; reconnect whenever it is lost."""
+        connected_before = False
+        delay = 0.05
+        while True:
+            lost = asyncio.Event()
+            try:
+                connection = await asyncpg.connect(self.url, timeout=self.connect_timeout)
+            except Exception as exc:
+                if not _lost(exc):
+                    logger.error("cannot listen for signals: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            try:
+                connection.add_termination_listener(_setter(lost))
+                await connection.add_listener(CHANNEL, self._notified)
+                delay = 0.05
+                self._listening.set()
+                if connected_before:
+                    self.resync()
+                connected_before = True
+                await _until_lost(connection, lost)
+            except Exception as exc:
+                if not _lost(exc):
+                    logger.error("listening for signals failed: %s", exc)
+            finally:
+                if not connection.is_closed():
+                    await asyncio.shield(connection.close(timeout=1))
+            logger.warning("the PostgreSQL signal connection was lost; reconnecting")
+
+    def _notified(self, _connection: Any, _pid: int, _channel: str, message: object) -> None:
+        topic, _, payload = str(message).partition(" ")
+        self.dispatch(topic, payload)
+
+    # -- HTTP sessions shared by several hosts (toolmesh.transports.cluster) -------------------
+
+    async def post_messages(self, session_ids: Sequence[str], messages: Sequence[bytes]) -> None:
+        """Queue messages for the host holding each session's stream and signal it (one
+        statement: rows and signals commit together)."""
+        now = time.time()
+        await self.run(
+            lambda db: db.execute(
+                "WITH posted AS (INSERT INTO mailbox (session_id, message, posted_at) "
+                "SELECT s, m, $3 FROM unnest($1::text[], $2::bytea[]) AS t(s, m) "
+                "RETURNING session_id) "
+                "SELECT pg_notify($4, 'mail ' || session_id) "
+                "FROM (SELECT DISTINCT session_id FROM posted) AS d",
+                list(session_ids),
+                list(messages),
+                now,
+                CHANNEL,
+            )
+        )
+
+    async def take_messages(self, session_id: str) -> list[bytes]:
+        """Remove and return the messages waiting for ``session_id``, oldest first."""
+        rows = await self.run(
+            lambda db: db.fetch(
+                "DELETE FROM mailbox WHERE session_id = $1 RETURNING id, message", session_id
+            )
+        )
+        return [bytes(row["message"]) for row in sorted(rows, key=lambda r: r["id"])]
+
+    async def drop_messages(self, older_than: float) -> int:
+        """Forget messages nobody collected for ``older_than`` seconds."""
+        status = await self.run(
+            lambda db: db.execute(
+                "DELETE FROM mailbox WHERE posted_at < $1", time.time() - older_than
+            )
+        )
+        return int(status.split()[-1])
+
+    async def approval_asked(self, approval_id: str, session_id: str, host_id: str) -> None:
+        await self.run(
+            lambda db: db.execute(
+                "INSERT INTO approvals (approval_id, session_id, host_id, asked_at) "
+                "VALUES ($1, $2, $3, $4) ON CONFLICT (approval_id) DO NOTHING",
+                approval_id,
+                session_id,
+                host_id,
+                time.time(),
+            )
+        )
+
+    async def approval_host(self, approval_id: str, session_id: str) -> str | None:
+        """The host waiting for an approval of ``session_id``, or None when none waits."""
+        value = await self.run(
+            lambda db: db.fetchval(
+                "SELECT host_id FROM approvals WHERE approval_id = $1 AND session_id = $2",
+                approval_id,
+                session_id,
+            )
+        )
+        return None if value is None else str(value)
+
+    async def approval_done(self, approval_id: str) -> None:
+        await self.run(
+            lambda db: db.execute("DELETE FROM approvals WHERE approval_id = $1", approval_id)
+        )
+
+
+async def _nothing_to_reset(_connection: Connection) -> None:
+    """Pooled connections are returned as they were taken: the store leaves no session state
+    (no SET, LISTEN, cursor or session lock), so asyncpg's reset query, a round trip on every
+    release, is skipped."""
+
+
+def _setter(event: asyncio.Event) -> Callable[[Any], None]:
+    return lambda _connection: event.set()
+
+
+async def _until_lost(connection: asyncpg.Connection, lost: asyncio.Event) -> None:
+    """Return once the connection is gone: its termination listener fires, or a periodic
+    check fails (a half-open socket never tells)."""
+    while not lost.is_set():
+        try:
+            await asyncio.wait_for(lost.wait(), timeout=5.0)
+        except TimeoutError:
+            try:
+                await connection.execute("SELECT 1", timeout=5.0)
+            except Exception:
+                return
+
+
+def _task_record(row: Any) -> A2ATaskRecord:
+    return A2ATaskRecord(
+        row["task_id"],
+        row["context_id"],
+        row["state"],
+        row["updated_at"],
+        json.loads(row["document"]),
+    )
+
+
+def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
+    return (
+        uuid.uuid4().hex,
+        entry.ts,
+        entry.session_id,
+        entry.agent_id,
+        entry.req_id,
+        entry.correlation_id,
+        entry.tool_name,
+        entry.source,
+        entry.transport,
+        entry.success,
+        entry.error_code,
+        entry.duration_ms,
+        entry.input_bytes,
+        entry.output_bytes,
+        entry.args_digest,
+        entry.decision,
+        entry.host_id,
+    )
+
+
+async def _migrate(connection: Connection) -> None:
+    """Apply every migration not applied yet, in order, one host at a time."""
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await connection.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "track TEXT NOT NULL, version INTEGER NOT NULL, applied_at DOUBLE PRECISION NOT NULL, "
+            "PRIMARY KEY (track, version))"
+        )
+        rows = await connection.fetch("SELECT track, version FROM schema_version")
+        applied = {(row["track"], row["version"]) for row in rows}
+        for track, migrations in (("store", MIGRATIONS), ("cluster", CLUSTER_MIGRATIONS)):
+            for version, script in migrations:
+                if (track, version) in applied:
+                    continue
+                await connection.execute(script)
+                await connection.execute(
+                    "INSERT INTO schema_version (track, version, applied_at) VALUES ($1, $2, $3)",
+                    track,
+                    version,
+                    time.time(),
+                )

@@ -1,0 +1,51 @@
+"""Reading agent cards: the endpoint rules and unusable cards."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolmesh import ConfigError, TransportError, agent
+from toolmesh.a2a.card import check_card, endpoint_of, fetch_card
+
+CARD_URL = "http://127.0.0.1:8080/.well-known/agent-card.json"
+
+
+def test_endpoint_rules() -> None:
+    v10 = {"url": "http://a/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    v03 = {"url": "http://b/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}
+    grpc = {"url": "http://c/rpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    both = {"supportedInterfaces": [v03, grpc, v10], "url": "http://b/rpc"}
+    assert endpoint_of(both, CARD_URL).url == "http://a/rpc"
+    assert endpoint_of(both, CARD_URL).dialect == "1.0"
+    legacy = endpoint_of({"url": "http://old/", "protocolVersion": "0.3.0"}, CARD_URL)
+    assert (legacy.url, legacy.dialect) == ("http://old/", "0.3")
+    assert endpoint_of({"supportedInterfaces": [v03]}, CARD_URL).dialect == "0.3"
+    fallback = endpoint_of({"capabilities": {"streaming": True}}, CARD_URL)
+    assert (fallback.url, fallback.dialect, fallback.streaming) == (
+        "http://127.0.0.1:8080",
+        "1.0",
+        True,
+    )
+    with pytest.raises(ConfigError, match="not a URL"):
+        endpoint_of({}, "card.json")
+
+
+def test_unusable_cards() -> None:
+    with pytest.raises(ConfigError, match="no name"):
+        check_card({"skills": []}, CARD_URL)
+    with pytest.raises(ConfigError, match="not a list"):
+        check_card({"name": "x", "skills": {}}, CARD_URL)
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        check_card([], CARD_URL)
+
+
+def test_a_bare_origin_gets_the_well_known_path() -> None:
+    assert agent("http://h:1").card_url == "http://h:1/.well-known/agent-card.json"
+    assert agent("http://h:1/cards/x.json").card_url == "http://h:1/cards/x.json"
+    with pytest.raises(ConfigError, match="poll_every"):
+        agent("http://h:1", poll_every=0)
+
+
+async def test_fetch_failures() -> None:
+    with pytest.raises(TransportError, match="cannot fetch"):
+        await fetch_card("http://127.0.0.1:9/.well-known/agent-card.json", {}, 5)

@@ -1,0 +1,178 @@
+"""Remote agents as tools, against real a2a-sdk 1.x peers (completed, failed, input-required,
+auth-required, rejected, timeout -> CancelTask, a cancelled call -> CancelTask, streaming, v0.3)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+import toolmesh.a2a as a2a_mod
+from tests.a2a.conftest import PeerProcess
+from toolmesh import ToolEvent, Toolkit, agent, agent_tools, create_toolkit, tool
+from toolmesh.a2a import AgentSource
+
+pytestmark = [pytest.mark.network_server]
+
+SCRIPT = "Scripted_Peer_script"
+
+
+async def toolkit_for(peer: PeerProcess, **options: Any) -> Toolkit:
+    options.setdefault("poll_every", 0.05)
+    return await create_toolkit(agents=[agent(peer.card_url, **options)])
+
+
+async def peer_tasks(peer: PeerProcess) -> list[dict[str, Any]]:
+    request = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(peer.url, json=request, headers={"A2A-Version": "1.0"})
+    return list(answer.json()["result"].get("tasks", []))
+
+
+async def test_one_tool_per_skill(polled_peer: PeerProcess) -> None:
+    tools = await agent_tools(agent(polled_peer.card_url))
+    assert [t.name for t in tools] == [SCRIPT, "Scripted_Peer_echo_v2"]
+    assert [t.description for t in tools] == ["Follows a script.", "Echoes."]
+    assert all(t.source == "a2a" and t.input_schema["required"] == ["task"] for t in tools)
+
+
+async def test_completed_task_gives_the_artifact_text(polled_peer: PeerProcess) -> None:
+    async with await toolkit_for(polled_peer) as kit:
+        result = await kit.execute(SCRIPT, {"task": "complete: the answer"})
+    assert result.success and result.output == "the answer"
+    meta = result.metadata
+    assert set(meta) >= {"agent", "taskId", "state", "polls", "ms"}
+    assert meta["agent"] == "Scripted Peer" and meta["state"] == "completed" and meta["taskId"]
+
+
+@pytest.mark.parametrize(
+    ("task", "code", "state", "said"),
+    [
+        ("fail: the disk is full", "tool_error", "failed", "the disk is full"),
+        ("reject: not my job", "tool_error", "rejected", "not my job"),
+        ("auth: sign in first", "auth_required", "auth-required", "sign in first"),
+    ],
+)
+async def test_unsuccessful_states_are_error_results(
+    polled_peer: PeerProcess, task: str, code: str, state: str, said: str
+) -> None:
+    async with await toolkit_for(polled_peer) as kit:
+        result = await kit.execute(SCRIPT, {"task": task})
+    assert result.is_error and result.error_code == code
+    assert said in (result.error or "")
+    assert result.metadata["state"] == state
+
+
+async def test_input_required_ends_the_call_and_the_next_call_answers(
+    polled_peer: PeerProcess,
+) -> None:
+    async with await toolkit_for(polled_peer, timeout=60) as kit:
+        asked = await kit.execute(SCRIPT, {"task": "ask: which colour?"})
+        assert asked.error_code == "input_required" and "which colour?" in (asked.error or "")
+        answered = await kit.execute(SCRIPT, {"task": "blue"})
+    assert answered.success and answered.output == "answered: blue"
+    assert answered.metadata["taskId"] == asked.metadata["taskId"]
+
+
+async def test_timeout_cancels_the_remote_task(polled_peer: PeerProcess) -> None:
+    async with await toolkit_for(polled_peer, timeout=0.5) as kit:
+        result = await kit.execute(SCRIPT, {"task": "hang"})
+    assert result.error_code == "timeout"
+    assert result.metadata["state"] == "canceled"  # CancelTask answered with the canceled task
+
+
+async def test_cancelling_the_call_cancels_the_remote_task(streaming_peer: PeerProcess) -> None:
+    working = asyncio.Event()
+
+    def seen(event: ToolEvent) -> None:
+        if event.kind == "status" and event.data["message"].startswith("working"):
+            working.set()
+
+    async with await toolkit_for(streaming_peer) as kit:
+        call = asyncio.ensure_future(kit.execute(SCRIPT, {"task": "hang"}, on_event=seen))
+        await working.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    states = [t["status"]["state"] for t in await peer_tasks(streaming_peer)]
+    assert "TASK_STATE_CANCELED" in states and "TASK_STATE_WORKING" not in states
+
+
+async def test_a_task_canceled_by_someone_else_ends_the_call(polled_peer: PeerProcess) -> None:
+    polling = asyncio.Event()
+    async with await toolkit_for(polled_peer) as kit:
+        call = asyncio.ensure_future(
+            kit.execute(SCRIPT, {"task": "hang"}, on_event=lambda e: polling.set())
+        )
+        await polling.wait()
+        live = ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+        [running] = [t for t in await peer_tasks(polled_peer) if t["status"]["state"] in live]
+        request = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "CancelTask",
+            "params": {"id": running["id"]},
+        }
+        async with httpx.AsyncClient() as http:
+            await http.post(polled_peer.url, json=request, headers={"A2A-Version": "1.0"})
+        result = await call
+    assert result.error_code == "cancelled" and result.metadata["state"] == "canceled"
+    assert result.metadata["taskId"] == running["id"] and result.metadata["polls"] >= 1
+
+
+async def test_streaming_turns_updates_into_events(streaming_peer: PeerProcess) -> None:
+    events: list[ToolEvent] = []
+    async with await toolkit_for(streaming_peer) as kit:
+        result = await kit.execute(SCRIPT, {"task": "stream: a b c"}, on_event=events.append)
+    assert result.success and result.output == "abc!"
+    assert result.metadata["polls"] == 0 and result.metadata["state"] == "completed"
+    chunks = [e.data["chunk"] for e in events if e.kind == "artifact"]
+    assert chunks == ["a", "b", "c", "!"]
+    assert [e.data["final"] for e in events if e.kind == "artifact"][-1] is True
+    statuses = [e.data["message"] for e in events if e.kind == "status"]
+    assert statuses[0] == "working: starting" and statuses[-1] == "completed"
+    assert [e.seq for e in events] == list(range(len(events)))
+
+
+async def test_v03_only_peer(v03_peer: PeerProcess) -> None:
+    async with await toolkit_for(v03_peer) as kit:
+        done = await kit.execute(SCRIPT, {"task": "complete: from the past"})
+        failed = await kit.execute(SCRIPT, {"task": "fail: old news"})
+    assert done.success and done.output == "from the past"
+    assert failed.metadata["state"] == "failed" and "old news" in (failed.error or "")
+
+
+async def test_a_peer_speaking_the_other_dialect_is_switched_to(
+    v03_peer: PeerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def claims_1_0(card_url: str, headers: dict[str, str], timeout_s: float) -> Any:
+        interface = {"url": v03_peer.url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        return {"name": "Liar", "supportedInterfaces": [interface], "skills": [{"id": "x"}]}
+
+    monkeypatch.setattr(a2a_mod, "_fetch_card", claims_1_0)
+    tools = await agent_tools(agent(v03_peer.card_url, poll_every=0.05))
+    async with Toolkit(tools) as kit:
+        result = await kit.execute("Liar_x", {"task": "complete: switched"})
+    assert result.output == "switched"
+
+
+async def test_a_failing_agent_never_breaks_the_toolkit() -> None:
+    @tool
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    kit = await create_toolkit(tools=[ping], agents=["http://127.0.0.1:9/.well-known/x.json"])
+    async with kit:
+        assert (await kit.execute("ping")).output == "pong"
+        failed = [s for s in kit.sources if isinstance(s, AgentSource)]
+        assert failed[0].status.state == "failed" and "127.0.0.1:9" in failed[0].status.reason
+
+
+async def test_add_agent_registers_after_existing_tools(polled_peer: PeerProcess) -> None:
+    async with Toolkit() as kit:
+        source = await kit.add_agent(polled_peer.url)  # a bare origin finds the well-known card
+        assert source.status.state == "connected"
+        assert SCRIPT in kit.names()

@@ -1,0 +1,514 @@
+"""A toolkit served as an A2A agent, driven by the real a2a-sdk 1.x client: the card,
+SendMessage + GetTask, streaming, CancelTask, ListTasks, a restart, contextId, v0.3, errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig
+from a2a.client import create_client as a2a_client
+from a2a.client.card_resolver import parse_agent_card
+from a2a.helpers import new_text_part
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotCancelableError
+from google.protobuf.json_format import ParseDict
+
+from tests.conftest import REPO
+from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
+from toolmesh import ConfigError, Toolkit, create_client, create_toolkit, tool
+from toolmesh.serving import ServeHandle
+
+pytestmark = [pytest.mark.network_server]
+
+SKILLS = REPO / "examples" / "skills"
+
+
+@dataclass
+class Served:
+    kit: Toolkit
+    handle: ServeHandle
+    llm: StubLLM
+
+    @property
+    def rpc(self) -> str:
+        return self.handle.url + "/a2a"
+
+
+@pytest.fixture
+def llm() -> Any:
+    with StubLLM(lambda body, i: openai_text(f"answer {i}")) as stub:
+        yield stub
+
+
+async def serve(llm: StubLLM, audit: Path | None = None, **options: Any) -> Served:
+    kit = await create_toolkit(skills_dir=SKILLS, audit=audit, name="desk-tools")
+    client = create_client(llm.base_url, model="m")
+    a2a = {"name": "desk", "description": "A helpful desk.", **options}
+    handle = await kit.serve("127.0.0.1:0", client=client, a2a=a2a)
+    return Served(kit, handle, llm)
+
+
+@pytest.fixture
+async def served(llm: StubLLM) -> AsyncIterator[Served]:
+    running = await serve(llm)
+    yield running
+    await running.handle.stop()
+    await running.kit.close()
+
+
+def user_message(text: str, **fields: Any) -> Message:
+    return Message(
+        message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[new_text_part(text)], **fields
+    )
+
+
+async def rpc(url: str, method: str, params: Any, **headers: str) -> dict[str, Any]:
+    request = {"jsonrpc": "2.0", "id": "r1", "method": method, "params": params}
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(url, json=request, headers=headers)
+    assert answer.status_code == 200
+    return dict(answer.json())
+
+
+def text_of(task: Any) -> str:
+    return "".join(p.text for a in task.artifacts for p in a.parts)
+
+
+async def test_the_card(served: Served) -> None:
+    async with httpx.AsyncClient() as http:
+        answer = await http.get(served.handle.url + "/.well-known/agent-card.json")
+    card = answer.json()
+    assert card["name"] == "desk" and card["description"] == "A helpful desk."
+    assert card["supportedInterfaces"][0] == {
+        "url": served.rpc,
+        "protocolBinding": "JSONRPC",
+        "protocolVersion": "1.0",
+    }
+    assert card["capabilities"]["streaming"] is True
+    assert [s["id"] for s in card["skills"]] == ["hello-world"]  # skills, not raw tools
+    parsed = parse_agent_card(dict(card))  # the SDK reads it as a 1.0 card
+    assert parsed.skills[0].description.startswith("Greets the user")
+    assert parsed.supported_interfaces[0].url == served.rpc
+
+
+async def test_send_message_then_get_task(served: Served) -> None:
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=False))
+    try:
+        events = [
+            e async for e in client.send_message(SendMessageRequest(message=user_message("hi")))
+        ]
+        [event] = events
+        task = event.task
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert text_of(task) == "answer 0"
+        fetched = await client.get_task(GetTaskRequest(id=task.id))
+    finally:
+        await client.close()
+    assert fetched.status.state == TaskState.TASK_STATE_COMPLETED and text_of(fetched) == "answer 0"
+    assert [m.role for m in fetched.history] == [Role.ROLE_USER, Role.ROLE_AGENT]
+    assert served.llm.requests[0].body["messages"][-1] == {"role": "user", "content": "hi"}
+
+
+async def test_streaming(served: Served) -> None:
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=True))
+    try:
+        request = SendMessageRequest(message=user_message("stream please"))
+        events: list[StreamResponse] = [e async for e in client.send_message(request)]
+    finally:
+        await client.close()
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds == ["task", "status_update", "artifact_update", "status_update"]
+    assert events[1].status_update.status.state == TaskState.TASK_STATE_WORKING
+    assert events[2].artifact_update.artifact.parts[0].text == "answer 0"
+    assert events[3].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_tool_calls_stream_as_status_updates(llm: StubLLM) -> None:
+    @tool
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        return f"{term} means yes"
+
+    answers = [openai_calls(("c", "lookup", {"term": "ok"})), openai_text("it means yes")]
+    with StubLLM(lambda body, i: answers[min(i, 1)]) as stub:
+        kit = await create_toolkit(tools=[lookup], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="desk")
+        client = await a2a_client(handle.url, ClientConfig(streaming=True))
+        try:
+            request = SendMessageRequest(message=user_message("what does ok mean?"))
+            events = [e async for e in client.send_message(request)]
+        finally:
+            await client.close()
+            await handle.stop()
+            await kit.close()
+    said = [
+        e.status_update.status.message.parts[0].text
+        for e in events
+        if e.HasField("status_update") and e.status_update.status.message.parts
+    ]
+    assert said == ["calling lookup"]
+    assert events[-2].artifact_update.artifact.parts[0].text == "it means yes"
+
+
+async def test_cancel_task() -> None:
+    release = threading.Event()
+
+    def slow(body: dict[str, Any], index: int) -> Answer:
+        release.wait(30)
+        return openai_text("too late")
+
+    with StubLLM(slow) as stub:
+        running = await serve(stub)
+        client = await a2a_client(running.handle.url, ClientConfig(streaming=False))
+        try:
+            request = SendMessageRequest(
+                message=user_message("take your time"),
+                configuration=SendMessageConfiguration(return_immediately=True),
+            )
+            [event] = [e async for e in client.send_message(request)]
+            assert event.task.status.state in (
+                TaskState.TASK_STATE_SUBMITTED,
+                TaskState.TASK_STATE_WORKING,
+            )
+            cancelled = await client.cancel_task(CancelTaskRequest(id=event.task.id))
+            assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+            fetched = await client.get_task(GetTaskRequest(id=event.task.id))
+            assert fetched.status.state == TaskState.TASK_STATE_CANCELED
+            with pytest.raises(TaskNotCancelableError):
+                await client.cancel_task(CancelTaskRequest(id=event.task.id))
+        finally:
+            release.set()
+            await client.close()
+            await running.handle.stop()
+            await running.kit.close()
+
+
+async def test_tasks_survive_a_restart_and_context_continues(llm: StubLLM, tmp_path: Path) -> None:
+    audit = tmp_path / "desk.db"
+    first = await serve(llm, audit)
+    answer = await rpc(
+        first.rpc,
+        "SendMessage",
+        {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "remember 42"}]}},
+        **{"A2A-Version": "1.0"},
+    )
+    task = answer["result"]["task"]
+    await first.handle.stop()
+    await first.kit.close()
+
+    second = await serve(llm, audit)
+    try:
+        client = await a2a_client(second.handle.url, ClientConfig(streaming=False))
+        try:
+            fetched = await client.get_task(GetTaskRequest(id=task["id"]))
+            assert fetched.status.state == TaskState.TASK_STATE_COMPLETED
+            assert text_of(fetched) == "answer 0"
+            follow_up = SendMessageRequest(
+                message=user_message("what number?", context_id=task["contextId"])
+            )
+            [event] = [e async for e in client.send_message(follow_up)]
+            listed = await client.list_tasks(ListTasksRequest(context_id=task["contextId"]))
+        finally:
+            await client.close()
+    finally:
+        await second.handle.stop()
+        await second.kit.close()
+    assert event.task.context_id == task["contextId"]
+    sent = [(m["role"], m["content"]) for m in llm.requests[1].body["messages"][1:]]
+    assert sent == [("user", "remember 42"), ("assistant", "answer 0"), ("user", "what number?")]
+    assert listed.total_size == 2 and {t.id for t in listed.tasks} == {task["id"], event.task.id}
+
+
+async def test_v03_methods(served: Served) -> None:
+    message = {
+        "kind": "message",
+        "messageId": "m",
+        "role": "user",
+        "parts": [{"kind": "text", "text": "old"}],
+    }
+    sent = await rpc(served.rpc, "message/send", {"message": message})
+    task = sent["result"]
+    assert task["kind"] == "task" and task["status"]["state"] == "completed"
+    assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "answer 0"}]
+    got = await rpc(served.rpc, "tasks/get", {"id": task["id"]})
+    assert got["result"]["history"][0]["role"] == "user"
+    refused = await rpc(served.rpc, "tasks/cancel", {"id": task["id"]})
+    assert refused["error"]["code"] == -32002
+
+
+async def test_the_chosen_skill_is_in_the_system_prompt(served: Served) -> None:
+    params = {
+        "message": {
+            "messageId": "m",
+            "role": "ROLE_USER",
+            "parts": [{"text": "hello"}],
+            "metadata": {"skillId": "hello-world"},
+        }
+    }
+    await rpc(served.rpc, "SendMessage", params)
+    system = served.llm.requests[0].body["messages"][0]["content"]
+    assert "Follow the skill 'hello-world'" in system and "under 80 words" in system
+    params["message"]["metadata"] = {"skillId": "no-such-skill"}
+    rejected = await rpc(served.rpc, "SendMessage", params)
+    status = rejected["result"]["task"]["status"]
+    assert status["state"] == "TASK_STATE_REJECTED"
+    assert "no skill 'no-such-skill'" in status["message"]["parts"][0]["text"]
+
+
+async def test_a_rejected_streaming_message_ends_its_stream(served: Served) -> None:
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    message["metadata"] = {"skillId": "nope"}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "SendStreamingMessage",
+        "params": {"message": message},
+    }
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(served.rpc, json=request, timeout=10)
+    events = [json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:")]
+    states = [
+        (e["result"].get("task") or e["result"]["statusUpdate"])["status"]["state"] for e in events
+    ]
+    assert states == ["TASK_STATE_REJECTED", "TASK_STATE_REJECTED"]
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "headers", "code"),
+    [
+        ("NoSuchMethod", {}, {}, -32601),
+        ("GetTask", {"id": "missing"}, {}, -32001),
+        ("GetTask", {}, {}, -32602),
+        ("GetTask", {"id": "x"}, {"A2A-Version": "2.0"}, -32009),
+        ("SendMessage", {"message": {"parts": []}}, {}, -32602),
+        ("ListTasks", {"pageToken": "abc"}, {}, -32602),
+    ],
+)
+async def test_json_rpc_errors(
+    served: Served, method: str, params: Any, headers: dict[str, str], code: int
+) -> None:
+    answer = await rpc(served.rpc, method, params, **headers)
+    assert answer["error"]["code"] == code and answer["id"] == "r1"
+
+
+async def test_malformed_requests(served: Served) -> None:
+    async with httpx.AsyncClient() as http:
+        broken = await http.post(served.rpc, content=b"{nope")
+        batch = await http.post(served.rpc, json=[{"jsonrpc": "2.0", "method": "GetTask"}])
+        foreign = await http.post(served.rpc, json={}, headers={"Origin": "https://evil.example"})
+    assert broken.json()["error"]["code"] == -32700
+    assert batch.json()["error"]["code"] == -32600
+    assert foreign.status_code == 403
+
+
+async def test_without_a2a_the_routes_are_404_and_a2e_shares_the_port(
+    llm: StubLLM, served: Served
+) -> None:
+    kit = await create_toolkit(skills_dir=SKILLS)
+    plain = await kit.serve()
+    try:
+        async with httpx.AsyncClient() as http:
+            card = await http.get(plain.url + "/.well-known/agent-card.json")
+            endpoint = await http.post(plain.url + "/a2a", json={})
+            session = await http.post(served.handle.url + "/session")
+    finally:
+        await plain.stop()
+        await kit.close()
+    assert card.status_code == 404 and endpoint.status_code == 404
+    assert session.status_code == 200 and session.json()["session_id"]
+
+
+async def test_auth_token_guards_the_endpoint(llm: StubLLM) -> None:
+    kit = await create_toolkit(skills_dir=SKILLS)
+    client = create_client(llm.base_url, model="m")
+    handle = await kit.serve(client=client, a2a="desk", auth_token="s3cret")
+    try:
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(handle.url + "/.well-known/agent-card.json")).json()
+            refused = await http.post(handle.url + "/a2a", json={})
+        allowed = await rpc(
+            handle.url + "/a2a", "GetTask", {"id": "x"}, Authorization="Bearer s3cret"
+        )
+    finally:
+        await handle.stop()
+        await kit.close()
+    assert "bearer" in card["securitySchemes"]
+    assert refused.status_code == 401
+    assert allowed["error"]["code"] == -32001
+
+
+async def test_serve_settings_are_checked(llm: StubLLM) -> None:
+    kit = await create_toolkit(skills_dir=SKILLS)
+    client = create_client(llm.base_url, model="m")
+    try:
+        with pytest.raises(ConfigError, match="needs client="):
+            await kit.serve(a2a={"name": "x"})
+        with pytest.raises(ConfigError, match="unknown settings colour"):
+            await kit.serve(client=client, a2a={"name": "x", "colour": "red"})
+        with pytest.raises(ConfigError, match="mcp= must be True or a mapping"):
+            await kit.serve(mcp="yes please")
+    finally:
+        await kit.close()
+
+
+async def test_one_port_serves_a2e_a2a_and_mcp(llm: StubLLM) -> None:
+    from mcp import Client
+
+    @tool
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    kit = await create_toolkit(tools=[shout], skills_dir=SKILLS)
+    handle = await kit.serve(client=create_client(llm.base_url, model="m"), a2a="desk", mcp=True)
+    try:
+        async with Client(handle.url + "/mcp") as mcp_client:
+            answer = await mcp_client.call_tool("shout", {"text": "hi"})
+            assert answer.content[0].text == "HI"
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(handle.url + "/.well-known/agent-card.json")).json()
+            assert card["name"] == "desk"
+            assert (await http.post(handle.url + "/session")).status_code == 200
+    finally:
+        await handle.stop()
+        await kit.close()
+
+
+def test_the_sdk_parses_our_stream_items() -> None:
+    item = {
+        "statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
+    }
+    assert ParseDict(item, StreamResponse()).status_update.task_id == "t"
+
+
+async def test_a_call_needing_approval_waits_in_input_required() -> None:
+    @tool(requires_approval=True)
+    def transfer(amount: int) -> str:
+        """Move money (a person approves each call)."""
+        return f"moved {amount}"
+
+    answers = [
+        openai_calls(("c1", "transfer", {"amount": 5})),
+        openai_text("done"),
+        openai_calls(("c2", "transfer", {"amount": 9})),
+        openai_text("refused, as you wished"),
+    ]
+    with StubLLM(lambda body, i: answers[min(i, 3)]) as stub:
+        kit = await create_toolkit(tools=[transfer], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="bank")
+        client = await a2a_client(handle.url, ClientConfig(streaming=False))
+        try:
+            first = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("pay 5"))
+                )
+            ]
+            task = first[-1].task
+            assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            assert "transfer" in task.status.message.parts[0].text
+            approve = user_message("approve", task_id=task.id, context_id=task.context_id)
+            done = [e async for e in client.send_message(SendMessageRequest(message=approve))]
+            assert done[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+            assert text_of(done[-1].task) == "done"
+
+            second = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("pay 9"))
+                )
+            ]
+            waiting = second[-1].task
+            assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            unclear = user_message("maybe later", task_id=waiting.id, context_id=waiting.context_id)
+            with pytest.raises(Exception, match="approve' or 'deny"):
+                [e async for e in client.send_message(SendMessageRequest(message=unclear))]
+            deny = user_message("deny", task_id=waiting.id, context_id=waiting.context_id)
+            refused = [e async for e in client.send_message(SendMessageRequest(message=deny))]
+            assert refused[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+        finally:
+            await client.close()
+            await handle.stop()
+            await kit.close()
+    rows = [(e.tool_name, e.error_code, e.decision) for e in await kit.store.recent_audit()]
+    assert ("transfer", None, "approval:approved") in rows
+    assert ("transfer", "tool_denied", "approval:denied") in rows
+
+
+@pytest.mark.parametrize("policy", ["locked", "extensible"])
+async def test_capabilities_are_enforced_and_overridable_per_message(policy: str) -> None:
+    @tool(capabilities=["vault::read"])
+    def vault() -> str:
+        """Read the vault."""
+        return "gold"
+
+    answers = [openai_calls(("c", "vault", {})), openai_text("finished")]
+    seen: list[Any] = []
+
+    def reply(body: dict[str, Any], index: int) -> Answer:
+        seen.append(body)
+        return answers[index % 2]
+
+    with StubLLM(reply) as stub:
+        kit = await create_toolkit(
+            tools=[vault],
+            skills_dir=SKILLS,
+            capabilities=["demo"],
+            capability_policy=policy,  # type: ignore[arg-type]
+        )
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="vaulted")
+        try:
+            plain = await rpc(
+                handle.url + "/a2a",
+                "SendMessage",
+                {
+                    "message": {
+                        "messageId": "m1",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": "open it"}],
+                    }
+                },
+            )
+            assert plain["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert "vault" not in json.dumps(seen[0].get("tools", []))  # not listed to the model
+            tool_answer = next(m for m in seen[1]["messages"] if m.get("role") == "tool")
+            assert "requires capability 'vault::read'" in tool_answer["content"]
+            extended = {
+                "messageId": "m2",
+                "role": "ROLE_USER",
+                "parts": [{"text": "open it"}],
+                "metadata": {
+                    "toolmesh/capability_override": {
+                        "strategy": "extend",
+                        "capabilities": ["vault"],
+                    }
+                },
+            }
+            answer = await rpc(handle.url + "/a2a", "SendMessage", {"message": extended})
+            if policy == "locked":
+                assert "locked" in answer["error"]["message"]
+            else:
+                assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+                tool_answer = next(m for m in seen[3]["messages"] if m.get("role") == "tool")
+                assert tool_answer["content"] == "gold"
+        finally:
+            await handle.stop()
+            await kit.close()

@@ -1,0 +1,140 @@
+"""``toolmesh serve --a2a``, ``toolmesh agents add/list`` and ``--target CARD_URL``, run as users
+run them, against a served agent whose model is a local stub."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.test_cli import run
+from tests.conftest import REPO, toolmesh_command
+from tests.fixtures.llm_stub import StubLLM, openai_text
+
+pytestmark = [pytest.mark.network_server]
+
+
+@pytest.fixture(scope="module")
+def agent_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    audit = tmp_path_factory.mktemp("agent") / "agent.db"
+    with StubLLM(lambda body, i: openai_text("hello from the desk")) as llm:
+        process = subprocess.Popen(
+            toolmesh_command(
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--a2a",
+                "desk",
+                "--a2a-description",
+                "Greets people.",
+                "--llm",
+                llm.base_url,
+                "--model",
+                "m",
+                "--skills",
+                "examples/skills",
+                "--audit",
+                str(audit),
+            ),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:"), process.stderr
+            yield url
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
+
+
+def test_serve_a2a_answers_as_an_agent(agent_url: str) -> None:
+    card = httpx.get(agent_url + "/.well-known/agent-card.json").json()
+    assert card["name"] == "desk" and card["description"] == "Greets people."
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": "m",
+                "role": "user",
+                "parts": [{"kind": "text", "text": "hi"}],
+            }
+        },
+    }
+    task = httpx.post(agent_url + "/a2a", json=request, timeout=30).json()["result"]
+    assert task["status"]["state"] == "completed"
+    assert task["artifacts"][0]["parts"][0]["text"] == "hello from the desk"
+
+
+def test_tools_and_call_with_a_card_target(agent_url: str) -> None:
+    card_url = agent_url + "/.well-known/agent-card.json"
+    listed = run("tools", "--target", card_url)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[0] == "desk_hello-world"
+    called = run("call", "desk_hello-world", "--args", '{"task": "hi"}', "--target", card_url)
+    assert called.returncode == 0, called.stderr
+    result = json.loads(called.stdout)
+    assert result["output"] == "hello from the desk"
+    assert result["metadata"]["state"] == "completed"
+
+
+def test_agents_add_and_list(agent_url: str, tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text('[toolkit]\nname = "mine"\n')
+    added = run(
+        "agents",
+        "add",
+        agent_url,
+        "--header",
+        "Authorization: Bearer ${DESK_TOKEN}",
+        "--config",
+        str(manifest),
+    )
+    assert added.returncode == 2 and "DESK_TOKEN is not set" in added.stderr
+    added = run("agents", "add", agent_url, "--config", str(manifest))
+    assert added.returncode == 0, added.stderr
+    assert "desk_hello-world" in added.stdout
+    parsed = tomllib.loads(manifest.read_text())
+    assert parsed["toolkit"]["name"] == "mine"
+    assert parsed["agents"]["desk"]["card"] == agent_url + "/.well-known/agent-card.json"
+    before = manifest.read_text()
+    again = run("agents", "add", agent_url, "--config", str(manifest))
+    assert again.returncode == 2 and "already has [agents.desk]" in again.stderr
+    assert manifest.read_text() == before
+    listed = run("agents", "list", "--config", str(manifest))
+    assert listed.stdout.split() == ["desk", agent_url + "/.well-known/agent-card.json"]
+
+
+def test_agents_add_an_unreachable_card(tmp_path: Path) -> None:
+    failed = run("agents", "add", "http://127.0.0.1:9", "--config", str(tmp_path / "t.toml"))
+    assert failed.returncode == 2 and "cannot fetch the agent card" in failed.stderr
+    assert not (tmp_path / "t.toml").exists()
+
+
+def test_serve_a2a_needs_a_model() -> None:
+    refused = run("serve", "--http", "127.0.0.1:0", "--a2a", "desk", "--skills", "examples/skills")
+    assert refused.returncode == 2 and "--llm BASE_URL and --model" in refused.stderr
+
+
+def test_help() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "toolmesh", "agents", "add", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert shown.returncode == 0 and "CARD_URL" in shown.stdout

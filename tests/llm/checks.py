@@ -1,0 +1,88 @@
+"""Checks of provider tool formats against each provider SDK's own request types and rules."""
+
+from __future__ import annotations
+
+import copy
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from openai.lib._pydantic import _ensure_strict_json_schema
+from pydantic import TypeAdapter
+
+
+def check_typed_dict(td: Any, value: Any, where: str = "$") -> None:
+    """Validate ``value`` against an SDK TypedDict, refusing keys the TypedDict does not have."""
+    TypeAdapter(td).validate_python(value)
+    hints = typing.get_type_hints(td)
+    unknown = set(value) - set(hints)
+    assert not unknown, f"{where}: keys {unknown} are not in {td.__name__}"
+    for key, hint in hints.items():
+        if typing.is_typeddict(hint) and key in value:
+            check_typed_dict(hint, value[key], f"{where}.{key}")
+
+
+STRICT_KEYWORDS = {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "enum",
+    "const",
+    "$ref",
+    "$defs",
+    "description",
+    "title",
+    "pattern",
+    "format",
+    "multipleOf",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxItems",
+}
+
+
+def assert_openai_strict(schema: Mapping[str, Any]) -> None:
+    """OpenAI's strict-mode rules, then the SDK's own strict pass as a fixed point."""
+    assert schema["type"] == "object" and "anyOf" not in schema
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any, path: str) -> None:
+        assert isinstance(node, dict), path
+        assert set(node) <= STRICT_KEYWORDS, f"{path}: {set(node) - STRICT_KEYWORDS}"
+        if "$ref" in node:
+            assert set(node) == {"$ref"}, f"{path}: $ref with siblings"
+            ref = node["$ref"]
+            assert ref == "#" or ref.removeprefix("#/$defs/") in defs, f"{path}: {ref}"
+            return
+        assert {"type", "anyOf", "enum", "const"} & set(node), f"{path}: untyped"
+        types = node.get("type")
+        if types == "object" or (isinstance(types, list) and "object" in types):
+            assert node["additionalProperties"] is False, path
+            assert node["required"] == list(node["properties"]), path
+        if types == "array" or (isinstance(types, list) and "array" in types):
+            assert "items" in node, path
+        for key, child in node.get("properties", {}).items():
+            walk(child, f"{path}.{key}")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+        for i, branch in enumerate(node.get("anyOf", [])):
+            walk(branch, f"{path}|{i}")
+
+    walk({k: v for k, v in schema.items() if k != "$defs"}, "$")
+    for name, value in defs.items():
+        walk(value, f"$defs.{name}")
+    assert _ensure_strict_json_schema(copy.deepcopy(dict(schema)), path=(), root={}) == schema
+
+
+def walk_keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in walk_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in walk_keys(v)}
+    return set()

@@ -1,0 +1,165 @@
+"""Provider tool calls read back into toolkit calls, built with each provider SDK's own types."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from anthropic.types import Message, TextBlock, ToolUseBlock, Usage
+from google.genai import types as genai
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
+from openai.types.chat.chat_completion_message_function_tool_call import Function
+from openai.types.responses import ResponseFunctionToolCall
+
+from tests.llm.catalogue import CATALOGUE, search
+from toolmesh import ToolCallParseError, Toolkit
+from toolmesh.llm import ToolCall, parse_tool_call, parse_tool_calls, to_openai
+
+
+def openai_chat_call(
+    name: str, arguments: str, call_id: str = "call_1"
+) -> ChatCompletionMessageFunctionToolCall:
+    return ChatCompletionMessageFunctionToolCall(
+        id=call_id, type="function", function=Function(name=name, arguments=arguments)
+    )
+
+
+def test_each_provider_shape_becomes_a_tool_call() -> None:
+    args = {"a": 2, "b": 3}
+    calls = [
+        openai_chat_call("add", json.dumps(args)),
+        ResponseFunctionToolCall(
+            type="function_call", call_id="c2", name="add", arguments=json.dumps(args)
+        ),
+        ToolUseBlock(type="tool_use", id="toolu_1", name="add", input=args),
+        genai.Part(function_call=genai.FunctionCall(name="add", args=args, id="g1")),
+        genai.FunctionCall(name="add", args=args),
+        {"functionCall": {"name": "add", "args": args}},
+    ]
+    parsed = [parse_tool_call(c) for c in calls]
+    assert [(p.name, p.arguments) for p in parsed] == [("add", args)] * len(calls)
+    assert [p.provider for p in parsed] == [
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+        "gemini",
+        "gemini",
+    ]
+    assert [p.id for p in parsed[:4]] == ["call_1", "c2", "toolu_1", "g1"]
+
+
+async def test_round_trip_through_the_toolkit() -> None:
+    async with Toolkit(*CATALOGUE) as kit:
+        call = parse_tool_call(openai_chat_call("fs_read", '{"path": "/x"}'), kit)
+        assert call.name == "fs_read"
+        result = await kit.execute(call.name, call.arguments)
+        assert result.data == {"path": "/x"}
+
+        # Strict mode made `limit` and `filters` required and nullable; the model sent nulls.
+        assert to_openai([search])[0]["function"]["strict"] is True
+        call = parse_tool_call(
+            openai_chat_call("search", '{"query": "cats", "limit": null, "filters": null}'), kit
+        )
+        assert call.arguments == {"query": "cats", "filters": None}  # filters accepts null
+        result = await kit.execute(call.name, call.arguments)
+        assert result.success and result.data == ["cats", "cats"]
+
+        nested = {
+            "person": {
+                "name": "Ada",
+                "age": 36,
+                "address": {"street": "1 Way", "city": "London", "zip_code": None},
+                "previous": None,
+                "favourite": None,
+            },
+            "notify": None,
+        }
+        call = parse_tool_call(
+            ToolUseBlock(type="tool_use", id="t", name="register_person", input=nested), kit
+        )
+        assert "previous" not in call.arguments["person"]
+        assert "notify" not in call.arguments
+        result = await kit.execute(call.name, call.arguments)
+        assert result.success, result.error
+        assert result.data == "Ada in London"
+
+
+def test_parse_tool_calls_finds_every_call_in_a_response() -> None:
+    chat_response = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        openai_chat_call("add", '{"a": 1, "b": 2}', "c1").model_dump(),
+                        openai_chat_call("ping", "", "c2").model_dump(),
+                    ],
+                }
+            }
+        ]
+    }
+    assert [c.name for c in parse_tool_calls(chat_response)] == ["add", "ping"]
+    message = Message(
+        id="msg",
+        type="message",
+        role="assistant",
+        model="m",
+        content=[
+            TextBlock(type="text", text="let me add"),
+            ToolUseBlock(type="tool_use", id="t1", name="add", input={"a": 1, "b": 1}),
+        ],
+        stop_reason="tool_use",
+        stop_sequence=None,
+        usage=Usage(input_tokens=1, output_tokens=1),
+    )
+    assert parse_tool_calls(message) == [ToolCall("add", {"a": 1, "b": 1}, "t1", "anthropic")]
+    gemini = genai.GenerateContentResponse(
+        candidates=[
+            genai.Candidate(
+                content=genai.Content(
+                    role="model",
+                    parts=[
+                        genai.Part(text="adding"),
+                        genai.Part(
+                            function_call=genai.FunctionCall(name="add", args={"a": 1, "b": 2})
+                        ),
+                    ],
+                )
+            )
+        ]
+    )
+    assert [c.arguments for c in parse_tool_calls(gemini)] == [{"a": 1, "b": 2}]
+    responses_output = {
+        "output": [
+            {"type": "message", "content": []},
+            {"type": "function_call", "call_id": "r1", "name": "ping", "arguments": "{}"},
+        ]
+    }
+    assert [c.id for c in parse_tool_calls(responses_output, CATALOGUE)] == ["r1"]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (openai_chat_call("fs.read", "{}"), "illegal tool name 'fs.read'"),
+        (openai_chat_call("x" * 65, "{}"), "illegal tool name"),
+        (openai_chat_call("add", "{not json"), "arguments of 'add' are not JSON"),
+        (openai_chat_call("add", "[1, 2]"), "must be a JSON object, not list"),
+        ({"type": "text", "text": "hi"}, "not a tool call of OpenAI, Anthropic or Gemini"),
+        ("add", "must be an object"),
+    ],
+)
+def test_bad_calls_are_clear_errors(call: object, message: str) -> None:
+    with pytest.raises(ToolCallParseError, match=message):
+        parse_tool_call(call)
+
+
+def test_unknown_names_are_refused_with_a_suggestion() -> None:
+    kit = Toolkit(*CATALOGUE)
+    with pytest.raises(ToolCallParseError, match="unknown tool 'ad'; did you mean 'add'"):
+        parse_tool_call(openai_chat_call("ad", "{}"), kit)
+    with pytest.raises(ToolCallParseError, match="unknown tool 'nothing_like_it'"):
+        parse_tool_call(openai_chat_call("nothing_like_it", "{}"), CATALOGUE)
+    assert parse_tool_call(openai_chat_call("fs_read", "{}"), CATALOGUE).name == "fs.read"

@@ -1,0 +1,288 @@
+"""The LLM client against a local stub provider: both API styles, retries, errors, streaming."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+import pytest
+
+from tests.fixtures.llm_stub import (
+    Answer,
+    StubLLM,
+    anthropic_text,
+    openai_text,
+)
+from toolmesh import ConfigError, ProviderError, create_client
+from toolmesh.llm.client import retry_delay
+from toolmesh.llm.loop import RunEvent
+
+
+async def test_openai_style_request_and_answer() -> None:
+    with StubLLM(lambda body, i: openai_text("hi there", 7, 3)) as llm:
+        client = create_client(llm.base_url, "openai", "gpt-test", "sk-test", system="Be brief.")
+        result = await client.run("hello")
+    seen = llm.requests[0]
+    assert seen.path == "/v1/chat/completions"
+    assert seen.headers["Authorization"] == "Bearer sk-test"
+    assert seen.body["model"] == "gpt-test"
+    assert seen.body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello"},
+    ]
+    assert "tools" not in seen.body
+    assert result.text == "hi there" and result.stop_reason == "stop" and result.turns == 1
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (7, 3)
+
+
+async def test_anthropic_style_request_and_answer() -> None:
+    with StubLLM(lambda body, i: anthropic_text("bonjour")) as llm:
+        client = create_client(llm.base_url, style="anthropic", model="claude-test", api_key="k")
+        result = await client.run("salut", system="Réponds en français.")
+    seen = llm.requests[0]
+    assert seen.path == "/v1/messages"
+    assert seen.headers["x-api-key"] == "k" and seen.headers["anthropic-version"]
+    assert seen.body["system"] == "Réponds en français."
+    assert seen.body["messages"] == [{"role": "user", "content": "salut"}]
+    assert seen.body["max_tokens"] > 0
+    assert result.text == "bonjour" and result.stop_reason == "end_turn"
+    assert result.usage.total_tokens == 6
+
+
+async def test_429_is_retried_after_what_retry_after_says() -> None:
+    def answer(body: dict[str, Any], index: int) -> Answer:
+        if index == 0:
+            return Answer({"error": {"message": "slow down"}}, 429, {"Retry-After": "0"})
+        return openai_text("finally")
+
+    events: list[RunEvent] = []
+    with StubLLM(answer) as llm:
+        client = create_client(llm.base_url, model="m", backoff=30.0)  # backoff would be long
+        result = await client.run("go", on_event=events.append)
+    assert result.text == "finally" and result.retries == 1
+    retry = next(e for e in events if e.kind == "retry")
+    assert (retry.status, retry.wait) == (429, 0.0)
+    assert len(llm.requests) == 2
+
+
+async def test_5xx_is_retried_with_backoff_then_gives_up() -> None:
+    with StubLLM(lambda body, i: Answer({"error": "overloaded"}, 503)) as llm:
+        client = create_client(llm.base_url, model="m", max_retries=2, backoff=0.0)
+        with pytest.raises(ProviderError) as caught:
+            await client.run("go")
+    assert caught.value.status == 503 and "overloaded" in str(caught.value)
+    assert len(llm.requests) == 3
+
+
+async def test_a_client_error_is_not_retried() -> None:
+    bad = Answer({"error": {"message": "model not found"}}, 404)
+    with StubLLM(lambda body, i: bad) as llm:
+        client = create_client(llm.base_url, model="nope", backoff=0.0)
+        with pytest.raises(ProviderError, match="model not found") as caught:
+            await client.run("go")
+    assert caught.value.status == 404 and not caught.value.retryable
+    assert len(llm.requests) == 1
+
+
+async def test_a_retry_that_would_pass_the_deadline_gives_up_at_once() -> None:
+    late = Answer({"error": "later"}, 429, {"Retry-After": "120"})
+    with StubLLM(lambda body, i: late) as llm:
+        client = create_client(llm.base_url, model="m")
+        started = time.monotonic()
+        with pytest.raises(ProviderError, match="deadline"):
+            await client.run("go", timeout=30)
+    assert time.monotonic() - started < 10
+    assert len(llm.requests) == 1
+
+
+async def test_unreachable_provider_is_a_provider_error() -> None:
+    client = create_client("http://127.0.0.1:9/v1", model="m", max_retries=1, backoff=0.0)
+    with pytest.raises(ProviderError, match="no answer") as caught:
+        await client.run("go")
+    assert caught.value.status == 0
+
+
+async def test_an_answer_in_the_wrong_shape_is_a_provider_error() -> None:
+    with StubLLM(lambda body, i: Answer({"unexpected": True})) as llm:
+        client = create_client(llm.base_url, model="m")
+        with pytest.raises(ProviderError, match="expected shape"):
+            await client.run("go")
+
+
+def test_bad_settings_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="style"):
+        create_client("http://127.0.0.1:1/v1", style="cohere", model="m")
+    with pytest.raises(ConfigError, match="model"):
+        create_client("http://127.0.0.1:1/v1")
+    with pytest.raises(ConfigError, match="URL"):
+        create_client("127.0.0.1:1", model="m")
+
+
+def test_retry_delay() -> None:
+    assert retry_delay({"Retry-After": "2"}, 0, 0.5, 30) == 2.0
+    assert retry_delay({"retry-after-ms": "250"}, 5, 0.5, 30) == 0.25
+    soon = email.utils.formatdate(time.time() + 60, usegmt=True)
+    assert 50 < retry_delay({"Retry-After": soon}, 0, 0.5, 30) <= 60
+    assert 3.2 <= retry_delay({}, 3, 0.5, 30) <= 4.0  # 0.5 * 2**3, less up to 20% jitter
+    assert 24 <= retry_delay({}, 10, 0.5, 30) <= 30  # capped
+
+
+async def test_streaming_openai_text_and_tool_calls() -> None:
+    chunks = [
+        ("", {"choices": [{"delta": {"content": "Hel"}}]}),
+        ("", {"choices": [{"delta": {"content": "lo"}}]}),
+        ("", {"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ("", {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 5}}),
+        ("", "[DONE]"),
+    ]
+    with StubLLM(lambda body, i: Answer(events=chunks)) as llm:
+        client = create_client(llm.base_url, model="m")
+        events = [e async for e in client.stream("hi")]
+    assert llm.requests[0].body["stream"] is True
+    assert [e.text for e in events if e.kind == "text"] == ["Hel", "lo"]
+    done = events[-1]
+    assert done.kind == "done" and done.result is not None
+    assert done.result.text == "Hello" and done.result.usage.output_tokens == 5
+
+
+async def test_streaming_anthropic() -> None:
+    events_sent = [
+        ("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 9}}}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Bon"},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "jour"},
+            },
+        ),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 4},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    with StubLLM(lambda body, i: Answer(events=events_sent)) as llm:
+        client = create_client(llm.base_url, style="anthropic", model="m")
+        result = await client.run("hi", stream=True)
+    assert result.text == "Bonjour" and result.stop_reason == "end_turn"
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (9, 4)
+
+
+async def test_a_provider_that_ignores_stream_still_works() -> None:
+    with StubLLM(lambda body, i: openai_text("whole")) as llm:
+        client = create_client(llm.base_url, model="m")
+        texts = [e.text async for e in client.stream("hi") if e.kind == "text"]
+    assert texts == ["whole"]
+
+
+async def test_streamed_tool_calls_are_assembled_in_both_styles() -> None:
+    from toolmesh import Toolkit, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    openai_chunks = [
+        (
+            "",
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "c1",
+                                    "function": {"name": "add", "arguments": '{"a": 2,'},
+                                }
+                            ]
+                        }
+                    }
+                ]
+            },
+        ),
+        (
+            "",
+            {
+                "choices": [
+                    {
+                        "delta": {
+                            "tool_calls": [{"index": 0, "function": {"arguments": ' "b": 5}'}}]
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            },
+        ),
+        ("", "[DONE]"),
+    ]
+    anthropic_events = [
+        ("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 1}}}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "t1", "name": "add"},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"a": 2, "b"'},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": ": 5}"},
+            },
+        ),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 3},
+            },
+        ),
+    ]
+    for style, first in (("openai", openai_chunks), ("anthropic", anthropic_events)):
+        final = openai_text("7") if style == "openai" else anthropic_text("7")
+
+        def answer(
+            body: dict[str, Any], index: int, first: Any = first, final: Answer = final
+        ) -> Answer:
+            return Answer(events=first) if index == 0 else final
+
+        with StubLLM(answer) as llm:
+            client = create_client(llm.base_url, style=style, model="m")
+            events = [e async for e in client.stream("2+5", toolkit=Toolkit(add))]
+        calls = [e.call for e in events if e.kind == "tool_call"]
+        assert calls[0] is not None and calls[0].arguments == {"a": 2, "b": 5}, style
+        results = [e.tool_result for e in events if e.kind == "tool_result"]
+        assert results[0] is not None and results[0].data == 7
+        assert events[-1].result is not None and events[-1].result.text == "7"

@@ -1,0 +1,226 @@
+"""The agent loop against a local stub provider: tools through the pipeline, parallel calls,
+max_turns, deferred tools and tool_search, deadlines, cancellation, events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.llm_stub import (
+    Answer,
+    StubLLM,
+    anthropic_calls,
+    anthropic_text,
+    openai_calls,
+    openai_text,
+)
+from toolmesh import CallTimeout, ToolDefinition, Toolkit, create_client, tool
+from toolmesh.llm import ChatMessage
+from toolmesh.llm.loop import RunEvent
+from toolmesh.store import MemoryStore
+from toolmesh.tools import Tool, ToolContext
+
+
+def scripted(*answers: Answer) -> Any:
+    def answer(body: dict[str, Any], index: int) -> Answer:
+        return answers[min(index, len(answers) - 1)]
+
+    return answer
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def test_tool_calls_run_through_the_pipeline_openai() -> None:
+    kit = Toolkit(add)
+    answers = scripted(openai_calls(("c1", "add", {"a": 2, "b": 3})), openai_text("it is 5"))
+    with StubLLM(answers) as llm:
+        result = await create_client(llm.base_url, model="m").run("2+3?", toolkit=kit)
+    assert result.text == "it is 5" and result.turns == 2
+    first, second = (r.body for r in llm.requests)
+    assert first["tools"][0]["function"]["name"] == "add"
+    assert second["messages"][-2]["tool_calls"][0]["id"] == "c1"
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "5"}
+    [(call, outcome)] = result.tool_calls
+    assert call.arguments == {"a": 2, "b": 3} and outcome.data == 5
+    assert isinstance(kit.store, MemoryStore)
+    assert [e.tool_name for e in kit.store.audit] == ["add"]  # audited like any call
+    assert result.usage.total_tokens == 6 + 5
+
+
+async def test_tool_calls_anthropic_style() -> None:
+    kit = Toolkit(add)
+    answers = scripted(
+        anthropic_calls(("t1", "add", {"a": 1, "b": 1}), ("t2", "add", {"a": 2, "b": 2})),
+        anthropic_text("2 and 4"),
+    )
+    with StubLLM(answers) as llm:
+        client = create_client(llm.base_url, style="anthropic", model="m")
+        result = await client.run("sums", toolkit=kit)
+    assert result.text == "2 and 4"
+    second = llm.requests[1].body
+    assert second["tools"][0]["name"] == "add" and "input_schema" in second["tools"][0]
+    assert second["messages"][1]["content"][0]["type"] == "tool_use"
+    results = second["messages"][2]
+    assert results["role"] == "user"
+    assert [(b["tool_use_id"], b["content"]) for b in results["content"]] == [
+        ("t1", "2"),
+        ("t2", "4"),
+    ]
+
+
+async def test_parallel_calls_run_concurrently_and_answer_in_call_order() -> None:
+    first_started = asyncio.Event()
+    second_started = asyncio.Event()
+
+    @tool
+    async def first() -> str:
+        """Wait for the second call to start."""
+        first_started.set()
+        await second_started.wait()
+        return "one"
+
+    @tool
+    async def second() -> str:
+        """Wait for the first call to start."""
+        second_started.set()
+        await first_started.wait()
+        return "two"
+
+    answers = scripted(openai_calls(("a", "second", {}), ("b", "first", {})), openai_text("done"))
+    with StubLLM(answers) as llm:
+        client = create_client(llm.base_url, model="m")
+        result = await client.run("both", toolkit=Toolkit(first, second), timeout=20)
+    assert result.text == "done"
+    results = [m for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in results] == [("a", "two"), ("b", "one")]
+
+
+async def test_max_turns_stops_a_model_that_keeps_calling() -> None:
+    with StubLLM(scripted(openai_calls(("c", "add", {"a": 1, "b": 1})))) as llm:
+        client = create_client(llm.base_url, model="m")
+        result = await client.run("loop", toolkit=Toolkit(add), max_turns=3)
+    assert result.stop_reason == "max_turns" and result.turns == 3
+    assert len(llm.requests) == 3 and len(result.tool_calls) == 3
+
+
+async def test_bad_arguments_and_unknown_tools_go_back_to_the_model() -> None:
+    broken = Answer(
+        {
+            "choices": [
+                {
+                    "message": {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"id": "x", "function": {"name": "add", "arguments": "{not json"}},
+                            {"id": "y", "function": {"name": "nope", "arguments": "{}"}},
+                            {"id": "z", "function": {"name": "add", "arguments": '{"a": "1"}'}},
+                        ],
+                    }
+                }
+            ]
+        }
+    )
+    with StubLLM(scripted(broken, openai_text("sorry"))) as llm:
+        result = await create_client(llm.base_url, model="m").run("x", toolkit=Toolkit(add))
+    codes = [outcome.error_code for _call, outcome in result.tool_calls]
+    assert codes == ["invalid_arguments", "unknown_tool", "invalid_arguments"]
+    sent = [m["content"] for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
+    assert sent[0].startswith("Error [invalid_arguments]: arguments of 'add' are not JSON")
+
+
+def deferred_tool() -> Tool:
+    async def forecast(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        return f"sunny in {arguments['city']}"
+
+    definition = ToolDefinition(
+        name="weather_forecast", description="Weather forecast for a city.", defer_loading=True
+    )
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    return Tool(definition, forecast, input_schema=schema)
+
+
+async def test_deferred_tools_are_found_with_tool_search_and_offered_next_turn() -> None:
+    kit = Toolkit(add, deferred_tool())
+    answers = scripted(
+        openai_calls(("s", "tool_search", {"query": "weather forecast"})),
+        openai_calls(("w", "weather_forecast", {"city": "Oslo"})),
+        openai_text("Sunny."),
+    )
+    with StubLLM(answers) as llm:
+        result = await create_client(llm.base_url, model="m").run("weather?", toolkit=kit)
+    offered = [[t["function"]["name"] for t in r.body["tools"]] for r in llm.requests]
+    assert offered[0] == ["add", "tool_search"]
+    assert offered[1] == ["add", "weather_forecast"]  # found: loaded, nothing left to search
+    assert result.tool_calls[1][1].output == "sunny in Oslo"
+    assert "weather_forecast" in result.tool_calls[0][1].output
+
+
+async def test_the_run_deadline_is_a_call_timeout() -> None:
+    @tool
+    async def wait_forever() -> None:
+        """Never finish."""
+        await asyncio.Event().wait()
+
+    with StubLLM(scripted(openai_calls(("w", "wait_forever", {})))) as llm:
+        client = create_client(llm.base_url, model="m")
+        with pytest.raises(CallTimeout, match=r"within 0\.3s"):
+            await client.run("wait", toolkit=Toolkit(wait_forever), timeout=0.3)
+
+
+async def test_cancelling_a_run_cancels_its_tools() -> None:
+    started = asyncio.Event()
+    kit = Toolkit()
+
+    @tool
+    async def slow() -> None:
+        """Wait until cancelled."""
+        started.set()
+        await asyncio.Event().wait()
+
+    kit.register(slow)
+    with StubLLM(scripted(openai_calls(("s", "slow", {})))) as llm:
+        run = asyncio.ensure_future(create_client(llm.base_url, model="m").run("x", toolkit=kit))
+        await started.wait()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    assert isinstance(kit.store, MemoryStore)
+    assert [(e.tool_name, e.error_code) for e in kit.store.audit] == [("slow", "cancelled")]
+
+
+async def test_events_in_order() -> None:
+    events: list[RunEvent] = []
+    answers = scripted(openai_calls(("c", "add", {"a": 1, "b": 2})), openai_text("3"))
+    with StubLLM(answers) as llm:
+        await create_client(llm.base_url, model="m").run(
+            "1+2", toolkit=Toolkit(add), on_event=events.append
+        )
+    assert [e.kind for e in events] == ["tool_call", "tool_result", "text"]
+    assert events[1].tool_result is not None and events[1].tool_result.data == 3
+
+
+async def test_history_tools_list_and_skills_prompt(tmp_path: Path) -> None:
+    skill = tmp_path / "greet"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text("---\nname: greet\ndescription: Say hello.\n---\nWave.\n")
+    from toolmesh.sources.skills import SkillsSource
+
+    kit = Toolkit(SkillsSource(tmp_path))
+    history = [ChatMessage("user", "earlier"), ChatMessage("assistant", "noted")]
+    with StubLLM(scripted(openai_text("ok"))) as llm:
+        await create_client(llm.base_url, model="m", system="Base.").run(
+            "now", toolkit=kit, history=history
+        )
+    messages = llm.requests[0].body["messages"]
+    assert messages[0]["role"] == "system" and messages[0]["content"].startswith("Base.")
+    assert "greet: Say hello." in messages[0]["content"]
+    assert [m["content"] for m in messages[1:]] == ["earlier", "noted", "now"]
+    assert json.dumps(llm.requests[0].body["tools"]).count('"skill"') == 1

@@ -1,0 +1,253 @@
+"""toolmesh serving a toolkit over MCP, against the official Python SDK client in both protocol
+modes (2026-07-28 and the 2025 handshake), over stdio (`toolmesh serve --mcp-stdio`) and
+streamable HTTP (`/mcp` beside A2E)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+
+from tests.conftest import REPO
+from tests.fixtures.demo_tools import RELEASE, TOOLS
+from toolmesh import Host, ToolContext, tool
+from toolmesh.mcp.http import mcp_routes
+from toolmesh.transports.http import HttpServer
+
+pytestmark = [pytest.mark.network_server]
+
+SIGNALS: dict[str, asyncio.Event] = {}  # made by each test, on its own event loop
+
+
+@tool
+async def linger(ctx: ToolContext) -> str:
+    """Waits until cancelled, and says so."""
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        SIGNALS["cancelled"].set()
+        raise
+    return "never"
+
+
+@dataclass
+class Served:
+    client: Client
+    audit: Path
+    transport: str
+    notifications: list[Any] = field(default_factory=list)
+    host: Host | None = None
+    list_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def audit_rows(self) -> list[dict[str, Any]]:
+        db = sqlite3.connect(self.audit)
+        db.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in db.execute("SELECT * FROM audit ORDER BY id")]
+        finally:
+            db.close()
+
+
+VARIANTS = ["stdio-auto", "stdio-legacy", "http-auto", "http-legacy"]
+
+
+@contextlib.asynccontextmanager
+async def serving(variant: str, tmp_path: Path) -> AsyncIterator[Served]:
+    """A client of the demo toolkit (the SDK's client runs on anyio task groups, so it is
+    entered and left inside each test's own task, never in a fixture)."""
+    transport, mode = variant.split("-")
+    audit = tmp_path / "audit.db"
+    notes: list[Any] = []
+    changed = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        notes.append(message)
+        if getattr(message, "method", "") == "notifications/tools/list_changed":
+            changed.set()
+
+    if transport == "stdio":
+        command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(audit)]
+        command += ["--tools", "tests.fixtures.demo_tools:TOOLS", "--capability", "demo"]
+        params = StdioServerParameters(command=sys.executable, args=command, cwd=REPO)
+        async with Client(params, mode=mode, message_handler=on_message) as client:
+            yield Served(client, audit, transport, notes, list_changed=changed)
+        return
+    host = Host(*TOOLS, linger, audit=audit, capabilities=["demo"])
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    try:
+        async with Client(f"{url}/mcp", mode=mode, message_handler=on_message) as client:
+            yield Served(client, audit, transport, notes, host, changed)
+    finally:
+        RELEASE.set()
+        await server.stop()
+        await host.close()
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+async def test_tools_are_listed_with_schemas_and_annotations(variant: str, tmp_path: Path) -> None:
+    async with serving(variant, tmp_path) as served:
+        listing = await served.client.list_tools(cache_mode="bypass")
+        tools = {t.name: t for t in listing.tools}
+        assert {"echo", "add", "count", "read_file", "search_tools"} <= set(tools)
+        assert "secret" not in tools  # needs a capability this host does not grant
+        assert "github_search" not in tools  # deferred: found through search_tools
+        assert tools["echo"].input_schema["properties"]["text"]["type"] == "string"
+        assert tools["echo"].input_schema["required"] == ["text"]
+        assert tools["read_file"].annotations is not None
+        assert tools["read_file"].annotations.idempotent_hint is True
+        assert tools["count"].output_schema is not None
+        assert served.client.server_info is not None
+        assert served.client.server_info.name == "toolmesh"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+async def test_calls_go_through_the_pipeline(variant: str, tmp_path: Path) -> None:
+    async with serving(variant, tmp_path) as served:
+        client = served.client
+        echoed = await client.call_tool("echo", {"text": "hi"})
+        assert not echoed.is_error and text_of(echoed) == "hi"
+
+        counted = await client.call_tool("count", {"n": 2})
+        assert counted.structured_content == {"counted": 2}
+
+        invalid = await client.call_tool("add", {"a": "one", "b": 2})
+        assert invalid.is_error  # a result the model can read, not a protocol error
+        assert "$.a" in text_of(invalid)
+
+        failed = await client.call_tool("boom", {})
+        assert failed.is_error and "kaboom" in text_of(failed)
+
+        denied = await client.call_tool("secret", {})
+        assert denied.is_error and "secret::read" in text_of(denied)
+
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("nope", {})
+        assert unknown.value.code == -32602
+
+        await client.__aexit__(None, None, None)  # end the session so the audit log is complete
+        if served.host is not None:
+            await served.host.close()
+        rows = served.audit_rows()
+        assert {r["transport"] for r in rows} == {"mcp"}
+        codes = [(r["tool_name"], r["error_code"]) for r in rows]
+        assert ("add", "invalid_arguments") in codes
+        assert ("secret", "tool_denied") in codes
+        assert ("nope", "unknown_tool") in codes
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+async def test_progress_events_become_progress_notifications(variant: str, tmp_path: Path) -> None:
+    async with serving(variant, tmp_path) as served:
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
+
+        result = await served.client.call_tool("count", {"n": 4}, progress_callback=on_progress)
+        assert not result.is_error
+        assert [p for p, _, _ in seen] == [25, 50, 75, 100]
+        assert seen[0][1] == 100 and seen[0][2] == "step 1 of 4"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+async def test_search_tools_loads_deferred_tools(variant: str, tmp_path: Path) -> None:
+    async with serving(variant, tmp_path) as served:
+        client = served.client
+        modern = client.protocol_version == "2026-07-28"
+        changed = asyncio.Event()
+
+        async def listen() -> None:
+            async with client.listen(tools_list_changed=True) as subscription:
+                listening.set()
+                async for _event in subscription:
+                    changed.set()
+                    return
+
+        listening = asyncio.Event()
+        listener = asyncio.ensure_future(listen()) if modern else None
+        if listener is not None:
+            await listening.wait()
+        found = await client.call_tool("search_tools", {"query": "search github repositories"})
+        assert not found.is_error
+        assert found.structured_content is not None
+        assert found.structured_content["tools"][0]["name"] == "github_search"
+        if modern:  # on the listen stream
+            await asyncio.wait_for(changed.wait(), 10)
+        else:  # on the connection (stdio) or the session's GET stream (HTTP)
+            await asyncio.wait_for(served.list_changed.wait(), 10)
+        listing = await client.list_tools(cache_mode="bypass")
+        assert "github_search" in {t.name for t in listing.tools}
+        result = await client.call_tool("github_search", {"q": "toolmesh"})
+        assert result.structured_content == {"results": ["repo matching toolmesh"]}
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+
+@pytest.mark.parametrize("variant", ["http-auto", "http-legacy"])  # stdio: the next test
+async def test_client_cancellation_cancels_the_tool(variant: str, tmp_path: Path) -> None:
+    async with serving(variant, tmp_path) as served:
+        cancelled = SIGNALS["cancelled"] = asyncio.Event()
+        with pytest.raises(MCPError):
+            await served.client.call_tool("linger", {}, read_timeout_seconds=0.3)
+        await asyncio.wait_for(cancelled.wait(), 10)
+
+
+async def test_stdio_cancellation_is_audited(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.db"
+    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(audit)]
+    command += ["--tools", "tests.fixtures.demo_tools:TOOLS"]
+    params = StdioServerParameters(command=sys.executable, args=command, cwd=REPO)
+    async with Client(params) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("hold", {"seconds": 60}, read_timeout_seconds=0.3)
+    # The server drains running calls at end of input: it only exited (and wrote this entry)
+    # because the client's cancellation had stopped `hold` already.
+    served = Served(client, audit, "stdio")
+    rows = [r for r in served.audit_rows() if r["tool_name"] == "hold"]
+    assert [r["error_code"] for r in rows] == ["cancelled"]
+
+
+async def test_http_endpoint_checks_origin_token_and_sessions(tmp_path: Path) -> None:
+    host = Host(*TOOLS, audit=tmp_path / "a.db")
+    server = HttpServer(
+        host, "127.0.0.1:0", auth_token="s3cret", extra_routes=mcp_routes(host, auth_token="s3cret")
+    )
+    url = await server.start()
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            assert (await http.post("/mcp", json=body)).status_code == 401
+            auth = {"Authorization": "Bearer s3cret"}
+            evil = await http.post(
+                "/mcp", json=body, headers={**auth, "Origin": "https://evil.example"}
+            )
+            assert evil.status_code == 403
+            no_session = await http.post("/mcp", json=body, headers=auth)
+            assert no_session.status_code == 400
+            unknown = await http.post("/mcp", json=body, headers={**auth, "Mcp-Session-Id": "x"})
+            assert unknown.status_code == 404
+            garbage = await http.post("/mcp", content=b"{not json", headers=auth)
+            assert garbage.status_code == 400 and garbage.json()["error"]["code"] == -32700
+            modern = {**auth, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
+            mismatch = await http.post(
+                "/mcp", json={**body, "method": "tools/list"}, headers=modern
+            )
+            assert mismatch.status_code == 400  # no _meta envelope: the SDK's classifier refuses
+    finally:
+        await server.stop()
+        await host.close()

@@ -1,0 +1,253 @@
+"""MCP servers as toolmesh sources, against real servers: mcp-server-time (PyPI), the reference
+"everything" server (npm) over stdio and streamable HTTP, and SDK-built fixture servers for
+pagination, list changes, cancellation and faults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from tests.mcp.conftest import (
+    everything_stdio,
+    fixture_server,
+    live_children,
+    time_server,
+)
+from toolmesh import ToolEvent, Toolkit
+from toolmesh.mcp.config import MCPServerConfig, parse_mcp_server
+from toolmesh.mcp.source import MCPSource, mcp_source
+
+pytestmark = [pytest.mark.network_server, pytest.mark.slow]
+
+
+async def started(*configs: MCPServerConfig) -> Toolkit:
+    return await Toolkit(*[mcp_source(c) for c in configs]).start()
+
+
+# -- mcp-server-time ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_time_server_tools_are_listed_and_called(mode: str) -> None:
+    async with await started(time_server(mode=mode)) as toolkit:
+        source = toolkit.sources[0]
+        assert source.status.state == "connected"
+        assert toolkit.source_of("time_get_current_time") is source
+        definition = toolkit["time_get_current_time"].definition
+        assert definition.kind == "mcp"
+        assert definition.annotations == {
+            "readOnlyHint": True,
+            "destructiveHint": False,
+            "idempotentHint": True,
+            "openWorldHint": False,
+        }
+        assert definition.idempotent
+        assert {"read_only", "idempotent", "mcp", "time"} <= set(definition.tags)
+        assert definition.output_schema is not None
+        assert definition.output_schema["title"] == "TimeResult"
+
+        result = await toolkit.execute("time_get_current_time", {"timezone": "Asia/Tokyo"})
+        assert result.success, result.error
+        assert result.data["timezone"] == "Asia/Tokyo"  # structuredContent
+        assert '"timezone": "Asia/Tokyo"' in (result.output or "")  # the text block
+        assert result.tool_name == "time_get_current_time"
+
+        failed = await toolkit.execute("time_get_current_time", {"timezone": "Nowhere/City"})
+        assert not failed.success
+        assert failed.error_code == "tool_error"
+        assert "Invalid timezone" in (failed.error or "")
+
+        invalid = await toolkit.execute("time_get_current_time", {"timezone": 3})
+        assert invalid.error_code == "invalid_arguments"  # checked before reaching the server
+
+
+# -- the everything server ---------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def everything(everything_http: str) -> AsyncIterator[Toolkit]:
+    """The everything server twice: over stdio (node child) and over streamable HTTP."""
+    http = parse_mcp_server("web", {"url": everything_http})
+    toolkit = await started(everything_stdio(reset_timeout_on_progress=True), http)
+    yield toolkit
+    await toolkit.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("prefix", ["every", "web"])
+async def test_everything_lists_calls_and_keeps_content(everything: Toolkit, prefix: str) -> None:
+    assert all(s.status.state == "connected" for s in everything.sources)
+    echo = await everything.execute(f"{prefix}_echo", {"message": "hi"})
+    assert echo.success and echo.output == "Echo: hi"
+
+    structured = await everything.execute(
+        f"{prefix}_get-structured-content", {"location": "Chicago"}
+    )
+    assert structured.success
+    assert set(structured.data) == {"temperature", "conditions", "humidity"}
+    assert everything[f"{prefix}_get-structured-content"].definition.output_schema is not None
+
+    image = await everything.execute(f"{prefix}_get-tiny-image", {})
+    artifacts = [e for e in image.events if e.kind == "artifact"]
+    assert artifacts and artifacts[0].data["mime"] == "image/png"
+    assert "image you requested" in (image.output or "")
+
+    error = await everything.execute(f"{prefix}_get-sum", {"a": "one", "b": 2})
+    assert not error.success  # the server's own validation, reported as isError
+    assert error.error_code in ("tool_error", "invalid_arguments")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("prefix", ["every", "web"])
+async def test_everything_progress_arrives_while_the_call_runs(
+    everything: Toolkit, prefix: str
+) -> None:
+    events: list[ToolEvent] = []
+    result = await everything.execute(
+        f"{prefix}_trigger-long-running-operation",
+        {"duration": 0.3, "steps": 3},
+        on_event=events.append,
+    )
+    assert result.success, result.error
+    progress = [e.data for e in events if e.kind == "progress"]
+    assert [p["progress"] for p in progress] == [1, 2, 3]
+    assert [p["pct"] for p in progress] == [33, 67, 100]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("prefix", ["every", "web"])
+async def test_everything_call_is_cancelled_at_its_deadline(
+    everything: Toolkit, prefix: str
+) -> None:
+    result = await everything.execute(
+        f"{prefix}_trigger-long-running-operation", {"duration": 30, "steps": 2}, timeout=0.3
+    )
+    assert result.error_code == "timeout"
+    again = await everything.execute(f"{prefix}_echo", {"message": "still here"})
+    assert again.success  # the connection survives a cancelled call
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_progress_extends_the_deadline_when_configured(everything: Toolkit) -> None:
+    # 0.6 s of work in 4 steps, under a 0.4 s timeout restarted by every progress notification
+    result = await everything.execute(
+        "every_trigger-long-running-operation", {"duration": 0.6, "steps": 4}, timeout=0.4
+    )
+    assert result.success, result.error
+    cut = await everything.execute(
+        "web_trigger-long-running-operation", {"duration": 0.6, "steps": 4}, timeout=0.4
+    )
+    assert cut.error_code == "timeout"  # not configured for this server
+
+
+# -- fixture servers: pagination, list changes, cancellation, faults ----------------------------
+
+
+async def test_tools_list_pagination_is_followed() -> None:
+    async with await started(fixture_server("paged", name="paged", prefix="")) as toolkit:
+        assert toolkit.names() == ["t0", "t1", "t2", "t3", "t4"]
+        result = await toolkit.execute("t3", {})
+        assert result.output == "t3"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_list_changed_refreshes_the_toolkit(mode: str) -> None:
+    async with await started(fixture_server(mode=mode)) as toolkit:
+        source = toolkit.sources[0]
+        changed = asyncio.Event()
+        source.subscribe(lambda _s: changed.set())
+        result = await toolkit.execute("fx_add_tool", {"name": "fresh"})
+        assert result.success, result.error
+        await asyncio.wait_for(changed.wait(), 10)
+        assert "fx_fresh" in toolkit
+        made = await toolkit.execute("fx_fresh", {})
+        assert made.output == "fresh"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_deadline_and_caller_cancel_the_request_at_the_server(mode: str) -> None:
+    async with await started(fixture_server(mode=mode)) as toolkit:
+        timed_out = await toolkit.execute("fx_wait", {"seconds": 30}, timeout=0.3)
+        assert timed_out.error_code == "timeout"
+        seen = await toolkit.execute("fx_cancelled_calls", {})
+        assert seen.data == {"result": 1}  # notifications/cancelled reached the server
+
+        call = asyncio.ensure_future(toolkit.execute("fx_wait", {"seconds": 30}))
+        events: list[ToolEvent] = []
+        steps = await toolkit.execute("fx_steps", {"count": 1, "pause": 0}, on_event=events.append)
+        assert steps.success  # the server is busy with `wait` and still answers
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+
+async def test_a_crashed_server_fails_running_calls_and_restarts() -> None:
+    before = live_children()
+    async with await started(fixture_server()) as toolkit:
+        source = toolkit.sources[0]
+        crashed = await toolkit.execute("fx_crash", {})
+        assert not crashed.success
+        assert "went away during the call" in (crashed.error or "")
+        assert "crashing on purpose" in (crashed.error or "")  # its stderr explains
+        assert source.status.state == "failed"
+        again = await toolkit.execute("fx_echo", {"text": "back"})
+        assert again.success and again.output == "back"  # restarted by the call
+        assert source.status.state == "connected"
+    assert live_children() == before
+
+
+async def test_hung_and_garbage_servers_do_not_hold_up_the_toolkit() -> None:
+    before = live_children()
+    hung = fixture_server("hang", name="hung", connect_timeout=0.5)
+    noisy = fixture_server("garbage", name="noisy")
+    missing = parse_mcp_server("missing", {"command": "/nonexistent/mcp-server"})
+    off = parse_mcp_server("off", {"command": "whatever", "disabled": True})
+    async with await started(hung, noisy, missing, off) as toolkit:
+        states = {s.name: s.status for s in toolkit.sources}
+        assert states["hung"].state == "failed"
+        assert "connect timeout of 0.5s" in states["hung"].reason
+        assert states["missing"].state == "failed"
+        assert "cannot start" in states["missing"].reason
+        assert states["off"].state == "disabled"
+        assert states["noisy"].state == "connected"  # garbage lines are skipped
+        result = await toolkit.execute("noisy_echo", {"text": "clean"})
+        assert result.output == "clean"
+        failed = await toolkit.execute("hung_anything", {})
+        assert failed.error_code == "unknown_tool"
+    assert live_children() == before
+
+
+async def test_closing_the_toolkit_leaves_no_child_process() -> None:
+    before = live_children()
+    toolkit = await started(time_server(), everything_stdio(), fixture_server())
+    assert len(live_children() - before) == 3
+    await toolkit.close()
+    assert live_children() == before
+
+
+async def test_allow_deny_capabilities_and_prefix_apply_per_server() -> None:
+    config = time_server(
+        "clock",
+        prefix="t",
+        deny=["convert_*"],
+        capabilities=["time::read"],
+        tags=["clock"],
+    )
+    toolkit = Toolkit(mcp_source(config), capabilities=["other"])
+    async with await toolkit.start():
+        assert toolkit.names() == ["t_get_current_time"]
+        tool = toolkit["t_get_current_time"]
+        assert tool.definition.capabilities == ["time::read"]
+        assert "clock" in tool.definition.tags
+        denied = await toolkit.execute("t_get_current_time", {"timezone": "UTC"})
+        assert denied.error_code == "tool_denied"
+
+
+async def test_a_source_that_was_never_opened_serves_nothing() -> None:
+    source = MCPSource(time_server())
+    assert source.status.state == "pending"
+    assert source.tools() == []
+    await source.close()

@@ -1,0 +1,162 @@
+"""The shell allow-list: the bypass corpus, each form refused before anything runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.sources.builtins.conftest import Make
+from toolmesh import ToolErrorCode
+from toolmesh.sources.builtins.commandline import CommandRefused, Policy, check_command
+from toolmesh.sources.builtins.confine import Roots
+
+ALLOW = ["ls", "echo", "cat", "find", "grep", "sort"]
+
+BYPASSES = [
+    ("semicolon", "echo ok; rm victim", "chaining with ';'"),
+    ("and", "echo ok && rm victim", "chaining with '&&'"),
+    ("or", "echo ok || rm victim", "chaining with '||'"),
+    ("pipe", "echo rm victim | sh", "pipes"),
+    ("pipe stderr", "echo ok |& sh", "'|&'"),
+    ("dollar paren", "echo $(rm victim)", "command substitution"),
+    ("dollar paren quoted", 'echo "$(rm victim)"', "inside double quotes"),
+    ("backticks", "echo `rm victim`", "backticks"),
+    ("backticks quoted", 'echo "`rm victim`"', "inside double quotes"),
+    ("arithmetic", "echo $((1+1))", "'$'"),
+    ("variable", "cat $HOME/.bashrc", "'$'"),
+    ("braced variable", "echo ${PATH}", "'$'"),
+    ("ansi-c string", "echo $'\\x41'", "'$'"),
+    ("redirect out", "echo pwned > victim", "redirection '>'"),
+    ("redirect append", "echo pwned >> victim", "redirection '>>'"),
+    ("redirect in", "cat < victim", "redirection '<'"),
+    ("redirect stderr", "ls 2> victim", "redirection '2>'"),
+    ("redirect both", "echo pwned &> victim", "'&>'"),
+    ("clobber", "echo pwned >| victim", "'>|'"),
+    ("descriptor", "echo pwned 1> victim", "descriptor 1"),
+    ("here-string", "cat <<< pwned", "here-strings"),
+    ("here-document", "cat << EOF", "here-documents"),
+    ("process substitution", "cat <(rm victim)", "process substitution"),
+    ("subshell", "(rm victim)", "subshells"),
+    ("group", "{ rm victim; }", "'{'"),
+    ("background", "echo ok & rm victim", "background"),
+    ("sh -c", "sh -c 'rm victim'", "program 'sh' is not in the shell allow-list"),
+    ("bash -c", "bash -c 'rm victim'", "program 'bash'"),
+    ("env", "env X=1 sh -c 'rm victim'", "program 'env'"),
+    ("assignment", "X=1 sh", "environment assignments"),
+    ("xargs", "xargs rm", "program 'xargs'"),
+    ("find -exec", "find . -exec rm '{}' ';'", "'find -exec'"),
+    ("find -execdir", "find . -execdir rm '{}' +", "'find -execdir'"),
+    ("find -delete", "find . -name victim -delete", "'find -delete'"),
+    ("sort compress", "sort --compress-program=sh victim", "'sort --compress-program'"),
+    ("sort output", "sort -uo victim victim", "'sort -o'"),
+    ("newline", "echo ok\nrm victim", "newline"),
+    ("carriage return", "echo ok\rrm victim", "newline"),
+    ("NUL", "echo ok\x00rm victim", "control character"),
+    ("line continuation", "echo ok \\", "backslash at the end"),
+    ("glob program", "/???/r? victim", "program"),
+    ("glob program name", "r? victim", "glob in the program name"),
+    ("path to a disallowed program", "/bin/rm victim", "program '/bin/rm'"),
+    ("path alias of an allowed program", "/bin/ls", "program '/bin/ls'"),
+    ("relative alias of an allowed program", "./ls", "program './ls'"),
+    ("escaped letters", "r\\m victim", "program 'rm'"),
+    ("quoted program", "'rm' victim", "program 'rm'"),
+    ("exec builtin", "exec rm victim", "program 'exec'"),
+    ("command builtin", "command rm victim", "program 'command'"),
+    ("nohup", "nohup rm victim", "program 'nohup'"),
+    ("busybox", "busybox rm victim", "program 'busybox'"),
+    ("comment", "ls # rm victim", "comments"),
+    ("tilde", "cat ~/.bashrc", "'~'"),
+    ("history", "echo !!", "'!'"),
+    ("absolute path argument", "cat /etc/passwd", "outside the workspace"),
+    ("dotdot argument", "cat ../outside/secret.txt", "outside the workspace"),
+    ("glued option path", "grep -f/etc/passwd victim", "outside the workspace"),
+    ("option value path", "ls --hide=x --ignore=/etc", "outside the workspace"),
+    ("symlinked argument", "cat escape", "outside the workspace"),
+    ("unterminated quote", "echo 'rm victim", "unterminated"),
+    ("empty", "   ", "empty"),
+    ("trailing operator", "echo ok;", "without a command after it"),
+]
+
+
+@pytest.fixture
+def victim(workspace: Path, outside: Path) -> Path:
+    (workspace / "victim").write_text("alive\n")
+    os.symlink(outside / "secret.txt", workspace / "escape")
+    return workspace / "victim"
+
+
+@pytest.mark.parametrize(("label", "command", "reason"), BYPASSES, ids=[b[0] for b in BYPASSES])
+async def test_bypasses_are_refused(
+    make_kit: Make, victim: Path, label: str, command: str, reason: str
+) -> None:
+    kit = await make_kit({"shell": {"allow": ALLOW}})
+    result = await kit.execute("shell", {"command": command})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, (label, result)
+    assert reason in (result.error or ""), result.error
+    assert victim.read_text() == "alive\n"
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(BYPASSES) >= 25
+
+
+async def test_what_the_allow_list_admits_runs(make_kit: Make, workspace: Path) -> None:
+    (workspace / "a file.txt").write_text("one\ntwo\n")
+    (workspace / "b.txt").write_text("three\n")
+    kit = await make_kit({"shell": {"allow": ALLOW}})
+    for command, expected in [
+        ("echo hello   world", "hello world\n"),
+        ("cat 'a file.txt'", "one\ntwo\n"),
+        ('cat "a file.txt"', "one\ntwo\n"),
+        ("cat a\\ file.txt", "one\ntwo\n"),
+        ("ls *.txt", "a file.txt\nb.txt\n"),
+        ("echo '*.txt'", "*.txt\n"),
+        ("find . -name 'b.*'", "./b.txt\n"),
+        ("grep -c o 'a file.txt'", "2\n"),
+        ("echo 'a;b && $(c)'", "a;b && $(c)\n"),
+    ]:
+        result = await kit.execute("shell", {"command": command})
+        assert result.success and result.data["stdout"] == expected, (command, result)
+
+
+async def test_operators_when_admitted(make_kit: Make, workspace: Path) -> None:
+    shell = {"allow": ["echo", "grep", "cat"], "operators": ["|", "&&", ">"]}
+    kit = await make_kit({"shell": shell})
+    piped = await kit.execute("shell", {"command": "echo hello | grep ell && echo done"})
+    assert piped.data["stdout"] == "hello\ndone\n"
+    written = await kit.execute("shell", {"command": "echo saved > out.txt"})
+    assert written.success and (workspace / "out.txt").read_text() == "saved\n"
+    outside = await kit.execute("shell", {"command": "echo x > ../x.txt"})
+    assert outside.error_code == ToolErrorCode.TOOL_DENIED
+    chained = await kit.execute("shell", {"command": "echo a; echo b"})
+    assert chained.error_code == ToolErrorCode.TOOL_DENIED
+    appended = await kit.execute("shell", {"command": "echo x >> out.txt"})
+    assert "admit '>>'" in appended.error
+
+
+async def test_traps_when_admitted(make_kit: Make, workspace: Path) -> None:
+    (workspace / "x.txt").write_text("")
+    kit = await make_kit({"shell": {"allow": ["find -exec", "echo"]}})
+    result = await kit.execute("shell", {"command": "find . -name x.txt -exec echo found '{}' ';'"})
+    assert result.data["stdout"] == "found ./x.txt\n", result
+
+
+def test_rebuilt_scripts_quote_every_word(workspace: Path) -> None:
+    policy = Policy.from_allow(["echo", "cat"], ["|"])
+    plan = check_command("echo 'a b' '$(x)' | cat", policy, Roots([workspace]), str(workspace))
+    assert plan.script == "/usr/bin/echo 'a b' '$(x)' | /usr/bin/cat"
+
+
+def test_bad_allow_lists() -> None:
+    with pytest.raises(ValueError, match="unknown shell operators"):
+        Policy.from_allow(["ls"], ["&"])
+    with pytest.raises(ValueError, match="empty entry"):
+        Policy.from_allow([" "])
+
+
+def test_refusals_are_value_errors(workspace: Path) -> None:
+    policy = Policy.from_allow(["ls"])
+    with pytest.raises(CommandRefused, match="not in the shell allow-list; allowed: ls"):
+        check_command("rm x", policy, Roots([workspace]), str(workspace))

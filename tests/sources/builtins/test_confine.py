@@ -1,0 +1,155 @@
+"""The escape corpus of the file tools: every attempt to leave the workspace is refused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.sources.builtins.conftest import SECRET, Make
+from toolmesh import ToolErrorCode
+from toolmesh.sources.builtins.confine import MAX_NAME, MAX_PATH, PathRefused, Roots
+
+
+@pytest.fixture
+def traps(workspace: Path, outside: Path) -> Path:
+    """Symlinks and a hard link planted inside the workspace, all leading outside."""
+    os.symlink(outside / "secret.txt", workspace / "link")
+    os.symlink(outside, workspace / "sub")
+    os.symlink(workspace / "link", workspace / "chain")  # a symlink to a symlink that escapes
+    os.link(outside / "secret.txt", workspace / "hard")
+    (workspace / "inner").mkdir()
+    os.symlink("../../outside/secret.txt", workspace / "inner" / "relative-link")
+    return workspace
+
+
+ESCAPES = [
+    ("dotdot", "../outside/secret.txt", "uses '..'"),
+    ("dotdot deep", "inner/../../outside/secret.txt", "uses '..'"),
+    ("absolute", "/etc/passwd", "absolute path"),
+    ("symlink out", "link", "symlink that points outside"),
+    ("symlink chain", "chain", "symlink that points outside"),
+    ("relative symlink", "inner/relative-link", "symlink that points outside"),
+    ("symlinked parent", "sub/secret.txt", "parent folder 'sub'"),
+    ("symlinked parent, new file", "sub/new.txt", "parent folder 'sub'"),
+    ("NUL byte", "a\x00b", "NUL byte"),
+    ("very long path", "a/" * (MAX_PATH // 2), "too long"),
+    ("very long name", "x" * (MAX_NAME + 1), "too long"),
+    ("hard link", "hard", "hard links"),
+]
+
+
+@pytest.mark.parametrize(("label", "path", "reason"), ESCAPES, ids=[e[0] for e in ESCAPES])
+@pytest.mark.parametrize("tool", ["read_file", "write_file", "edit_file"])
+async def test_escapes_are_refused(
+    make_kit: Make, traps: Path, outside: Path, label: str, path: str, reason: str, tool: str
+) -> None:
+    kit = await make_kit()
+    args = {
+        "read_file": {"path": path},
+        "write_file": {"path": path, "content": "pwned"},
+        "edit_file": {"path": path, "old": "secret", "new": "pwned"},
+    }[tool]
+    result = await kit.execute(tool, args)
+    assert not result.success and result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert reason in (result.error or "")
+    assert SECRET not in (result.output or "")
+    assert (outside / "secret.txt").read_text() == SECRET
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+async def test_absolute_path_to_the_secret_is_refused(make_kit: Make, outside: Path) -> None:
+    kit = await make_kit()
+    result = await kit.execute("read_file", {"path": str(outside / "secret.txt")})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "absolute path" in result.error
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("list_files", {"path": ".."}),
+        ("list_files", {"path": "sub"}),
+        ("glob", {"pattern": "../*"}),
+        ("glob", {"pattern": "/etc/*"}),
+        ("grep", {"pattern": "secret", "path": "../outside"}),
+        ("grep", {"pattern": "secret", "path": "sub"}),
+        ("grep", {"pattern": "secret", "include": "../*"}),
+        (
+            "apply_patch",
+            {
+                "patch": "--- a/../outside/secret.txt\n+++ b/../outside/secret.txt\n@@ -1 +1 @@\n-the secret outside the workspace\n+pwned\n"
+            },
+        ),
+        (
+            "apply_patch",
+            {
+                "patch": "--- a/link\n+++ b/link\n@@ -1 +1 @@\n-the secret outside the workspace\n+pwned\n"
+            },
+        ),
+    ],
+)
+async def test_the_other_file_tools_refuse_escapes(
+    make_kit: Make, traps: Path, outside: Path, tool: str, args: dict[str, str]
+) -> None:
+    kit = await make_kit()
+    result = await kit.execute(tool, args)
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert (outside / "secret.txt").read_text() == SECRET
+
+
+async def test_grep_and_glob_do_not_follow_links_out(make_kit: Make, traps: Path) -> None:
+    (traps / "mine.txt").write_text("my own secret\n")
+    kit = await make_kit()
+    grep = await kit.execute("grep", {"pattern": "secret"})
+    assert grep.success and [m["path"] for m in grep.data["matches"]] == ["mine.txt"]
+    glob = await kit.execute("glob", {"pattern": "**/*.txt"})
+    assert glob.data["matches"] == ["mine.txt"]
+
+
+async def test_links_that_stay_inside_are_fine(make_kit: Make, workspace: Path) -> None:
+    (workspace / "real").mkdir()
+    (workspace / "real" / "a.txt").write_text("inside\n")
+    os.symlink("real", workspace / "alias")
+    kit = await make_kit()
+    result = await kit.execute("read_file", {"path": "alias/a.txt"})
+    assert result.success and result.data["content"] == "inside\n"
+    inside = await kit.execute("read_file", {"path": "real/../real/a.txt"})
+    assert inside.success
+    absolute = await kit.execute("read_file", {"path": str(workspace / "real" / "a.txt")})
+    assert absolute.success
+
+
+def test_roots_check_the_opened_descriptor(workspace: Path, outside: Path) -> None:
+    roots = Roots([workspace])
+    target = roots.resolve("swapped")
+    (workspace / "swapped").write_text("mine")
+    with roots.open(target, os.O_RDONLY):
+        pass
+    os.unlink(workspace / "swapped")
+    os.symlink(outside / "secret.txt", workspace / "swapped")  # swapped in after the check
+    with pytest.raises(OSError), roots.open(target, os.O_RDONLY):  # O_NOFOLLOW: ELOOP
+        pass
+
+
+def test_hard_links_may_be_allowed(workspace: Path, outside: Path) -> None:
+    os.link(outside / "secret.txt", workspace / "hard")
+    with pytest.raises(PathRefused, match="hard links"):
+        Roots([workspace]).check_file(str(workspace / "hard"))
+    assert Roots([workspace], allow_hardlinks=True).check_file(str(workspace / "hard"))
+
+
+def test_a_path_must_be_text(workspace: Path) -> None:
+    with pytest.raises(PathRefused, match="must be a string"):
+        Roots([workspace]).resolve(b"x")  # type: ignore[arg-type]
+
+
+async def test_special_files_are_refused(make_kit: Make, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")  # opening it for reading would block forever
+    kit = await make_kit()
+    result = await kit.execute("read_file", {"path": "pipe"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "not a regular file" in result.error
+    edit = await kit.execute("edit_file", {"path": "pipe", "old": "a", "new": "b"})
+    assert edit.error_code == ToolErrorCode.TOOL_DENIED
+    grep = await kit.execute("grep", {"pattern": "a"})
+    assert grep.success and grep.data["skipped_files"] == 1

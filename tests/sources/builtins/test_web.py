@@ -1,0 +1,160 @@
+"""http_request against real servers on loopback: private addresses refused, limits kept."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tests.sources.builtins.conftest import Make
+from toolmesh import ToolErrorCode
+
+PAGE = b"<html><head><title>T</title></head><body><h1>Hello</h1><p>A <a href='/x'>link</a></p></body></html>"
+
+
+class Server:
+    """A real HTTP server on a loopback address; counts the requests it got."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.requests: list[tuple[str, str, bytes]] = []
+        self.redirect_to = ""
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                outer.requests.append((self.command, self.path, body))
+                if self.path == "/redirect":
+                    self._send(302, b"", location=outer.redirect_to)
+                elif self.path == "/loop":
+                    self._send(302, b"", location="/loop")
+                elif self.path == "/big":
+                    self._send(200, b"x" * 10_000)
+                elif self.path == "/page":
+                    self._send(200, PAGE, kind="text/html; charset=utf-8")
+                elif self.path == "/missing":
+                    self._send(404, b"no such thing")
+                else:
+                    self._send(200, b"echo:" + self.command.encode() + b":" + body)
+
+            def _send(
+                self, status: int, body: bytes, *, kind: str = "text/plain", **headers: str
+            ) -> None:
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(body)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_HEAD = _answer  # noqa: N815 - http.server's names
+
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    running = Server()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def second() -> Iterator[Server]:
+    running = Server("127.0.0.2")
+    yield running
+    running.close()
+
+
+LOOPBACK = {"http_request": {"allow_private": ["127.0.0.0/8"], "methods": ["GET", "POST"]}}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "0.0.0.0"])
+async def test_private_addresses_are_refused(make_kit: Make, server: Server, host: str) -> None:
+    kit = await make_kit()
+    port = server.url.rsplit(":", 1)[1]
+    result = await kit.execute("http_request", {"url": f"http://{host}:{port}/"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert "private" in result.error
+    assert server.requests == []  # nothing reached the server
+
+
+async def test_allowed_private_networks_are_reached(make_kit: Make, server: Server) -> None:
+    kit = await make_kit(LOOPBACK)
+    result = await kit.execute("http_request", {"url": server.url + "/hello"})
+    assert result.success and result.data["status"] == 200 and result.data["body"] == "echo:GET:"
+    assert result.output.startswith("HTTP 200 OK\n")
+    posted = await kit.execute(
+        "http_request", {"url": server.url + "/p", "method": "post", "body": "data"}
+    )
+    assert posted.data["body"] == "echo:POST:data"
+
+
+async def test_a_redirect_to_a_private_address_is_refused(
+    make_kit: Make, server: Server, second: Server
+) -> None:
+    second.redirect_to = server.url + "/secret"  # 127.0.0.2 is allowed, 127.0.0.1 is not
+    kit = await make_kit({"http_request": {"allow_private": ["127.0.0.2/32"]}})
+    result = await kit.execute("http_request", {"url": second.url + "/redirect"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "127.0.0.1" in result.error
+    assert [r[1] for r in second.requests] == ["/redirect"] and server.requests == []
+
+
+async def test_redirects_are_followed_and_bounded(make_kit: Make, server: Server) -> None:
+    server.redirect_to = "/final"
+    kit = await make_kit({"http_request": {"allow_private": True, "max_redirects": 3}})
+    followed = await kit.execute("http_request", {"url": server.url + "/redirect"})
+    assert followed.success and followed.data["redirects"] == [server.url + "/final"]
+    looping = await kit.execute("http_request", {"url": server.url + "/loop"})
+    assert (
+        looping.error_code == ToolErrorCode.TOOL_DENIED and "more than 3 redirects" in looping.error
+    )
+    assert len(server.requests) == 2 + 4
+
+
+async def test_url_prefixes_and_methods(make_kit: Make, server: Server) -> None:
+    settings = {"allow_private": True, "allow": [server.url + "/api"]}
+    kit = await make_kit({"http_request": settings})
+    assert (await kit.execute("http_request", {"url": server.url + "/api/items"})).success
+    assert (await kit.execute("http_request", {"url": server.url + "/api"})).success
+    for url in (server.url + "/apix", server.url + "/other", "file:///etc/passwd"):
+        result = await kit.execute("http_request", {"url": url})
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, url
+    server.redirect_to = server.url + "/other"
+    redirected = await kit.execute("http_request", {"url": server.url + "/api/../redirect"})
+    assert redirected.error_code == ToolErrorCode.TOOL_DENIED
+    post = await kit.execute("http_request", {"url": server.url + "/api", "method": "POST"})
+    assert "method POST is not allowed" in post.error
+    host = await kit.execute("http_request", {"url": server.url + "/api", "headers": {"Host": "x"}})
+    assert "cannot be set" in host.error
+
+
+async def test_size_limit_html_and_errors(make_kit: Make, server: Server) -> None:
+    settings = {"allow_private": True, "max_bytes": 1000, "html": "markdown"}
+    kit = await make_kit({"http_request": settings})
+    big = await kit.execute("http_request", {"url": server.url + "/big"})
+    assert big.success and big.truncated and len(big.data["body"]) == 1000
+    assert "[body truncated at 1000 bytes]" in big.output
+    page = await kit.execute("http_request", {"url": server.url + "/page"})
+    assert page.data["body"] == "# Hello\n\nA [link](/x)"
+    missing = await kit.execute("http_request", {"url": server.url + "/missing"})
+    assert (
+        not missing.success and missing.data["status"] == 404 and "no such thing" in missing.output
+    )
+    nowhere = await kit.execute("http_request", {"url": "http://127.0.0.1:1/"})
+    assert nowhere.error_code == ToolErrorCode.TOOL_ERROR and "failed" in nowhere.error

@@ -1,0 +1,289 @@
+"""Declarative HTTP tools against a real starlette app on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from tests.fixtures.web import serve_app
+from toolmesh import ConfigError, Toolkit
+from toolmesh.sources.http import HttpEndpoint, HttpSource, http_tool, sources_from_manifest
+
+release = asyncio.Event()
+
+
+async def weather(request: Request) -> JSONResponse:
+    return JSONResponse(
+        {
+            "city": request.path_params["city"],
+            "units": request.query_params.get("units"),
+            "tags": request.query_params.getlist("tag"),
+            "auth": request.headers.get("authorization"),
+        }
+    )
+
+
+async def echo(request: Request) -> JSONResponse:
+    raw = await request.body()
+    form = dict(await request.form()) if b"=" in raw and b"{" not in raw else None
+    return JSONResponse(
+        {
+            "method": request.method,
+            "query": dict(request.query_params),
+            "content_type": request.headers.get("content-type"),
+            "json": await request.json()
+            if request.headers.get("content-type") == "application/json"
+            else None,
+            "form": form,
+            "raw": raw.decode() if form is None else None,
+            "trace": request.headers.get("x-trace"),
+        }
+    )
+
+
+async def status(request: Request) -> Response:
+    code = int(request.path_params["code"])
+    return PlainTextResponse(f"status {code} body", status_code=code)
+
+
+async def slow(request: Request) -> PlainTextResponse:
+    await release.wait()
+    return PlainTextResponse("late")
+
+
+APP = Starlette(
+    routes=[
+        Route("/weather/{city}", weather),
+        Route("/echo", echo, methods=["GET", "POST", "PUT", "DELETE"]),
+        Route("/status/{code}", status),
+        Route("/slow", slow),
+        Route("/text", lambda r: PlainTextResponse("plain words")),
+    ]
+)
+
+
+@pytest.fixture
+async def base() -> AsyncIterator[str]:
+    release.clear()
+    async with serve_app(APP) as url:
+        yield url
+    release.set()
+
+
+async def test_url_template_query_and_env_header(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEATHER_TOKEN", "s3cret")
+    forecast = http_tool(
+        "forecast",
+        base + "/weather/{city}",
+        description="The weather of a city",
+        parameters={
+            "city": {"type": "string", "description": "City name"},
+            "units": {"type": "string", "enum": ["metric", "imperial"]},
+            "tag": {"type": "array", "items": {"type": "string"}},
+        },
+        query={"units": "{units}", "tag": "{tag}"},
+        headers={"Authorization": "Bearer ${WEATHER_TOKEN}"},
+        result="json",
+    )
+    assert forecast.input_schema["required"] == ["city"]
+    assert forecast.input_schema["properties"]["city"]["description"] == "City name"
+    async with Toolkit(forecast) as kit:
+        result = await kit.execute(
+            "forecast", {"city": "São Paulo", "units": "metric", "tag": ["a", "b"]}
+        )
+        assert result.success, result.error
+        assert result.data == {
+            "city": "São Paulo",
+            "units": "metric",
+            "tags": ["a", "b"],
+            "auth": "Bearer s3cret",
+        }
+        assert result.metadata["status"] == 200
+        left_out = await kit.execute("forecast", {"city": "Oslo"})
+        assert left_out.data["units"] is None and left_out.data["tags"] == []
+        wrong = await kit.execute("forecast", {"city": "Oslo", "units": "kelvin"})
+        assert wrong.error_code == "invalid_arguments"
+
+
+async def test_secrets_never_appear_in_definitions_results_or_logs(
+    base: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "very-secret-value")
+    caplog.set_level(logging.DEBUG)
+    probe = http_tool("probe", base + "/status/{code}", headers={"X-Key": "${API_TOKEN}"})
+    async with Toolkit(probe, store=":memory:") as kit:
+        failed = await kit.execute("probe", {"code": "500"})
+        listing = kit.definitions()
+    assert failed.is_error and failed.metadata["status"] == 500
+    everything = repr(listing) + failed.model_dump_json() + caplog.text + repr(probe)
+    assert "very-secret-value" not in everything
+
+
+async def test_arguments_cannot_pull_environment_variables_into_headers(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "very-secret-value")
+    trace = http_tool(
+        "trace", base + "/echo", headers={"X-Trace": "{trace} by ${API_TOKEN}"}, result="json"
+    )
+    result = await Toolkit(trace).execute("trace", {"trace": "${API_TOKEN}"})
+    assert result.data["trace"] == "${API_TOKEN} by very-secret-value"
+
+
+async def test_missing_env_variable_is_an_error_result(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    probe = http_tool("probe", base + "/text", headers={"X-Key": "${NOT_SET_ANYWHERE}"})
+    result = await Toolkit(probe).execute("probe")
+    assert result.is_error
+    assert "'NOT_SET_ANYWHERE' (header 'X-Key') is not set" in (result.error or "")
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [(404, "HTTP 404 Not Found: status 404 body"), (503, "HTTP 503 Service Unavailable")],
+)
+async def test_non_2xx_is_an_error_result_with_the_status(base: str, code: int, text: str) -> None:
+    probe = http_tool("probe", base + "/status/{code}")
+    result = await Toolkit(probe).execute("probe", {"code": str(code)})
+    assert result.is_error and result.error_code == "tool_error"
+    assert result.metadata["status"] == code
+    assert (result.error or "").startswith(text)
+    ok = await Toolkit(probe).execute("probe", {"code": "204"})
+    assert ok.success and ok.metadata["status"] == 204
+
+
+async def test_bodies_json_form_raw_and_leftover_arguments(base: str) -> None:
+    create = http_tool(
+        "create",
+        base + "/echo",
+        method="POST",
+        parameters={
+            "title": {"type": "string"},
+            "count": {"type": "integer"},
+            "trace": {"type": "string"},
+        },
+        headers={"X-Trace": "{trace}"},
+        result="json",
+    )
+    form = http_tool(
+        "form",
+        base + "/echo",
+        method="POST",
+        body={"a": "{a}", "fixed": "yes"},
+        body_format="form",
+        parameters={"a": {"type": "string"}},
+    )
+    raw = http_tool(
+        "raw",
+        base + "/echo",
+        method="PUT",
+        body="<note>{text}</note>",
+        body_format="raw",
+        content_type="application/xml",
+        parameters={"text": {"type": "string"}, "page": {"type": "integer"}},
+    )
+    kit = Toolkit(HttpSource([]), create, form, raw)
+    async with kit:
+        made = await kit.execute("create", {"title": "x", "count": 3, "trace": "t-1"})
+        assert made.data["json"] == {"title": "x", "count": 3}  # leftovers: a JSON body
+        assert made.data["trace"] == "t-1"
+        sent = await kit.execute("form", {"a": "1 2"})
+        assert sent.data["form"] == {"a": "1 2", "fixed": "yes"}
+        put = await kit.execute("raw", {"text": "hi", "page": 2})
+        assert put.data["raw"] == "<note>hi</note>"
+        assert put.data["content_type"] == "application/xml"
+        assert put.data["query"] == {"page": "2"}  # leftover beside a body template: the query
+
+
+async def test_result_formats_and_timeouts(base: str) -> None:
+    text = http_tool("text", base + "/text", result="text")
+    as_json = http_tool("as_json", base + "/text", result="json")
+    status = http_tool("status", base + "/text", result="status")
+    slow = http_tool("slow", base + "/slow", timeout=0.2)
+    async with Toolkit(text, as_json, status, slow) as kit:
+        assert (await kit.execute("text")).output == "plain words"
+        not_json = await kit.execute("as_json")
+        assert not_json.is_error and not_json.error == "the response is not JSON"
+        assert (await kit.execute("status")).data == 200
+        late = await kit.execute("slow")
+        assert late.is_error and "timed out after 0.2s" in (late.error or "")
+        release.set()
+
+
+async def test_unreachable_host_is_an_error_result() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        probe = http_tool("probe", f"http://127.0.0.1:{port}/x?secret=1")
+        result = await Toolkit(probe).execute("probe")
+    assert result.is_error and "ConnectError" in (result.error or "")
+    assert "secret" not in (result.error or "")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"name": "x", "url": "ftp://host"}, "url must be http"),
+        ({"name": "x", "url": "http://h", "method": "FETCH"}, "unknown method"),
+        ({"name": "x", "url": "http://h?k=${KEY}"}, "in headers only"),
+        ({"name": "x", "url": "http://h", "colour": 1}, "unknown key"),
+        ({"name": "x", "url": "http://h", "timeout": "soon"}, "timeout must be a number"),
+        ({"name": "x", "url": "http://h", "result": "xml"}, "result must be"),
+        ({"url": "http://h"}, "needs 'name'"),
+        ({"name": "x", "url": "http://h", "required": ["ghost"]}, "'ghost' is no parameter"),
+    ],
+)
+def test_bad_declarations_are_config_errors(spec: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        sources_from_manifest({"kind": "http", **spec}, base_dir=Path())
+
+
+async def test_manifest_endpoints_share_base_url_and_headers(base: str) -> None:
+    (source,) = sources_from_manifest(
+        {
+            "kind": "http",
+            "name": "api",
+            "base_url": base,
+            "headers": {"X-Trace": "shared"},
+            "endpoints": [
+                {"name": "get_echo", "url": "/echo", "result": "json"},
+                {
+                    "name": "city",
+                    "url": "/weather/{city}",
+                    "parameters": {"city": {"type": "string"}},
+                },
+            ],
+        },
+        base_dir=Path(),
+    )
+    async with Toolkit(source) as kit:
+        assert kit.names() == ["get_echo", "city"]
+        echoed = await kit.execute("get_echo")
+        assert echoed.data["trace"] == "shared"
+        assert (await kit.execute("city", {"city": "Rome"})).data["city"] == "Rome"
+
+
+def test_endpoint_placeholders_say_where_each_argument_goes() -> None:
+    endpoint = HttpEndpoint(
+        name="e",
+        url="http://h/{a}",
+        query={"q": "{b}"},
+        headers={"H": "x {c}"},
+        body={"d": ["{d}"]},
+        method="POST",
+    )
+    assert endpoint.placeholders() == {"a": "path", "b": "query", "c": "header", "d": "body"}

@@ -1,0 +1,165 @@
+"""The javascript kind: packages run by Node.js with limited permissions, state and events."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolmesh import ToolEvent, create_toolkit
+from toolmesh.sources.javascript import JavaScriptSource, sources_from_manifest
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+
+COUNTER = """
+import fs from "node:fs";
+export default {
+  name: "counter",
+  description: "Adds to a counter kept in the session state.",
+  parameters: { type: "object", properties: { by: { type: "integer" } }, required: ["by"] },
+  async execute({ args, state, activity, emit }) {
+    console.log("tool output goes to stderr, not the protocol");
+    const now = (state.context?.count ?? 0) + args.by;
+    activity("counter", [{ op: "replace", path: "/value", value: now }]);
+    emit("progress", { pct: 100, message: "done" });
+    return { output: { count: now }, state_update: [{ op: "add", path: "/context/count", value: now }] };
+  },
+};
+"""
+
+PROBE = """
+import fs from "node:fs";
+import { execSync } from "node:child_process";
+const attempt = (fn) => { try { fn(); return "allowed"; } catch (e) { return e.code || e.message; } };
+export const tools = [{
+  name: "probe",
+  description: "Tries what it should not be able to do.",
+  parameters: { type: "object", properties: { target: { type: "string" } } },
+  execute({ args }) {
+    return { output: {
+      read: attempt(() => fs.readFileSync(args.target)),
+      write: attempt(() => fs.writeFileSync(args.target + ".pwned", "x")),
+      spawn: attempt(() => execSync("true")),
+    } };
+  },
+}, {
+  name: "fail",
+  description: "Throws.",
+  parameters: { type: "object", properties: {} },
+  execute() { throw new TypeError("bad thing"); },
+}];
+"""
+
+
+def package(folder: Path, source: str, entry: str = "index.mjs") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "package.json").write_text(
+        json.dumps({"name": folder.name, "main": entry, "type": "module"})
+    )
+    (folder / entry).write_text(source)
+    return folder
+
+
+async def test_round_trip_with_state_and_activity(tmp_path: Path) -> None:
+    source = JavaScriptSource(package(tmp_path / "counter", COUNTER))
+    async with await create_toolkit(tools=[source]) as kit:
+        assert kit["counter"].definition.kind == "javascript"
+        assert kit["counter"].input_schema["required"] == ["by"]
+        events: list[ToolEvent] = []
+        first = await kit.execute("counter", {"by": 2}, on_event=events.append)
+        assert first.success and first.data == {"count": 2}, first
+        assert [e.kind for e in events] == ["activity", "progress", "state"]
+        assert events[0].data == {
+            "activity_type": "counter",
+            "patch": [{"op": "replace", "path": "/value", "value": 2}],
+        }
+        second = await kit.execute("counter", {"by": 3})
+        assert second.data == {"count": 5}  # it read the state the first call left
+        bad = await kit.execute("counter", {"by": "x"})
+        assert bad.error_code == "invalid_arguments"
+
+
+async def test_permissions_are_limited(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    source = JavaScriptSource(package(tmp_path / "probe", PROBE))
+    async with await create_toolkit(tools=[source]) as kit:
+        result = await kit.execute("probe", {"target": str(secret)})
+        assert result.data == {
+            "read": "ERR_ACCESS_DENIED",
+            "write": "ERR_ACCESS_DENIED",
+            "spawn": "ERR_ACCESS_DENIED",
+        }
+        failed = await kit.execute("fail", {})
+        assert not failed.success and "TypeError: bad thing" in failed.error
+    assert not (tmp_path / "secret.txt.pwned").exists()
+
+
+async def test_a_stuck_call_is_killed_and_the_worker_restarts(tmp_path: Path) -> None:
+    stuck = COUNTER.replace(
+        "async execute(",
+        "async execute(input) { if (input.args.by < 0) { while (true) {} } return this.run(input); },\n  async run(",
+    )
+    source = JavaScriptSource(package(tmp_path / "stuck", stuck))
+    async with await create_toolkit(tools=[source]) as kit:
+        hung = await kit.execute("counter", {"by": -1}, timeout=0.5)
+        assert hung.error_code == "timeout"
+        again = await kit.execute("counter", {"by": 1})
+        assert again.success and again.data == {"count": 1}
+
+
+async def test_broken_packages_fail_the_source_not_the_toolkit(tmp_path: Path) -> None:
+    missing = JavaScriptSource(tmp_path / "nowhere")
+    broken = JavaScriptSource(package(tmp_path / "broken", "export default 42;"))
+    syntax = JavaScriptSource(package(tmp_path / "syntax", "export default {"))
+    async with await create_toolkit(tools=[missing, broken, syntax]) as kit:
+        assert len(kit) == 0
+    assert missing.status.state == "failed" and "no package.json" in missing.status.reason
+    assert "must export a tool" in broken.status.reason
+    assert "SyntaxError" in syntax.status.reason
+
+
+ESBUILD = Path(sys.prefix) / "node" / "node_modules" / ".bin" / "esbuild"
+
+
+@pytest.mark.skipif(
+    not ESBUILD.exists() and not os.environ.get("CI"), reason="make setup installs esbuild"
+)
+async def test_typescript_is_bundled_with_esbuild(tmp_path: Path) -> None:
+    folder = tmp_path / "ts"
+    folder.mkdir()
+    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "src/index.ts"}))
+    (folder / "src").mkdir()
+    (folder / "src" / "double.ts").write_text(
+        "export const double = (n: number): number => n * 2;\n"
+    )
+    (folder / "src" / "index.ts").write_text(
+        'import { double } from "./double";\n'
+        "interface Input { args: { n: number } }\n"
+        'export default { name: "double", description: "Doubles.", '
+        'parameters: { type: "object", properties: { n: { type: "number" } } },\n'
+        "  execute: ({ args }: Input) => ({ output: double(args.n) }) };\n"
+    )
+    source = JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=tmp_path / "cache")
+    async with await create_toolkit(tools=[source]) as kit:
+        result = await kit.execute("double", {"n": 21})
+        assert result.data == 42, source.status
+
+
+def test_manifest_entries(tmp_path: Path) -> None:
+    package(tmp_path / "tools" / "counter", COUNTER)
+    (source,) = sources_from_manifest(
+        {"kind": "javascript", "path": "tools/counter", "allow_read": ["data"]}, base_dir=tmp_path
+    )
+    assert isinstance(source, JavaScriptSource) and source.folder == tmp_path / "tools" / "counter"
+    assert source.allow_read == [str(tmp_path / "data")]
+    from toolmesh import ConfigError
+
+    with pytest.raises(ConfigError, match="needs `path`"):
+        sources_from_manifest({"kind": "javascript"}, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="unknown setting 'colour'"):
+        sources_from_manifest({"kind": "javascript", "path": "x", "colour": 1}, base_dir=tmp_path)

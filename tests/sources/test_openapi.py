@@ -1,0 +1,269 @@
+"""OpenAPI 3.x import: the Swagger Petstore 3.0 document, called through a local petstore."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from anthropic.types import ToolParam
+from google.genai import types as genai
+from openai.types.chat import ChatCompletionFunctionToolParam
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.fixtures.web import serve_app
+from tests.llm.checks import assert_openai_strict, check_typed_dict
+from toolmesh import ConfigError, Toolkit
+from toolmesh.llm import to_anthropic, to_gemini, to_openai
+from toolmesh.sources.openapi import OpenAPISource, openapi_endpoints, sources_from_manifest
+
+PETSTORE = Path(__file__).parent.parent / "fixtures" / "openapi" / "petstore3.yaml"
+DOCUMENT: dict[str, Any] = yaml.safe_load(PETSTORE.read_text())
+OPERATIONS = 19
+
+
+class Store:
+    """An in-memory petstore: just enough of the API to call through."""
+
+    def __init__(self) -> None:
+        self.pets: dict[int, dict[str, Any]] = {
+            1: {"id": 1, "name": "Rex", "photoUrls": [], "status": "available"}
+        }
+
+    async def spec(self, request: Request) -> Response:
+        return JSONResponse(DOCUMENT)
+
+    async def get_pet(self, request: Request) -> Response:
+        pet = self.pets.get(int(request.path_params["petId"]))
+        return JSONResponse(pet) if pet else JSONResponse({"message": "Pet not found"}, 404)
+
+    async def add_pet(self, request: Request) -> Response:
+        pet = await request.json()
+        pet.setdefault("id", max(self.pets) + 1)
+        self.pets[pet["id"]] = pet
+        return JSONResponse(pet)
+
+    async def delete_pet(self, request: Request) -> Response:
+        if request.headers.get("api_key") != "special-key":
+            return JSONResponse({"message": "no api_key"}, 400)
+        self.pets.pop(int(request.path_params["petId"]), None)
+        return Response(status_code=200)
+
+    async def by_status(self, request: Request) -> Response:
+        wanted = request.query_params.get("status")
+        return JSONResponse([p for p in self.pets.values() if p.get("status") == wanted])
+
+    async def by_tags(self, request: Request) -> Response:
+        return JSONResponse({"tags": request.query_params.getlist("tags")})
+
+    async def upload(self, request: Request) -> Response:
+        body = await request.body()
+        return JSONResponse(
+            {
+                "code": 200,
+                "type": request.headers.get("content-type"),
+                "message": f"{request.query_params.get('additionalMetadata')}:{body.decode()}",
+            }
+        )
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/api/v3/openapi.json", self.spec),
+                Route("/api/v3/pet", self.add_pet, methods=["POST"]),
+                Route("/api/v3/pet/findByStatus", self.by_status),
+                Route("/api/v3/pet/findByTags", self.by_tags),
+                Route("/api/v3/pet/{petId:int}", self.get_pet),
+                Route("/api/v3/pet/{petId:int}", self.delete_pet, methods=["DELETE"]),
+                Route("/api/v3/pet/{petId:int}/uploadImage", self.upload, methods=["POST"]),
+            ]
+        )
+
+
+@pytest.fixture
+async def petstore() -> AsyncIterator[str]:
+    async with serve_app(Store().app()) as url:
+        yield url
+
+
+def test_one_tool_per_operation_with_parameters_in_the_schema() -> None:
+    source = OpenAPISource(PETSTORE, base_url="http://127.0.0.1:9/api/v3")
+    tools = {t.name: t for t in source.tools()}
+    assert len(tools) == OPERATIONS
+    delete = tools["deletePet"].input_schema
+    assert delete["required"] == ["petId"]
+    assert delete["properties"]["petId"] == {
+        "type": "integer",
+        "format": "int64",
+        "description": "Pet id to delete",
+    }
+    assert "api_key" in delete["properties"]  # a header parameter
+    add = tools["addPet"]
+    assert add.input_schema["required"] == ["body"]
+    assert add.input_schema["properties"]["body"]["$ref"] == "#/$defs/Pet"
+    pet = add.input_schema["$defs"]["Pet"]
+    assert pet["properties"]["category"] == {"$ref": "#/$defs/Category"}
+    assert set(add.input_schema["$defs"]) == {"Pet", "Category", "Tag"}
+    assert "xml" not in json.dumps(add.input_schema) and "example" not in json.dumps(
+        add.input_schema
+    )
+    assert add.description == "Add a new pet to the store.\n\nAdd a new pet to the store."
+    assert add.definition.tags == ["pet"]
+    assert add.definition.kind == "openapi"
+    by_status = tools["findPetsByStatus"].input_schema["properties"]["status"]
+    assert by_status["enum"] == ["available", "pending", "sold"]
+
+
+def test_json_and_yaml_documents_give_the_same_tools(tmp_path: Path) -> None:
+    as_json = tmp_path / "petstore.json"
+    as_json.write_text(json.dumps(DOCUMENT))
+    base = "http://127.0.0.1:9/api/v3"
+    from_yaml = [t.input_schema for t in OpenAPISource(PETSTORE, base_url=base).tools()]
+    from_json = [t.input_schema for t in OpenAPISource(as_json, base_url=base).tools()]
+    assert from_yaml == from_json
+
+
+def test_every_petstore_tool_fits_every_provider() -> None:
+    tools = OpenAPISource(PETSTORE, base_url="http://127.0.0.1:9/api/v3").tools()
+    for entry in to_openai(tools):
+        check_typed_dict(ChatCompletionFunctionToolParam, entry)
+        assert entry["function"]["strict"] is True
+        assert_openai_strict(entry["function"]["parameters"])
+    for entry in to_anthropic(tools):
+        check_typed_dict(ToolParam, entry)
+    (gemini,) = to_gemini(tools)
+    assert len(genai.Tool.model_validate(gemini).function_declarations or []) == OPERATIONS
+
+
+async def test_calls_through_a_local_petstore(petstore: str) -> None:
+    source = OpenAPISource(petstore + "/api/v3/openapi.json", headers={"api_key": "special-key"})
+    assert source.tools() == ()  # fetched when the toolkit starts
+    async with Toolkit(source) as kit:
+        assert source.status.state == "connected"
+        assert len(kit) == OPERATIONS  # the relative server URL resolved against the document's
+        got = await kit.execute("getPetById", {"petId": 1})
+        assert got.success and got.data["name"] == "Rex"
+        missing = await kit.execute("getPetById", {"petId": 99})
+        assert missing.is_error and missing.metadata["status"] == 404
+        made = await kit.execute(
+            "addPet", {"body": {"name": "Tom", "photoUrls": [], "status": "pending"}}
+        )
+        assert made.data == {"name": "Tom", "photoUrls": [], "status": "pending", "id": 2}
+        found = await kit.execute("findPetsByStatus", {"status": "pending"})
+        assert [p["name"] for p in found.data] == ["Tom"]
+        tags = await kit.execute("findPetsByTags", {"tags": ["a", "b"]})
+        assert tags.data == {"tags": ["a", "b"]}
+        uploaded = await kit.execute(
+            "uploadFile", {"petId": 2, "additionalMetadata": "m", "body": "bytes"}
+        )
+        assert uploaded.data["message"] == "m:bytes"
+        assert uploaded.data["type"] == "application/octet-stream"
+        deleted = await kit.execute("deletePet", {"petId": 2})  # api_key from the source's headers
+        assert deleted.success, deleted.error
+        bad = await kit.execute("addPet", {"body": {"name": "no photo urls"}})
+        assert bad.error_code == "invalid_arguments" and "photoUrls" in (bad.error or "")
+
+
+async def test_an_unreachable_document_fails_the_source_not_the_toolkit(petstore: str) -> None:
+    source = OpenAPISource(petstore + "/nothing-here.json")
+    async with Toolkit(source) as kit:
+        assert len(kit) == 0
+    assert source.status.state == "failed"
+    assert "404" in source.status.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(openapi="2.0"), "OpenAPI 3.x expected"),
+        (lambda d: d.pop("openapi") and d.update(swagger="2.0"), "found swagger 2.0"),
+        (
+            lambda d: d["paths"]["/pet"]["post"]["requestBody"]["content"][
+                "application/json"
+            ].update(schema={"$ref": "other.yaml#/Pet"}),
+            r"paths\./pet\.post\.requestBody: \$ref 'other\.yaml#/Pet' points to another document",
+        ),
+        (
+            lambda d: d["paths"]["/pet/{petId}"]["get"]["parameters"].append(
+                {"$ref": "#/components/parameters/Nope"}
+            ),
+            r"paths\./pet/\{petId\}\.get\.parameters\[1\]: \$ref .* points nowhere",
+        ),
+        (lambda d: d.update(servers=[{"url": "/relative"}]), "is relative; give base_url"),
+    ],
+)
+def test_bad_documents_are_config_errors_naming_the_place(change: Any, message: str) -> None:
+    document = json.loads(json.dumps(DOCUMENT))
+    change(document)
+    with pytest.raises(ConfigError, match=message):
+        OpenAPISource(document, base_url=None if "relative" in message else "http://h/v3")
+
+
+def test_openapi_30_schema_details_become_json_schema() -> None:
+    document = {
+        "openapi": "3.0.3",
+        "servers": [
+            {"url": "https://{region}.example.com/v1", "variables": {"region": {"default": "eu"}}}
+        ],
+        "paths": {
+            "/items/{id}": {
+                "parameters": [{"name": "id", "in": "path", "schema": {"type": "string"}}],
+                "post": {
+                    "parameters": [
+                        {
+                            "name": "id",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0, "exclusiveMinimum": True},
+                        },
+                        {"name": "session", "in": "cookie", "schema": {"type": "string"}},
+                    ],
+                    "requestBody": {
+                        "content": {
+                            "application/x-www-form-urlencoded": {
+                                "schema": {"$ref": "#/components/schemas/Node"}
+                            }
+                        }
+                    },
+                },
+            }
+        },
+        "components": {
+            "schemas": {
+                "Node": {
+                    "type": "object",
+                    "properties": {
+                        "note": {"type": "string", "nullable": True},
+                        "next": {"$ref": "#/components/schemas/Node"},
+                    },
+                }
+            }
+        },
+    }
+    (endpoint,) = openapi_endpoints(document)
+    assert endpoint.name == "post_items_id"
+    assert endpoint.url == "https://eu.example.com/v1/items/{id}"
+    schema = endpoint.schema()
+    assert schema["properties"]["id_query"] == {"type": "integer", "exclusiveMinimum": 0}
+    assert endpoint.query == {"id": "{id_query}"}
+    assert endpoint.headers == {"Cookie": "session={session}"}
+    assert endpoint.body_format == "form"
+    assert schema["$defs"]["Node"]["properties"]["note"] == {"type": ["string", "null"]}
+    assert schema["$defs"]["Node"]["properties"]["next"] == {"$ref": "#/$defs/Node"}
+
+
+def test_manifest_entry(tmp_path: Path) -> None:
+    (source,) = sources_from_manifest(
+        {"kind": "openapi", "spec": PETSTORE.name, "base_url": "http://127.0.0.1:9/v3"},
+        base_dir=PETSTORE.parent,
+    )
+    assert len(source.tools()) == OPERATIONS
+    with pytest.raises(ConfigError, match="unknown key"):
+        sources_from_manifest({"kind": "openapi", "spec": "x", "servers": 1}, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="cannot read the document"):
+        sources_from_manifest({"kind": "openapi", "spec": "missing.yaml"}, base_dir=tmp_path)

@@ -1,0 +1,122 @@
+"""The python kind, isolated: a package in its own virtual environment, over the JSON protocol."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from toolmesh import ConfigError, ToolEvent, create_toolkit
+from toolmesh.sources.pyprocess import PythonPackageSource, ensure_venv, sources_from_manifest
+
+TOOL = """
+import sys
+
+
+def count(input):
+    print("prints go to stderr, not the protocol")
+    now = input["state"].get("context", {}).get("count", 0) + input["args"].get("by", 1)
+    input["activity"]("counter", [{"op": "replace", "path": "/value", "value": now}])
+    return {"output": {"count": now, "prefix": sys.prefix},
+            "state_update": [{"op": "add", "path": "/context/count", "value": now}]}
+
+
+async def where(input):
+    try:
+        import toolmesh  # noqa: F401
+        seen = "toolmesh"
+    except ImportError:
+        seen = "alone"
+    return {"output": seen}
+
+
+def fail(input):
+    raise KeyError("missing")
+
+
+tools = [
+    {"name": "count", "description": "Counts.", "execute": count,
+     "parameters": {"type": "object", "properties": {"by": {"type": "integer"}}}},
+    {"name": "where", "description": "Says what it can import.", "execute": where,
+     "parameters": {"type": "object", "properties": {}}},
+    {"name": "fail", "description": "Fails.", "execute": fail,
+     "parameters": {"type": "object", "properties": {}}},
+]
+"""
+
+
+def package(folder: Path, dependencies: list[str] | None = None, body: str = TOOL) -> Path:
+    (folder / "src" / "counter_tool").mkdir(parents=True)
+    deps = ", ".join(f'"{d}"' for d in dependencies or [])
+    (folder / "pyproject.toml").write_text(
+        f'[project]\nname = "counter-tool"\nversion = "1.0"\ndependencies = [{deps}]\n'
+    )
+    (folder / "src" / "counter_tool" / "__init__.py").write_text(body)
+    return folder
+
+
+async def test_round_trip_with_state_and_events(tmp_path: Path) -> None:
+    source = PythonPackageSource(package(tmp_path / "pkg"), cache_dir=tmp_path / "cache")
+    async with await create_toolkit(tools=[source]) as kit:
+        assert kit.names() == ["count", "where", "fail"], source.status
+        events: list[ToolEvent] = []
+        first = await kit.execute("count", {"by": 2}, on_event=events.append)
+        assert first.success and first.data["count"] == 2, first
+        assert [e.kind for e in events] == ["activity", "state"]
+        second = await kit.execute("count", {})
+        assert second.data["count"] == 3
+        assert Path(second.data["prefix"]).parent == tmp_path / "cache"  # its own environment
+        assert (await kit.execute("where", {})).data == "alone"  # toolmesh's packages are not there
+        failed = await kit.execute("fail", {})
+        assert not failed.success and "KeyError: 'missing'" in failed.error
+
+
+def test_the_environment_is_cached_by_content(tmp_path: Path) -> None:
+    first = ensure_venv([], tmp_path)
+    assert ensure_venv([], tmp_path) == first
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no half-built leftovers
+
+
+@pytest.mark.slow
+async def test_dependencies_are_installed_into_its_own_environment(tmp_path: Path) -> None:
+    wheel = tmp_path / "tinydep-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tinydep.py", "ANSWER = 42\n")
+        archive.writestr(
+            "tinydep-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n"
+        )
+        archive.writestr(
+            "tinydep-1.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        archive.writestr("tinydep-1.0.dist-info/RECORD", "")
+    body = TOOL.replace(
+        "def fail(input):",
+        "def fail(input):\n    import tinydep\n    return {'output': tinydep.ANSWER}\n\n\ndef unused(input):",
+    )
+    folder = package(tmp_path / "pkg", [f"tinydep @ {wheel.as_uri()}"], body)
+    source = PythonPackageSource(folder, cache_dir=tmp_path / "cache")
+    async with await create_toolkit(tools=[source]) as kit:
+        result = await kit.execute("fail", {})
+        assert result.success and result.data == 42, (result, source.status)
+
+
+async def test_broken_packages_fail_the_source(tmp_path: Path) -> None:
+    no_project = PythonPackageSource(tmp_path / "nothing", cache_dir=tmp_path / "cache")
+    bad_entry = PythonPackageSource(
+        package(tmp_path / "pkg"), entry="counter_tool:nope", cache_dir=tmp_path / "cache"
+    )
+    async with await create_toolkit(tools=[no_project, bad_entry]) as kit:
+        assert len(kit) == 0
+    assert "no pyproject.toml" in no_project.status.reason
+    assert "AttributeError" in bad_entry.status.reason
+
+
+def test_manifest_entries(tmp_path: Path) -> None:
+    (source,) = sources_from_manifest(
+        {"kind": "python", "path": "tools/pkg", "entry": "m:tools"}, base_dir=tmp_path
+    )
+    assert isinstance(source, PythonPackageSource) and source.folder == tmp_path / "tools" / "pkg"
+    with pytest.raises(ConfigError, match="unknown setting 'module'"):
+        sources_from_manifest({"kind": "python", "path": "x", "module": "a:b"}, base_dir=tmp_path)

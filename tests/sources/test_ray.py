@@ -1,0 +1,119 @@
+"""Tools placed on a local Ray cluster: the same call contract, the pipeline stays in the host."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures import ray_tools
+from toolmesh import ConfigError, Host, Toolkit, connect_async
+from toolmesh.manifest import load_manifest
+from toolmesh.models import ToolEvent
+from toolmesh.sources.functions import tools_of
+from toolmesh.sources.ray import OnRay
+
+pytestmark = [pytest.mark.slow, pytest.mark.network_server]
+
+
+@pytest.fixture
+async def client(ray_cluster: Any, tmp_path: Path) -> AsyncIterator[Any]:
+    host = Host(OnRay(tools_of(ray_tools.TOOLS)), audit=tmp_path / "audit.db")
+    connected = await connect_async(host, agent_id="tester")
+    yield connected
+    await connected.close()
+    await host.close()
+
+
+def process_ends(pid: int, timeout: float) -> bool:
+    """Wait (without polling) for a process that is not our child to end."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([handle], [], [], timeout)
+        return bool(ready)
+    finally:
+        os.close(handle)
+
+
+async def test_a_call_runs_in_a_ray_worker_with_events_streamed(client: Any) -> None:
+    events: list[ToolEvent] = []
+    result = await client.call_tool("where", {"steps": 3}, on_event=events.append)
+    assert result.success, result.error
+    assert result.data["pid"] != os.getpid()  # another process ran it
+    assert result.data["session_id"] == client.session_id
+    assert [(e.kind, e.seq, e.data["pct"]) for e in events] == [
+        ("progress", 0, 33),
+        ("progress", 1, 66),
+        ("progress", 2, 100),
+    ]
+
+
+async def test_state_validation_and_errors_stay_in_the_host(client: Any) -> None:
+    assert (await client.call_tool("note", {"key": "k", "value": "v"})).success
+    seen = await client.call_tool("where", {"steps": 1})
+    assert seen.data["state"] == {"context": {"k": "v"}}  # the host's snapshot went along
+    bad = await client.call_tool("where", {"steps": "many"})
+    assert bad.error_code == "invalid_arguments"  # refused before any task was started
+    failed = await client.call_tool("fail", {"message": "boom"})
+    assert (failed.error_code, failed.error) == ("tool_error", "ValueError: boom")
+
+
+async def test_the_deadline_cancels_the_task(client: Any) -> None:
+    pids: list[int] = []
+
+    def on_event(event: ToolEvent) -> None:
+        pids.append(int(event.data["message"]))
+
+    result = await client.call_tool("stall", {"seconds": 60}, on_event=on_event, timeout=2)
+    assert result.error_code == "timeout"
+    assert pids and process_ends(pids[0], 30)  # force-cancelled: the worker is gone
+
+
+async def test_a_killed_worker_is_a_retryable_error_and_the_host_goes_on(client: Any) -> None:
+    def kill_the_worker(event: ToolEvent) -> None:
+        os.kill(int(event.data["message"]), signal.SIGKILL)
+
+    result = await client.call_tool("stall", {"seconds": 60}, on_event=kill_the_worker)
+    assert (result.success, result.error_code) == (False, "tool_error")
+    assert result.metadata == {"placement": "ray", "retryable": True}
+    assert "was lost" in (result.error or "")
+    again = await client.call_tool("where", {"steps": 1})
+    assert again.success
+
+
+async def test_placement_ray_in_the_manifest(ray_cluster: Any, tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        '[[tools]]\nkind = "python"\nmodule = "tests.fixtures.ray_tools:TOOLS"\n'
+        'placement = "ray"\nray = { num_cpus = 1 }\n'
+    )
+    toolkit = load_manifest(manifest).toolkit()
+    async with Host(toolkit, owns_toolkit=True) as host:
+        client = await connect_async(host)
+        result = await client.call_tool("where", {"steps": 1})
+        assert result.success and result.data["pid"] != os.getpid()
+        await client.close()
+
+
+def test_placement_settings_are_checked(tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    entry = '[[tools]]\nkind = "python"\nmodule = "tests.fixtures.ray_tools:TOOLS"\n'
+    manifest.write_text(entry + 'placement = "moon"\n')
+    with pytest.raises(ConfigError, match='placement must be "local" or "ray"'):
+        load_manifest(manifest)
+    manifest.write_text(entry + 'placement = "ray"\nray = { cpus = 2 }\n')
+    with pytest.raises(ConfigError, match=r"tools\[0\].*unknown Ray option\(s\) cpus"):
+        load_manifest(manifest)
+    manifest.write_text(entry + "ray = { num_cpus = 2 }\n")
+    with pytest.raises(ConfigError, match='need placement = "ray"'):
+        load_manifest(manifest)
+    with pytest.raises(ConfigError, match="unknown Ray option"):
+        OnRay(Toolkit(), gpus=1)  # type: ignore[arg-type]

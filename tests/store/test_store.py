@@ -1,0 +1,197 @@
+"""The Store contract, run against every implementation (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from toolmesh import Host, Toolkit, connect_async, tool
+from toolmesh.audit import AuditEntry
+from toolmesh.store import Store, open_store
+from toolmesh.store.base import A2ATaskRecord, SessionRecord
+
+StoreFactory = Callable[[], Store]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """Stores over one database: every call gives a new store object on the same data."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+    else:
+        request.applymarker(pytest.mark.network_server)
+        url = request.getfixturevalue("postgres_url")
+    return lambda: open_store(url)
+
+
+@pytest.fixture
+async def store(make_store: StoreFactory) -> AsyncIterator[Store]:
+    opened = make_store()
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def test_audit_entries_come_back_newest_first(store: Store) -> None:
+    await store.append_audit(AuditEntry(tool_name="a", success=True, session_id="s"))
+    await store.append_audit(AuditEntry(tool_name="b", success=False, error_code="timeout"))
+    newest = await store.recent_audit(limit=1)
+    assert [(e.tool_name, e.success, e.error_code) for e in newest] == [("b", False, "timeout")]
+    assert [e.tool_name for e in await store.recent_audit()] == ["b", "a"]
+
+
+async def test_batched_entries_are_kept_through_close(make_store: StoreFactory) -> None:
+    first = make_store()
+    await first.open()
+    for index in range(5):
+        await first.append_audit(AuditEntry(tool_name=f"t{index}", success=True), durable=False)
+    await first.close()
+    second = make_store()
+    await second.open()
+    assert [e.tool_name for e in await second.recent_audit()] == [f"t{i}" for i in range(4, -1, -1)]
+    await second.close()
+
+
+async def test_durable_entries_are_visible_to_another_store_at_once(
+    make_store: StoreFactory,
+) -> None:
+    writer, reader = make_store(), make_store()
+    await writer.open()
+    await reader.open()
+    entry = AuditEntry(
+        tool_name="t",
+        success=True,
+        session_id="s1",
+        agent_id="a",
+        req_id="r",
+        duration_ms=7,
+        input_bytes=3,
+        output_bytes=4,
+        args_digest="d",
+        decision="rule",
+        host_id="h",
+        transport="http",
+        source="python",
+    )
+    await writer.append_audit(entry)
+    (seen,) = await reader.recent_audit()
+    assert seen == entry
+    await writer.close()
+    await reader.close()
+
+
+async def test_sessions_are_created_and_updated(store: Store) -> None:
+    assert await store.load_session("nope") is None
+    await store.save_session(SessionRecord("s", "", [], 1.5, {"transport": "http"}))
+    await store.save_session(SessionRecord("s", "agent", ["fs::read"], 9.0, {"a2e_caps": ["t"]}))
+    record = await store.load_session("s")
+    assert record is not None
+    assert (record.agent_id, record.capabilities, record.metadata) == (
+        "agent",
+        ["fs::read"],
+        {"a2e_caps": ["t"]},
+    )
+    assert record.created_at == 1.5  # kept from the first save
+
+
+async def test_state_is_compare_and_set(store: Store) -> None:
+    assert await store.load_state("s") is None
+    assert await store.save_state("s", {"context": {"n": 1}}, expected_version=0)
+    assert not await store.save_state("s", {"context": {"n": 9}}, expected_version=0)
+    assert await store.save_state("s", {"context": {"n": 2}}, expected_version=1)
+    assert not await store.save_state("s", {"context": {"n": 9}}, expected_version=1)
+    record = await store.load_state("s")
+    assert record is not None and (record.document, record.version) == ({"context": {"n": 2}}, 2)
+
+
+async def test_concurrent_writers_lose_no_update(make_store: StoreFactory) -> None:
+    """Two stores (two hosts) race compare-and-set updates of one document."""
+    stores = [make_store(), make_store()]
+    for each in stores:
+        await each.open()
+
+    async def increment(each: Store, times: int) -> None:
+        done = 0
+        while done < times:
+            current = await each.load_state("shared")
+            version = current.version if current else 0
+            count = current.document["n"] if current else 0
+            if await each.save_state("shared", {"n": count + 1}, expected_version=version):
+                done += 1
+
+    await asyncio.gather(increment(stores[0], 20), increment(stores[1], 20))
+    record = await stores[0].load_state("shared")
+    assert record is not None and record.document == {"n": 40} and record.version == 40
+    for each in stores:
+        await each.close()
+
+
+async def test_a2a_tasks_are_shared(make_store: StoreFactory) -> None:
+    """A task one host saves, another finds, lists and replaces (issue 6's task store)."""
+    first, second = make_store(), make_store()
+    await first.open()
+    await second.open()
+    for index, (task_id, context, state) in enumerate(
+        [("t1", "c1", "completed"), ("t2", "c1", "working"), ("t3", "c2", "completed")]
+    ):
+        doc = {"id": task_id, "contextId": context, "n": index}
+        await first.save_a2a_task(A2ATaskRecord(task_id, context, state, float(index), doc))
+    loaded = await second.load_a2a_task("t2")
+    assert loaded is not None and loaded.document == {"id": "t2", "contextId": "c1", "n": 1}
+    assert await second.load_a2a_task("nope") is None
+    records, total = await second.list_a2a_tasks(context_id="c1")
+    assert [r.task_id for r in records] == ["t2", "t1"] and total == 2  # newest first
+    records, total = await second.list_a2a_tasks(state="completed", limit=1, offset=1)
+    assert [r.task_id for r in records] == ["t1"] and total == 2
+    records, total = await second.list_a2a_tasks()
+    assert total == 3 and len(records) == 3
+    await second.save_a2a_task(A2ATaskRecord("t2", "c1", "canceled", 9.0, {"id": "t2"}))
+    replaced = await first.load_a2a_task("t2")
+    assert replaced is not None and (replaced.state, replaced.document) == (
+        "canceled",
+        {"id": "t2"},
+    )
+    await first.close()
+    await second.close()
+
+
+async def test_published_signals_reach_subscribers(make_store: StoreFactory) -> None:
+    """A signal published through one store reaches the subscribers of every store on the same
+    database (PostgreSQL) or of the same store (SQLite, one process)."""
+    publisher = make_store()
+    await publisher.open()
+    listener = publisher if not publisher.shared else make_store()
+    await listener.open()
+    arrived: asyncio.Queue[str] = asyncio.Queue()
+    unsubscribe = listener.subscribe("a2a.cancel", arrived.put_nowait)
+    await publisher.publish("a2a.cancel", "task-1")
+    assert await asyncio.wait_for(arrived.get(), 10) == "task-1"
+    unsubscribe()
+    with pytest.raises(ValueError, match="topic"):
+        await publisher.publish("Bad Topic", "x")
+    with pytest.raises(ValueError, match="under"):
+        await publisher.publish("big", "x" * 8000)
+    await publisher.close()
+    await listener.close()
+
+
+async def test_a_host_on_the_store_audits_each_call_once(make_store: StoreFactory) -> None:
+    @tool
+    def remember(value: str) -> str:
+        """Remember a value in the session state."""
+        return value
+
+    host = Host(Toolkit(remember), store=make_store())
+    async with host:
+        client = await connect_async(host, agent_id="tester")
+        result = await client.call_tool("remember", {"value": "x"})
+        assert result.success
+        await client.close()
+    reader = make_store()
+    await reader.open()
+    entries = await reader.recent_audit()
+    assert [(e.tool_name, e.agent_id, e.success) for e in entries] == [("remember", "tester", True)]
+    await reader.close()

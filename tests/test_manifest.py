@@ -1,0 +1,329 @@
+"""The toolmesh.toml manifest: loading every kind issue 3 owns, dispatch to the others, and an
+error naming its place for every mistake."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import manifest_kinds
+from toolmesh import ConfigError, NameConflictError, create_toolkit
+from toolmesh import manifest as manifest_module
+from toolmesh.manifest import load_manifest
+
+PETSTORE = Path(__file__).parent / "fixtures" / "openapi" / "petstore3.yaml"
+
+MYTOOLS = '''
+from toolmesh import tool
+
+
+@tool
+def greet(name: str) -> str:
+    """Greet someone."""
+    return f"hello {name}"
+
+
+@tool
+def shout(text: str) -> str:
+    """Shout."""
+    return text.upper()
+
+
+@tool
+def secret_thing() -> str:
+    """Not for everyone."""
+    return "s"
+
+
+TOOLS = [greet, shout, secret_thing]
+'''
+
+
+def write(folder: Path, text: str, name: str = "toolmesh.toml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "mytools_manifest.py").write_text(MYTOOLS)
+    (tmp_path / "api.yaml").write_text(PETSTORE.read_text())
+    return tmp_path
+
+
+async def test_a_manifest_declares_a_whole_toolkit(project: Path) -> None:
+    path = write(
+        project,
+        """
+        [toolkit]
+        name = "desk"
+        capabilities = ["text", "pets::read"]
+        capability_policy = "extensible"
+        audit = "audit.db"
+
+        [[tools]]
+        kind = "python"
+        module = "mytools_manifest:TOOLS"
+        deny = ["secret_*"]
+        capabilities = ["text::write"]
+
+        [[tools]]
+        kind = "http"
+        name = "lookup"
+        url = "http://127.0.0.1:9/items/{id}"
+        [tools.config]
+        timeout = 5
+        result = "json"
+
+        [[tools]]
+        kind = "openapi"
+        spec = "api.yaml"
+        prefix = "pets"
+        allow = ["getPetById", "findPets*"]
+        capabilities = ["pets::read"]
+        base_url = "http://127.0.0.1:9/api/v3"
+
+        [[tools]]
+        kind = "mcp"
+        enabled = false
+        command = "never-started"
+        """,
+    )
+    kit = await create_toolkit(config=path)
+    try:
+        assert kit.name == "desk" and kit.capability_policy == "extensible"
+        assert kit.names() == [
+            "greet",
+            "shout",
+            "lookup",
+            "pets_findPetsByStatus",
+            "pets_findPetsByTags",
+            "pets_getPetById",
+        ]
+        assert kit["greet"].capabilities == ["text::write"]
+        assert kit["pets_getPetById"].capabilities == ["pets::read"]
+        assert kit["lookup"].input_schema["required"] == ["id"]
+        result = await kit.execute("greet", {"name": "Ada"})
+        assert result.output == "hello Ada"
+    finally:
+        await kit.close()
+    assert (project / "audit.db").exists()
+
+
+async def test_create_toolkit_arguments_win_over_the_manifest(project: Path) -> None:
+    path = write(
+        project,
+        """
+        [toolkit]
+        name = "from-file"
+        on_conflict = "error"
+
+        [[tools]]
+        kind = "python"
+        module = "mytools_manifest:greet"
+        """,
+    )
+    kit = await create_toolkit(config=path, name="given", tools=[])
+    assert kit.name == "given" and kit.on_conflict == "error"
+    await kit.close()
+    duplicate = write(
+        project,
+        """
+        [toolkit]
+        on_conflict = "error"
+        [[tools]]
+        kind = "python"
+        module = "mytools_manifest:greet"
+        [[tools]]
+        kind = "python"
+        module = "mytools_manifest:TOOLS"
+        """,
+        "dup.toml",
+    )
+    with pytest.raises(NameConflictError, match="'greet'"):
+        await create_toolkit(config=duplicate)
+
+
+def test_other_kinds_get_one_flat_entry_and_the_manifest_folder(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(manifest_module.KIND_MODULES, "javascript", "tests.fixtures.manifest_kinds")
+    monkeypatch.setitem(manifest_module.KIND_MODULES, "mcp", "tests.fixtures.manifest_kinds")
+    monkeypatch.setitem(manifest_module.KIND_MODULES, "a2a", "tests.fixtures.manifest_kinds")
+    monkeypatch.setattr(manifest_module, "BUILTINS_MODULE", "tests.fixtures.manifest_kinds")
+    manifest_kinds.SEEN.clear()
+    path = write(
+        project,
+        """
+        [builtins]
+        workspace = "./work"
+        files = true
+        tool = "builtin_tool"
+
+        [[tools]]
+        kind = "javascript"
+        package = "./js"
+        prefix = "js"
+        capabilities = ["js"]
+        config = { memory_mb = 64 }
+
+        [mcpServers.github]
+        command = "npx"
+        args = ["-y", "server-github"]
+
+        [agents.desk]
+        url = "http://127.0.0.1:1/card.json"
+        """,
+    )
+    manifest = load_manifest(path)
+    entries = [entry for entry, _ in manifest_kinds.SEEN]
+    assert entries == [
+        {"kind": "javascript", "package": "./js", "memory_mb": 64},
+        {"workspace": "./work", "files": True, "tool": "builtin_tool"},
+        {"kind": "mcp", "servers": {"github": {"command": "npx", "args": ["-y", "server-github"]}}},
+        {"kind": "a2a", "agents": {"desk": {"url": "http://127.0.0.1:1/card.json"}}},
+    ]
+    assert {base for _, base in manifest_kinds.SEEN} == {project.resolve()}
+    kit = manifest.toolkit()
+    assert kit.names() == ["js_javascript_tool", "builtin_tool", "mcp_tool", "a2a_tool"]
+    assert kit["js_javascript_tool"].capabilities == ["js"]
+
+
+BAD = [
+    ("[toolkit\nname = 1", r"toolmesh\.toml: line 1, column 9: not valid TOML"),
+    ("[plugins]\nx = 1", r"toolmesh\.toml: unknown table\(s\) plugins"),
+    ("[toolkit]\ncolour = 1", r"toolmesh\.toml: toolkit: unknown key\(s\) colour"),
+    (
+        "[toolkit]\ncapability_policy = 'open'",
+        r"toolkit\.capability_policy: must be 'locked' or 'extensible'",
+    ),
+    (
+        "[toolkit]\ncapabilities = ['bad tag']",
+        r"toolkit\.capabilities: capability 'bad tag' is not",
+    ),
+    ("[toolkit]\nskills_dir = 'nowhere'", r"toolkit\.skills_dir: .*nowhere is not a folder"),
+    ("tools = 3", r"toolmesh\.toml: tools: write each tool as a \[\[tools\]\] table"),
+    ("[[tools]]\nname = 'x'", r"toolmesh\.toml: tools\[0\]: needs kind"),
+    ("[[tools]]\nkind = 'ruby'", r'tools\[0\] \(kind "ruby"\): unknown kind'),
+    (
+        "[[tools]]\nkind = 'http'\nenabled = 'yes'",
+        r'tools\[0\] \(kind "http"\): enabled must be true or false',
+    ),
+    ("[[tools]]\nkind = 'http'\nprefix = 'a.b'", r"prefix must be letters"),
+    ("[[tools]]\nkind = 'http'\nallow = 'x*'", r"allow must be a list"),
+    (
+        "[[tools]]\nkind = 'http'\nurl = 'http://h'\nconfig = { url = 'http://i' }",
+        r"url given both beside kind and in config",
+    ),
+    (
+        "[[tools]]\nkind = 'http'\nname = 'x'\nurl = 'http://h'\ncolour = 1",
+        r'tools\[0\] \(kind "http"\): unknown key\(s\) colour',
+    ),
+    (
+        "[[tools]]\nkind = 'openapi'\nspec = 'missing.yaml'",
+        r'tools\[0\] \(kind "openapi"\): .*missing\.yaml: cannot read the document',
+    ),
+    (
+        "[[tools]]\nkind = 'python'",
+        r'tools\[0\] \(kind "python"\): kind python needs either module',
+    ),
+    (
+        "[[tools]]\nkind = 'python'\nmodule = 'no_such_module_here:x'",
+        r"cannot import 'no_such_module_here'",
+    ),
+    (
+        "[[tools]]\nkind = 'python'\nmodule = 'mytools_manifest:nothing'",
+        r"'mytools_manifest' has no attribute 'nothing'",
+    ),
+    ("[[tools]]\nkind = 'python'\nmodule = 'mytools_manifest'", r'module must be "pkg\.mod:attr"'),
+    (
+        "[[tools]]\nkind = 'python'\nmodule = 'mytools_manifest:TOOLS'\ncapabilities = ['a b']",
+        r"capabilities: capability 'a b'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+def test_every_error_names_its_place(project: Path, text: str, message: str) -> None:
+    path = write(project, text)
+    with pytest.raises(ConfigError, match=message):
+        load_manifest(path)
+
+
+def test_missing_kind_modules_and_failing_kinds_are_located(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(manifest_module.KIND_MODULES, "mcp", "toolmesh.not_built_yet.config")
+    monkeypatch.setitem(manifest_module.KIND_MODULES, "a2a", "tests.fixtures.manifest_kinds")
+    path = write(
+        project,
+        "[[tools]]\nkind = 'http'\nname = 'ok'\nurl = 'http://h'\n[[tools]]\nkind = 'mcp'\n",
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r'^.*toolmesh\.toml: tools\[1\] \(kind "mcp"\): kind "mcp" is not available in this build '
+        r"\(toolmesh\.not_built_yet\.config is missing\)$",
+    ):
+        load_manifest(path)
+    path = write(project, "[mcpServers.x]\ncommand = 'y'\n")
+    with pytest.raises(
+        ConfigError, match=r"toolmesh\.toml: mcpServers: kind \"mcp\" is not available"
+    ):
+        load_manifest(path)
+    path = write(project, "[[tools]]\nkind = 'a2a'\nfail = 'config'\n")
+    with pytest.raises(
+        ConfigError, match=r'tools\[0\] \(kind "a2a"\): servers\.github: command is missing$'
+    ):
+        load_manifest(path)
+    path = write(project, "[[tools]]\nkind = 'a2a'\nfail = 'crash'\n")
+    with pytest.raises(
+        ConfigError, match=r'tools\[0\] \(kind "a2a"\): ValueError: an unexpected value$'
+    ):
+        load_manifest(path)
+
+
+def test_unreadable_manifest(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read the manifest"):
+        load_manifest(tmp_path / "nope.toml")
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_manifest(binary)
+
+
+def test_a_settings_only_manifest(project: Path) -> None:
+    path = write(project, "[toolkit]\naudit = ':memory:'\non_conflict = 'error'\n")
+    manifest = load_manifest(path)
+    assert (manifest.audit, manifest.on_conflict, manifest.sources) == (":memory:", "error", [])
+    assert manifest.capabilities is None
+
+
+async def test_policy_table_becomes_the_toolkits_rules(tmp_path: Path) -> None:
+    (tmp_path / "policy_tools.py").write_text(
+        "from toolmesh import tool\n\n@tool\ndef shell(command: str) -> str:\n"
+        '    """Run."""\n    return command\n\nTOOLS = [shell]\n'
+    )
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        '[[tools]]\nkind = "python"\nmodule = "policy_tools:TOOLS"\n\n'
+        '[policy]\ndefault = "allow"\n\n[[policy.rules]]\nname = "no-rm"\neffect = "deny"\n'
+        'tools = ["shell"]\nwhen = { argument = "command", matches = "rm -rf" }\n'
+    )
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        kit = await create_toolkit(config=manifest)
+        denied = await kit.execute("shell", {"command": "rm -rf /"})
+        assert denied.error_code == "tool_denied" and denied.metadata == {"rule": "no-rm"}
+        assert (await kit.execute("shell", {"command": "ls"})).success
+        await kit.close()
+    finally:
+        sys.path.remove(str(tmp_path))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[policy]\n[[policy.rules]]\nname = "x"\neffect = "perhaps"\n')
+    with pytest.raises(ConfigError, match=r"bad.toml: policy.rules\[0\]: .*effect"):
+        await create_toolkit(config=bad)

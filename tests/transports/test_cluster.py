@@ -1,0 +1,172 @@
+"""Several hosts sharing one PostgreSQL serve as one: a session spans hosts behind a balancer."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import demo_host
+from toolmesh import AsyncClient, Host
+from toolmesh.models import ToolEvent
+from toolmesh.protocol import ToolCallRequest, encode
+from toolmesh.store import open_store
+from toolmesh.transports.http import SESSION_HEADER, HttpChannel, HttpServer
+
+pytestmark = [pytest.mark.network_server]
+
+
+class SpreadChannel(HttpChannel):
+    """What a load balancer does to one client: the session is created on one host, the stream
+    held by another, and every message POSTed to the next host in turn."""
+
+    def __init__(self, create: str, stream: str, sends: Sequence[str]) -> None:
+        super().__init__(create)
+        self.create_url, self.stream_url = create, stream
+        self.sends = itertools.cycle(sends)
+
+    async def open(
+        self, on_message: Callable[[Any], None], on_close: Callable[[str], None]
+    ) -> None:
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=None))
+        response = await self._client.post(f"{self.create_url}/session")
+        assert response.status_code == 200, response.text
+        self.session_id = response.json()["session_id"]
+        self._client.headers[SESSION_HEADER] = self.session_id
+        self.base = self.stream_url
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.ensure_future(self._read(on_message, on_close, opened))
+        await opened
+
+    async def send(self, message: Any) -> None:
+        self.base = next(self.sends)
+        await super().send(message)
+
+
+class Cluster:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.hosts: list[Host] = []
+        self.servers: list[HttpServer] = []
+        self.urls: list[str] = []
+
+    async def start(self, count: int) -> None:
+        for index in range(count):
+            host = demo_host(None, store=self.url, host_id=f"host{index}")
+            server = HttpServer(host, "127.0.0.1:0")
+            self.urls.append(await server.start())
+            self.hosts.append(host)
+            self.servers.append(server)
+
+    async def client(self, create: int, stream: int, sends: Sequence[int], **options: Any) -> Any:
+        channel = SpreadChannel(self.urls[create], self.urls[stream], [self.urls[i] for i in sends])
+        client = AsyncClient(channel, agent_id=options.pop("agent_id", "tester"), **options)
+        await client.start()
+        return client
+
+    async def stop(self) -> None:
+        for server, host in zip(self.servers, self.hosts, strict=True):
+            await server.stop()
+            await host.close()
+
+
+@pytest.fixture
+async def cluster(postgres_url: str) -> AsyncIterator[Cluster]:
+    running = Cluster(postgres_url)
+    await running.start(3)
+    yield running
+    await running.stop()
+
+
+async def audit_of(url: str) -> list[Any]:
+    store = open_store(url)
+    await store.open()
+    try:
+        return list(reversed(await store.recent_audit(limit=1000)))
+    finally:
+        await store.close()
+
+
+async def test_a_session_created_on_one_host_is_served_by_all(cluster: Cluster) -> None:
+    client = await cluster.client(create=0, stream=1, sends=[2, 0, 1])
+    tools = await client.list_tools()
+    assert "count" in {t.name for t in tools}
+    events: list[ToolEvent] = []
+    results = [await client.call_tool("count", {"n": 3}, on_event=events.append) for _ in range(3)]
+    assert all(r.success and r.data == {"counted": 3} for r in results), results
+    assert [e.seq for e in events] == [0, 1, 2] * 3  # each call's events, in order, before it
+    await client.close()
+    audit = await audit_of(cluster.url)
+    assert [e.tool_name for e in audit] == ["count"] * 3  # once each
+    assert {e.host_id for e in audit} == {"host0", "host1", "host2"}  # run where they arrived
+
+
+async def test_state_patches_from_different_hosts_are_never_lost(cluster: Cluster) -> None:
+    client = await cluster.client(create=0, stream=0, sends=[0, 1, 2])
+    keys = [f"k{i}" for i in range(24)]
+    results = await asyncio.gather(
+        *(client.call_tool("remember", {"key": k, "value": k}) for k in keys)
+    )
+    assert all(r.success for r in results), [r.error for r in results if not r.success]
+    state, version = await client.get_state()
+    assert state["context"] == {k: k for k in keys}
+    assert version == len(keys)
+    await client.close()
+
+
+async def test_no_host_hands_out_a_stale_document(cluster: Cluster) -> None:
+    client = await cluster.client(create=0, stream=0, sends=[0, 1])
+    for value in ("one", "two", "three", "four"):
+        # each write lands on one host, the read after it on the other
+        assert (await client.call_tool("remember", {"key": "k", "value": value})).success
+        assert (await client.call_tool("recall", {"key": "k"})).data == value
+    await client.close()
+
+
+async def test_an_approval_is_answered_through_another_host(cluster: Cluster) -> None:
+    async def approve(event: ToolEvent) -> bool:
+        return True
+
+    # sends alternate: the call reaches host 1, the answer host 2
+    client = await cluster.client(create=0, stream=0, sends=[2, 1], on_approval=approve)
+    result = await client.call_tool("deploy", {"env": "prod"})
+    assert result.success, result.error
+    await client.close()
+    (entry,) = await audit_of(cluster.url)
+    assert entry.host_id == "host1" and entry.decision.endswith("approval:approved")
+
+
+async def test_a_new_stream_on_another_host_takes_over(cluster: Cluster) -> None:
+    client = await cluster.client(create=0, stream=0, sends=[1])
+    assert (await client.call_tool("echo", {"text": "a"})).data == "a"
+    old_stream = client._channel._reader
+    headers = {SESSION_HEADER: client.session_id}
+    call = ToolCallRequest(id="r2", tool_name="echo", arguments={"text": "b"})
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("GET", f"{cluster.urls[2]}/stream", headers=headers) as stream,
+    ):
+        await asyncio.wait_for(asyncio.shield(old_stream), 10)  # host 0 ended its stream
+        await http.post(f"{cluster.urls[1]}/send", headers=headers, content=encode(call))
+        async for line in stream.aiter_lines():
+            if line.startswith("data:"):
+                answer = json.loads(line[5:])
+                break
+    assert (answer["type"], answer["req_id"], answer["data"]["data"]) == (
+        "tool/call/resp",
+        "r2",
+        "b",
+    )
+    await client.close()
+
+
+async def test_an_unknown_session_is_refused_by_every_host(cluster: Cluster) -> None:
+    async with httpx.AsyncClient() as http:
+        for url in cluster.urls:
+            answer = await http.post(f"{url}/send", headers={SESSION_HEADER: "nope"}, content=b"{}")
+            assert answer.status_code == 404
