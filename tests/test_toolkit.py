@@ -210,7 +210,7 @@ def test_defer_above_keeps_the_listing_within_the_token_budget() -> None:
     cost = estimate_tokens(tools[0])
     search_cost = sum(estimate_tokens(t) for t in Toolkit(tool_search=True).tools)
     budget = search_cost + 2 * cost
-    kit = Toolkit(*tools, defer_above=budget, keep_active=["tool_9"])
+    kit = Toolkit(*tools, defer_above=budget, keep_active=["tool_9"], tool_search=True)
     listed = [d.name for d in kit.definitions()]
     assert listed == ["tool_search", "tool_search_regex", "tool_0", "tool_9"]
     assert sum(estimate_tokens(kit[name]) for name in listed) <= budget
@@ -224,3 +224,17 @@ def test_search_mode_option() -> None:
         Toolkit(search="fuzzy")  # type: ignore[arg-type]
     assert "tool_search" not in Toolkit()
     assert "tool_search" in Toolkit(tool_search=True)
+
+
+def test_budget_deferral_marks_definitions_and_follows_changes() -> None:
+    from toolmesh.llm.deferred import estimate_tokens
+
+    source = ToolSet([make(f"tool_{i}", "y" * 300) for i in range(4)], name="s")
+    cost = estimate_tokens(source.tools()[0])
+    kit = Toolkit(source, defer_above=2 * cost)
+    assert [d.name for d in kit.definitions()] == ["tool_0", "tool_1"]
+    assert kit["tool_3"].definition.defer_loading  # what the MCP server and the agent loop read
+    source.remove("tool_0")  # room again: tool_2 comes back into the listing
+    assert [d.name for d in kit.definitions()] == ["tool_1", "tool_2"]
+    assert not kit["tool_2"].definition.defer_loading
+    assert kit.deferred_names() == {"tool_3"}

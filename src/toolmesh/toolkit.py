@@ -91,7 +91,7 @@ class Toolkit(ToolResolver):
         hooks: Sequence[PolicyHook] = (),
         state_paths: Sequence[str] = ("/context/",),
         search: SearchMode | SearchIndex = "lexical",
-        tool_search: bool | None = None,
+        tool_search: bool = False,
         defer_above: int | None = None,
         keep_active: Sequence[str] = (),
     ) -> None:
@@ -99,7 +99,8 @@ class Toolkit(ToolResolver):
         extra). ``defer_above`` is a token budget for the default listing: above it the least
         important tools are deferred (found by search), keeping ``keep_active`` (name globs) and
         then tools in the order they were added. ``tool_search`` adds the ``tool_search`` tools
-        for models (on by default when ``defer_above`` is set). See docs/search.md."""
+        for models that reach the toolkit without an agent loop or MCP server of toolmesh (those
+        have their own). See docs/search.md."""
         if on_conflict not in ("warn", "error"):
             raise ConfigError(f"on_conflict must be 'warn' or 'error', not {on_conflict!r}")
         if capability_policy not in ("locked", "extensible"):
@@ -122,12 +123,13 @@ class Toolkit(ToolResolver):
         self._index = create_index(search)
         self.defer_above = defer_above
         self.keep_active = tuple(keep_active)
-        self._over_budget: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._over_budget: dict[str, tuple[Tool, Tool]] = {}  # name -> (as given, deferred)
+        self._token_costs: dict[int, tuple[Tool, int]] = {}
         self._version = 0
         self._listings: dict[tuple[Any, ...], list[ToolDefinition]] = {}
         self._warned: set[tuple[str, str, str]] = set()
         self._closed = False
-        if tool_search or (tool_search is None and defer_above is not None):
+        if tool_search:
             from toolmesh.sources.tool_search import ToolSearchSource
 
             self.add(ToolSearchSource(self))
@@ -162,6 +164,7 @@ class Toolkit(ToolResolver):
             self._claim(source, tool)
         self._version += 1
         self._listings.clear()
+        self._defer_over_budget()
 
     def _claim(
         self, source: Source, given: Tool, previous: Mapping[str, _Entry] | None = None
@@ -211,6 +214,7 @@ class Toolkit(ToolResolver):
             self._index.remove(name)
         self._version += 1
         self._listings.clear()
+        self._defer_over_budget()
 
     # -- lookup ----------------------------------------------------------------------------------
 
@@ -297,11 +301,10 @@ class Toolkit(ToolResolver):
         key = (self._version, held, kind, tuple(tags), include_deferred)
         listing = self._listings.get(key)
         if listing is None:
-            over = self._deferred_by_budget()
             listing = [
                 entry.tool.definition
-                for name, entry in self._entries.items()
-                if _visible(entry.tool.definition, held, kind, tags, include_deferred, over, name)
+                for entry in self._entries.values()
+                if _visible(entry.tool.definition, held, kind, tags, include_deferred)
             ]
             if len(self._listings) > 256:
                 self._listings.clear()
@@ -320,11 +323,10 @@ class Toolkit(ToolResolver):
     ) -> list[Tool]:
         """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call."""
         held = capabilities or self.capabilities
-        over = self._deferred_by_budget()
 
         def accept(name: str) -> bool:
             definition = self._entries[name].tool.definition
-            return _visible(definition, held, kind, tags, include_deferred, over, name)
+            return _visible(definition, held, kind, tags, include_deferred)
 
         custom = [s for s in self._sources if s.search(query, tags) is not None]
         if not custom:
@@ -345,45 +347,50 @@ class Toolkit(ToolResolver):
         return tools[:limit] if limit is not None else tools
 
     def deferred_names(self) -> set[str]:
-        """Names of the tools kept out of the default listing: ``defer_loading`` ones and those
-        over the ``defer_above`` token budget."""
-        over = self._deferred_by_budget()
-        return {
-            name
-            for name, entry in self._entries.items()
-            if entry.tool.definition.defer_loading or name in over
-        }
+        """Names of the tools kept out of the default listing: those with ``defer_loading``,
+        their source's or the ``defer_above`` token budget's doing."""
+        return {n for n, e in self._entries.items() if e.tool.definition.defer_loading}
 
-    def _deferred_by_budget(self) -> frozenset[str]:
-        """Tools deferred to fit the default listing into ``defer_above`` tokens (estimated as
-        in toolmesh.llm.deferred.estimate_tokens), computed once per change of the tools."""
+    def _defer_over_budget(self) -> None:
+        """Keep the default listing within ``defer_above`` tokens (estimated as in
+        toolmesh.llm.deferred.estimate_tokens): the least important tools get ``defer_loading``
+        in their definition, so every listing, search and provider format treats them alike."""
         if self.defer_above is None:
-            return frozenset()
-        version, over = self._over_budget
-        if version == self._version:
-            return over
+            return
         from toolmesh.llm.deferred import estimate_tokens
         from toolmesh.sources.tool_search import SEARCH_TOOL_NAMES
 
-        active = [e.tool for e in self._entries.values() if not e.tool.definition.defer_loading]
-        costs = [estimate_tokens(tool) for tool in active]
-        deferred: set[str] = set()
-        if sum(costs) > self.defer_above:
+        for name, (given, deferred) in self._over_budget.items():  # decide afresh
+            entry = self._entries.get(name)
+            if entry is not None and entry.tool is deferred:
+                entry.tool = given
+        self._over_budget = {}
+        active = [e for e in self._entries.values() if not e.tool.definition.defer_loading]
+        costs: dict[int, tuple[Tool, int]] = {}
+        for entry in active:
+            known = self._token_costs.get(id(entry.tool))
+            if known is None or known[0] is not entry.tool:
+                known = (entry.tool, estimate_tokens(entry.tool))
+            costs[id(entry.tool)] = known
+        self._token_costs = costs
+        if sum(cost for _, cost in costs.values()) <= self.defer_above:
+            return
 
-            def pinned(tool: Tool) -> bool:
-                return tool.name in SEARCH_TOOL_NAMES or any(
-                    fnmatch.fnmatchcase(tool.name, pattern) for pattern in self.keep_active
-                )
+        def pinned(entry: _Entry) -> bool:
+            name = entry.tool.name
+            return name in SEARCH_TOOL_NAMES or any(
+                fnmatch.fnmatchcase(name, pattern) for pattern in self.keep_active
+            )
 
-            used = 0
-            order = sorted(range(len(active)), key=lambda i: not pinned(active[i]))  # stable
-            for i in order:
-                if pinned(active[i]) or used + costs[i] <= self.defer_above:
-                    used += costs[i]
-                else:
-                    deferred.add(active[i].name)
-        self._over_budget = (self._version, frozenset(deferred))
-        return self._over_budget[1]
+        used = 0
+        for entry in sorted(active, key=lambda e: not pinned(e)):  # stable: assembly order
+            cost = costs[id(entry.tool)][1]
+            if pinned(entry) or used + cost <= self.defer_above:
+                used += cost
+            else:
+                deferred = entry.tool.replace(defer_loading=True)
+                self._over_budget[entry.tool.name] = (entry.tool, deferred)
+                entry.tool = deferred
 
     # -- calling ---------------------------------------------------------------------------------
 
@@ -545,10 +552,8 @@ def _visible(
     kind: str,
     tags: Sequence[str],
     include_deferred: bool,
-    over_budget: frozenset[str] = frozenset(),
-    name: str = "",
 ) -> bool:
-    if not include_deferred and (definition.defer_loading or name in over_budget):
+    if definition.defer_loading and not include_deferred:
         return False
     if kind and definition.kind != kind:
         return False

@@ -33,6 +33,7 @@ def catalogue() -> Toolkit:
         ),
         make("vault_read", "Read a secret", capabilities=["vault"], defer_loading=True),
         make("echo", "Say it back"),
+        make("long", "x" * 60 + "!", defer_loading=True),  # a pathological pattern's victim
         tool_search=True,
         capabilities=["*"],
     )
@@ -84,6 +85,7 @@ async def test_only_tools_the_session_may_call_and_never_itself() -> None:
     [
         ("tool_search_regex", {"pattern": "("}, "not a valid regular expression"),
         ("tool_search_regex", {"pattern": "a" * 201}, "longer than 200"),
+        ("tool_search_regex", {"pattern": "(x|xx)+$"}, "took longer than 1s"),
         ("tool_search", {"query": "  "}, "query is empty"),
         ("tool_search", {"query": "issue", "limit": 0}, "limit must be"),
         ("tool_search", {"query": "issue", "limit": 21}, "limit must be"),

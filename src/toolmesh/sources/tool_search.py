@@ -6,8 +6,9 @@ Anthropic's tool-search tools work, but with toolmesh's own ranking and for any 
 
 * ``tool_search(query, limit)``: natural language, ranked by the toolkit's search (lexical or
   hybrid).
-* ``tool_search_regex(pattern, limit)``: a Python regular expression (``re.search``, case
-  insensitive) over each tool's name, description and parameter names and descriptions.
+* ``tool_search_regex(pattern, limit)``: a Python regular expression (``re.search`` syntax,
+  case insensitive, one second at most for the whole catalogue) over each tool's name,
+  description and parameter names and descriptions.
 
 Both return the matching definitions to load (name, description, JSON Schema of the arguments),
 only of tools the calling session may call, and never themselves. The call's result also names
@@ -17,9 +18,11 @@ shape (Anthropic ``tool_reference`` blocks: ``toolmesh.llm.deferred.anthropic_to
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import regex
 
 from toolmesh.models import ToolDefinition, ToolParameter
 from toolmesh.sources.base import Source
@@ -33,6 +36,7 @@ __all__ = ["SEARCH_TOOL_NAMES", "ToolSearchSource"]
 SEARCH_TOOL_NAMES = ("tool_search", "tool_search_regex")
 MAX_PATTERN = 200  # characters of a regex, as Anthropic's regex tool search allows
 MAX_LIMIT = 20
+REGEX_SECONDS = 1.0  # for the whole catalogue: a slower pattern is pathological (ReDoS)
 
 _LIMIT = ToolParameter(
     name="limit",
@@ -118,16 +122,24 @@ class ToolSearchSource(Source):
         if len(pattern) > MAX_PATTERN:
             raise ValueError(f"pattern is longer than {MAX_PATTERN} characters")
         try:
-            compiled = re.compile(pattern, re.IGNORECASE)
-        except re.error as exc:
-            raise ValueError(f"pattern is not a valid regular expression: {exc}") from exc
+            compiled = regex.compile(pattern, regex.IGNORECASE)
+        except regex.error as exc:
+            raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
         limit = self._limit(arguments)
         held = ctx.capabilities or self.toolkit.capabilities
         matches: list[Tool] = []
+        deadline = time.monotonic() + REGEX_SECONDS
         for tool in self.toolkit.tools:
             if tool.name in SEARCH_TOOL_NAMES or not held.allows(tool.capabilities):
                 continue
-            if compiled.search(_searchable_text(tool.definition)):
+            try:
+                text = _searchable_text(tool.definition)
+                found = compiled.search(text, timeout=max(deadline - time.monotonic(), 0.001))
+            except TimeoutError:
+                raise ValueError(
+                    f"the pattern took longer than {REGEX_SECONDS:g}s; simplify it"
+                ) from None
+            if found:
                 matches.append(tool)
                 if len(matches) >= limit:
                     break
