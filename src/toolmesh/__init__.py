@@ -43,12 +43,14 @@ if TYPE_CHECKING:
     from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
     from toolmesh.pipeline import Decision, Limits
     from toolmesh.schema import parameters_to_schema, schema_to_parameters
+    from toolmesh.search import Ranking, SearchIndex
     from toolmesh.session import Session
     from toolmesh.sources.base import Source, SourceStatus, ToolSet
     from toolmesh.sources.functions import FunctionTool, tool
     from toolmesh.sources.http import HttpEndpoint, HttpSource, http_tool
     from toolmesh.sources.openapi import OpenAPISource
     from toolmesh.sources.plugin import ToolPlugin
+    from toolmesh.sources.tool_search import ToolSearchSource
     from toolmesh.sources.wrappers import Filtered, Prefixed, Renamed, Tagged
     from toolmesh.toolkit import Toolkit, ToolNameConflict, create_toolkit, sanitize_name
     from toolmesh.tools import Output, Tool, ToolContext
@@ -97,7 +99,9 @@ _LOCATIONS: dict[str, str] = {
     "Limits": "toolmesh.pipeline",
     "Output": "toolmesh.tools",
     "Prefixed": "toolmesh.sources.wrappers",
+    "Ranking": "toolmesh.search",
     "Renamed": "toolmesh.sources.wrappers",
+    "SearchIndex": "toolmesh.search",
     "Session": "toolmesh.session",
     "Source": "toolmesh.sources.base",
     "SourceStatus": "toolmesh.sources.base",
@@ -112,6 +116,7 @@ _LOCATIONS: dict[str, str] = {
     "ToolParameter": "toolmesh.models",
     "ToolPlugin": "toolmesh.sources.plugin",
     "ToolResult": "toolmesh.models",
+    "ToolSearchSource": "toolmesh.sources.tool_search",
     "ToolSet": "toolmesh.sources.base",
     "Toolkit": "toolmesh.toolkit",
     "connect": "toolmesh.client",
@@ -150,10 +155,12 @@ __all__ = [
     "Prefixed",
     "ProtocolError",
     "ProviderError",
+    "Ranking",
     "RemoteError",
     "Renamed",
     "RunResult",
     "SchemaError",
+    "SearchIndex",
     "Session",
     "Source",
     "SourceStatus",
@@ -171,6 +178,7 @@ __all__ = [
     "ToolParameter",
     "ToolPlugin",
     "ToolResult",
+    "ToolSearchSource",
     "ToolSet",
     "Toolkit",
     "ToolmeshError",

@@ -281,7 +281,31 @@ up pays only for the messages it meets."""
 
 def encode(message: BaseModel) -> bytes:
     """One message as one NDJSON line (newline included)."""
+    if isinstance(message, ToolListResponse) and message.tools:
+        return _encode_listing(message)
     return message.__pydantic_serializer__.to_json(message) + b"\n"
+
+
+# Each definition's JSON, kept while the definition object lives in a listing: a large catalogue
+# is listed again and again, and the toolkit never changes a definition in place (it replaces it).
+_DEFINITION_JSON: dict[int, tuple[ToolDefinition, bytes]] = {}
+_DEFINITION_JSON_LIMIT = 50_000
+
+
+def _encode_listing(message: ToolListResponse) -> bytes:
+    empty = message.model_copy(update={"tools": []})
+    head = empty.__pydantic_serializer__.to_json(empty)
+    cut = head.rindex(b'"tools":[]') + len(b'"tools":[')
+    parts = []
+    for definition in message.tools:
+        cached = _DEFINITION_JSON.get(id(definition))
+        if cached is None or cached[0] is not definition:
+            if len(_DEFINITION_JSON) >= _DEFINITION_JSON_LIMIT:
+                _DEFINITION_JSON.clear()
+            cached = (definition, definition.__pydantic_serializer__.to_json(definition))
+            _DEFINITION_JSON[id(definition)] = cached
+        parts.append(cached[1])
+    return head[:cut] + b",".join(parts) + head[cut:] + b"\n"
 
 
 def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Any:

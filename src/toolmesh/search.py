@@ -1,10 +1,15 @@
 """Relevance search over tool definitions (BM25F).
 
 Each tool is indexed by field: its name (split on ``_ . -`` and camelCase), tags, parameter
-names, description and parameter descriptions, each with its own weight. Words are lower-cased,
-stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
-``get_weather_forecast``. A query word that matches nothing is tried as a prefix of indexed words
-("calc" -> "calculator"). Adding or removing a tool updates the index in place.
+names, description and parameter descriptions. Each field has its own weight and its own length
+normalisation (``Ranking``), and a term's frequencies in all fields are combined before BM25's
+saturation, so a word repeated across fields does not count many times over (BM25F). Words are
+lower-cased, stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
+``get_weather_forecast``. A query word that matches nothing is tried as a prefix of indexed
+words ("calc" -> "calculator"). Adding or removing a tool updates the index in place;
+each term's scores are computed once and kept until the index next changes.
+
+The defaults of ``Ranking`` were tuned on the dev half of bench/retrieval (see docs/search.md).
 """
 
 from __future__ import annotations
@@ -14,80 +19,49 @@ import functools
 import heapq
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from toolmesh.models import ToolDefinition, ToolParameter
 
-__all__ = ["FIELD_WEIGHTS", "SearchIndex", "tokenize"]
+__all__ = [
+    "FIELDS",
+    "Ranking",
+    "SearchIndex",
+    "SearchMode",
+    "create_index",
+    "split_words",
+    "tokenize",
+]
 
+SearchMode = Literal["lexical", "hybrid"]
 FIELDS = ("name", "tags", "params", "description", "param_descriptions")
-FIELD_WEIGHTS = (3.0, 2.0, 1.5, 1.0, 0.6)
-FIELD_B = (0.3, 0.3, 0.5, 0.75, 0.75)  # short fields are hardly length-normalised
-K1 = 1.2
-PREFIX_WEIGHT = 0.5
-NAME_MATCH_BONUS = 5.0
 
-STOP_WORDS = frozenset(
-    (
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "do",
-        "does",
-        "for",
-        "from",
-        "get",
-        "has",
-        "have",
-        "how",
-        "i",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "please",
-        "should",
-        "show",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "this",
-        "to",
-        "use",
-        "using",
-        "was",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    )
-)
+_STOP_WORDS_TEXT = """
+    a about am an and any are as at be been being but by can could do does for from get has have
+    he her him his how i if im in into is it its just know let like me my need no not of on or our
+    please should show so some sure tell than that the their them then there they this to too us
+    use using very want was we what when where which who will with would you your
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_NON_WORD = re.compile(r"[^0-9A-Za-z]+")
+# A word: letters and digits, broken where camelCase starts a new word ("sendEmail", "HTTPServer").
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
+_TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
+
+
+class Ranking(NamedTuple):
+    """BM25F settings. ``weights`` and ``b`` hold one value per field of ``FIELDS``.
+    (A NamedTuple rather than a dataclass: it costs the import a fifth as much.)"""
+
+    weights: tuple[float, ...] = (3.0, 1.0, 0.3, 0.3, 0.3)
+    b: tuple[float, ...] = (0.9, 0.3, 0.75, 0.5, 0.0)
+    k1: float = 2.0
+    prefix_weight: float = 0.75  # a prefix expansion counts this much of a whole word
+    prefix_max_words: int = 1000  # longer queries expand no prefixes (tuning: expand always)
+    name_bonus: float = 5.0  # the query is exactly a tool's name
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,40 +71,66 @@ def _stemmer() -> Any:
     return snowballstemmer.stemmer("english")
 
 
-@functools.lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
-    return str(_stemmer().stemWord(word))
+_terms: dict[str, str] = {}  # a word as written -> its term ("" for a stop word)
+
+
+def _term(word: str) -> str:
+    lowered = word.lower()
+    if lowered in STOP_WORDS:
+        term = ""
+    elif lowered.isdigit():  # numbers have no stem
+        term = lowered
+    else:
+        term = str(_stemmer().stemWord(lowered))
+    if len(_terms) >= _TERMS_LIMIT:
+        _terms.clear()
+    _terms[word] = term
+    return term
+
+
+def split_words(text: str) -> list[str]:
+    """Words of ``text`` split on punctuation and camelCase, lower-cased (no stems)."""
+    return [word.lower() for word in _WORD.findall(text)]
 
 
 def tokenize(text: str) -> list[str]:
-    """Words of ``text``: split on punctuation and camelCase, lower-cased, stemmed, without
-    stop words."""
-    words = _NON_WORD.split(_CAMEL.sub(" ", text))
+    """Terms of ``text``: words split on punctuation and camelCase, lower-cased and stemmed,
+    without stop words."""
+    terms = _terms
     out = []
-    for word in words:
-        lowered = word.lower()
-        if lowered and lowered not in STOP_WORDS:
-            # Numbers have no stem, and there are too many distinct ones to cache.
-            out.append(lowered if lowered.isdigit() else _stem(lowered))
+    for word in _WORD.findall(text):
+        term = terms.get(word)
+        if term is None:
+            term = _term(word)
+        if term:
+            out.append(term)
     return out
 
 
 @dataclass(slots=True)
 class _Doc:
-    terms: dict[str, tuple[int, ...]]  # term -> frequency in each field
+    terms: tuple[str, ...]
     lengths: tuple[int, ...]
     name: str
+
+
+_FIELD_BITS = 8  # a term's frequencies in the five fields, packed into one int (255 at most each)
+_FIELD_MAX = (1 << _FIELD_BITS) - 1
 
 
 class SearchIndex:
     """An incremental BM25F index from keys to tool definitions."""
 
-    def __init__(self) -> None:
+    def __init__(self, ranking: Ranking | None = None) -> None:
+        self.ranking = ranking or Ranking()
+        if len(self.ranking.weights) != len(FIELDS) or len(self.ranking.b) != len(FIELDS):
+            raise ValueError(f"Ranking needs one weight and one b per field {FIELDS}")
         self._docs: dict[str, _Doc] = {}
-        self._postings: dict[str, set[str]] = {}
+        self._postings: dict[str, dict[str, int]] = {}  # term -> key -> packed frequencies
         self._length_sums = [0] * len(FIELDS)
         self._vocabulary: list[str] | None = None
         self._by_name: dict[str, set[str]] = {}
+        self._term_scores: dict[str, dict[str, float]] = {}  # valid until the next change
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -143,26 +143,30 @@ class SearchIndex:
         if key in self._docs:
             self.remove(key)
         fields = _fields(definition)
-        counts: dict[str, list[int]] = {}
+        packed: dict[str, int] = {}
         for index, words in enumerate(fields):
-            for word in words:
-                counts.setdefault(word, [0] * len(FIELDS))[index] += 1
+            shift = index * _FIELD_BITS
+            for word, count in Counter(words).items():
+                packed[word] = packed.get(word, 0) | min(count, _FIELD_MAX) << shift
         doc = _Doc(
-            terms={term: tuple(freqs) for term, freqs in counts.items()},
+            terms=tuple(packed),
             lengths=tuple(len(words) for words in fields),
             name=definition.name.lower(),
         )
         self._docs[key] = doc
         self._by_name.setdefault(doc.name, set()).add(key)
-        for term in doc.terms:
-            postings = self._postings.get(term)
+        all_postings = self._postings
+        for term, freqs in packed.items():
+            postings = all_postings.get(term)
             if postings is None:
-                self._postings[term] = {key}
+                all_postings[term] = {key: freqs}
                 self._vocabulary = None
             else:
-                postings.add(key)
+                postings[key] = freqs
         for index, length in enumerate(doc.lengths):
             self._length_sums[index] += length
+        if self._term_scores:
+            self._term_scores = {}
 
     def remove(self, key: str) -> None:
         doc = self._docs.pop(key, None)
@@ -174,12 +178,43 @@ class SearchIndex:
             del self._by_name[doc.name]
         for term in doc.terms:
             postings = self._postings[term]
-            postings.discard(key)
+            del postings[key]
             if not postings:
                 del self._postings[term]
                 self._vocabulary = None
         for index, length in enumerate(doc.lengths):
             self._length_sums[index] -= length
+        if self._term_scores:
+            self._term_scores = {}
+
+    def scores(self, query: str) -> dict[str, float]:
+        """Every matching key with its score for ``query`` (unordered)."""
+        scores: dict[str, float] = {}
+        if not self._docs:
+            return scores
+        terms = []
+        for term, weight in self._query_terms(tokenize(query)).items():
+            contributions = self._term_scores.get(term)
+            if contributions is None:
+                contributions = self._term_scores[term] = self._score_term(term)
+            terms.append((contributions, weight))
+        # The longest posting list is copied whole (at C speed); only the others are looped over.
+        terms.sort(key=lambda item: (item[1] != 1.0, -len(item[0])))
+        for contributions, weight in terms:
+            if not scores and weight == 1.0:
+                scores = dict(contributions)
+                continue
+            get = scores.get
+            if weight == 1.0:
+                for key, value in contributions.items():
+                    scores[key] = get(key, 0.0) + value
+            else:
+                for key, value in contributions.items():
+                    scores[key] = get(key, 0.0) + weight * value
+        wanted = query.strip().lower()
+        for key in self._by_name.get(wanted, ()) if wanted else ():
+            scores[key] = scores.get(key, 0.0) + self.ranking.name_bonus
+        return scores
 
     def search(
         self,
@@ -189,38 +224,52 @@ class SearchIndex:
         accept: Callable[[str], bool] | None = None,
     ) -> list[tuple[str, float]]:
         """Keys ranked by relevance to ``query``, best first (only those ``accept`` admits)."""
-        if not self._docs:
-            return []
-        weights = self._query_terms(tokenize(query))
-        scores: dict[str, float] = {}
-        total = len(self._docs)
-        averages = [max(s / total, 1e-9) for s in self._length_sums]
-        for term, weight in weights.items():
-            postings = self._postings[term]
-            idf = math.log(1.0 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
-            for key in postings:
-                if accept is not None and not accept(key):
-                    continue
-                doc = self._docs[key]
-                freqs = doc.terms[term]
-                pseudo = 0.0
-                for i, freq in enumerate(freqs):
-                    if freq:
-                        norm = 1.0 - FIELD_B[i] + FIELD_B[i] * doc.lengths[i] / averages[i]
-                        pseudo += FIELD_WEIGHTS[i] * freq / norm
-                scores[key] = scores.get(key, 0.0) + weight * idf * pseudo / (K1 + pseudo)
-        self._bonus_exact_names(query, scores, accept)
-        return heapq.nsmallest(limit or len(scores), scores.items(), key=_best_first)
+        scores = self.scores(query)
+        if limit is not None:
+            best = _top(scores, limit)
+            if accept is None:
+                return best
+            kept = [item for item in best if accept(item[0])]
+            if len(kept) == len(best):
+                return kept
+        ranked = sorted(scores.items(), key=_best_first)
+        if accept is not None:
+            ranked = [item for item in ranked if accept(item[0])]
+        return ranked[:limit] if limit is not None else ranked
 
-    def _query_terms(self, words: Iterable[str]) -> dict[str, float]:
-        """Query words present in the index, plus prefix expansions of the missing ones."""
+    def _score_term(self, term: str) -> dict[str, float]:
+        """idf x saturated pseudo-frequency of ``term`` for every document holding it."""
+        ranking = self.ranking
+        postings = self._postings[term]
+        total = len(self._docs)
+        idf = math.log(1.0 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
+        averages = [max(s / total, 1e-9) for s in self._length_sums]
+        fields = tuple(zip(ranking.weights, ranking.b, averages, strict=True))
+        k1 = ranking.k1
+        docs = self._docs
+        out: dict[str, float] = {}
+        for key, packed in postings.items():
+            lengths = docs[key].lengths
+            pseudo = 0.0
+            for index, (weight, b, average) in enumerate(fields):
+                freq = packed >> (index * _FIELD_BITS) & _FIELD_MAX
+                if freq:
+                    pseudo += weight * freq / (1.0 - b + b * lengths[index] / average)
+            if pseudo:
+                out[key] = idf * pseudo / (k1 + pseudo)
+        return out
+
+    def _query_terms(self, words: list[str]) -> dict[str, float]:
+        """Query words present in the index, plus prefix expansions of the missing ones (in
+        queries of at most ``prefix_max_words`` words)."""
         weights: dict[str, float] = {}
+        expand = len(words) <= self.ranking.prefix_max_words
         for word in words:
             if word in self._postings:
                 weights[word] = max(weights.get(word, 0.0), 1.0)
-            elif len(word) >= 3:
+            elif expand and len(word) >= 3:
                 for term in self._with_prefix(word):
-                    weights[term] = max(weights.get(term, 0.0), PREFIX_WEIGHT)
+                    weights[term] = max(weights.get(term, 0.0), self.ranking.prefix_weight)
         return weights
 
     def _with_prefix(self, prefix: str, limit: int = 20) -> list[str]:
@@ -234,15 +283,32 @@ class SearchIndex:
             out.append(term)
         return out
 
-    def _bonus_exact_names(
-        self, query: str, scores: dict[str, float], accept: Callable[[str], bool] | None
-    ) -> None:
-        wanted = query.strip().lower()
-        if not wanted:
-            return
-        for key in self._by_name.get(wanted, ()):
-            if accept is None or accept(key):
-                scores[key] = scores.get(key, 0.0) + NAME_MATCH_BONUS
+
+def create_index(mode: SearchMode | str | SearchIndex = "lexical") -> SearchIndex:
+    """An index for ``mode``: "lexical" (BM25F, this module) or "hybrid" (BM25F fused with
+    sentence embeddings: toolmesh.semantic, imported only here)."""
+    if isinstance(mode, SearchIndex):
+        return mode
+    if mode == "lexical":
+        return SearchIndex()
+    if mode == "hybrid":
+        from toolmesh.semantic import HybridIndex
+
+        return HybridIndex()
+    from toolmesh.errors import ConfigError
+
+    raise ConfigError(f"search must be 'lexical' or 'hybrid', not {mode!r}")
+
+
+def _top(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
+    """The ``limit`` best items, best first, ties by key: the cut-off score is found on the bare
+    values (fast), then only the items at or above it are sorted."""
+    if len(scores) <= limit:
+        return sorted(scores.items(), key=_best_first)
+    if limit <= 0:
+        return []
+    cutoff = heapq.nlargest(limit, scores.values())[-1]
+    return sorted(((k, v) for k, v in scores.items() if v >= cutoff), key=_best_first)[:limit]
 
 
 def _best_first(item: tuple[str, float]) -> tuple[float, str]:
@@ -253,9 +319,9 @@ def _fields(definition: ToolDefinition) -> list[list[str]]:
     params: list[str] = []
     param_descriptions: list[str] = []
     for parameter in _walk(definition.input_parameters):
-        params.extend(tokenize(parameter.name))
+        params.extend(_tokenize_repeated(parameter.name))
         if parameter.description:
-            param_descriptions.extend(tokenize(parameter.description))
+            param_descriptions.extend(_tokenize_repeated(parameter.description))
     return [
         tokenize(definition.name),
         [w for tag in definition.tags for w in tokenize(tag)],
@@ -263,6 +329,20 @@ def _fields(definition: ToolDefinition) -> list[list[str]]:
         tokenize(definition.description),
         param_descriptions,
     ]
+
+
+_repeated: dict[str, tuple[str, ...]] = {}
+
+
+def _tokenize_repeated(text: str) -> tuple[str, ...]:
+    """``tokenize`` for texts that recur across a catalogue (parameter names and descriptions:
+    an API's ``owner``, ``per_page``, ... come back in hundreds of operations)."""
+    terms = _repeated.get(text)
+    if terms is None:
+        if len(_repeated) >= _TERMS_LIMIT // 4:
+            _repeated.clear()
+        terms = _repeated[text] = tuple(tokenize(text))
+    return terms
 
 
 def _walk(parameters: Iterable[ToolParameter]) -> Iterable[ToolParameter]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fnmatch
 import hashlib
 import logging
 import re
@@ -28,7 +29,7 @@ from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
-from toolmesh.search import SearchIndex
+from toolmesh.search import SearchIndex, SearchMode, create_index
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
@@ -89,7 +90,17 @@ class Toolkit(ToolResolver):
         limits: Limits | None = None,
         hooks: Sequence[PolicyHook] = (),
         state_paths: Sequence[str] = ("/context/",),
+        search: SearchMode | SearchIndex = "lexical",
+        tool_search: bool = False,
+        defer_above: int | None = None,
+        keep_active: Sequence[str] = (),
     ) -> None:
+        """``search`` ranks with "lexical" BM25F or "hybrid" (plus embeddings: the ``semantic``
+        extra). ``defer_above`` is a token budget for the default listing: above it the least
+        important tools are deferred (found by search), keeping ``keep_active`` (name globs) and
+        then tools in the order they were added. ``tool_search`` adds the ``tool_search`` tools
+        for models that reach the toolkit without an agent loop or MCP server of toolmesh (those
+        have their own). See docs/search.md."""
         if on_conflict not in ("warn", "error"):
             raise ConfigError(f"on_conflict must be 'warn' or 'error', not {on_conflict!r}")
         if capability_policy not in ("locked", "extensible"):
@@ -109,11 +120,19 @@ class Toolkit(ToolResolver):
         self._sources: list[Source] = []
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
-        self._index = SearchIndex()
+        self._index = create_index(search)
+        self.defer_above = defer_above
+        self.keep_active = tuple(keep_active)
+        self._over_budget: dict[str, tuple[Tool, Tool]] = {}  # name -> (as given, deferred)
+        self._token_costs: dict[int, tuple[Tool, int]] = {}
         self._version = 0
         self._listings: dict[tuple[Any, ...], list[ToolDefinition]] = {}
         self._warned: set[tuple[str, str, str]] = set()
         self._closed = False
+        if tool_search:
+            from toolmesh.sources.tool_search import ToolSearchSource
+
+            self.add(ToolSearchSource(self))
         for item in sources:
             self.add(item)
 
@@ -145,6 +164,7 @@ class Toolkit(ToolResolver):
             self._claim(source, tool)
         self._version += 1
         self._listings.clear()
+        self._defer_over_budget()
 
     def _claim(
         self, source: Source, given: Tool, previous: Mapping[str, _Entry] | None = None
@@ -194,6 +214,7 @@ class Toolkit(ToolResolver):
             self._index.remove(name)
         self._version += 1
         self._listings.clear()
+        self._defer_over_budget()
 
     # -- lookup ----------------------------------------------------------------------------------
 
@@ -308,6 +329,9 @@ class Toolkit(ToolResolver):
             return _visible(definition, held, kind, tags, include_deferred)
 
         custom = [s for s in self._sources if s.search(query, tags) is not None]
+        if not custom:
+            found = self._index.search(query, limit=limit, accept=accept)
+            return [self._entries[name].tool for name, _score in found]
         custom_names = {id(s) for s in custom}
         ranked = [
             name
@@ -321,6 +345,52 @@ class Toolkit(ToolResolver):
             )
         tools = [self._entries[name].tool for name in ranked]
         return tools[:limit] if limit is not None else tools
+
+    def deferred_names(self) -> set[str]:
+        """Names of the tools kept out of the default listing: those with ``defer_loading``,
+        their source's or the ``defer_above`` token budget's doing."""
+        return {n for n, e in self._entries.items() if e.tool.definition.defer_loading}
+
+    def _defer_over_budget(self) -> None:
+        """Keep the default listing within ``defer_above`` tokens (estimated as in
+        toolmesh.llm.deferred.estimate_tokens): the least important tools get ``defer_loading``
+        in their definition, so every listing, search and provider format treats them alike."""
+        if self.defer_above is None:
+            return
+        from toolmesh.llm.deferred import estimate_tokens
+        from toolmesh.sources.tool_search import SEARCH_TOOL_NAMES
+
+        for name, (given, deferred) in self._over_budget.items():  # decide afresh
+            entry = self._entries.get(name)
+            if entry is not None and entry.tool is deferred:
+                entry.tool = given
+        self._over_budget = {}
+        active = [e for e in self._entries.values() if not e.tool.definition.defer_loading]
+        costs: dict[int, tuple[Tool, int]] = {}
+        for entry in active:
+            known = self._token_costs.get(id(entry.tool))
+            if known is None or known[0] is not entry.tool:
+                known = (entry.tool, estimate_tokens(entry.tool))
+            costs[id(entry.tool)] = known
+        self._token_costs = costs
+        if sum(cost for _, cost in costs.values()) <= self.defer_above:
+            return
+
+        def pinned(entry: _Entry) -> bool:
+            name = entry.tool.name
+            return name in SEARCH_TOOL_NAMES or any(
+                fnmatch.fnmatchcase(name, pattern) for pattern in self.keep_active
+            )
+
+        used = 0
+        for entry in sorted(active, key=lambda e: not pinned(e)):  # stable: assembly order
+            cost = costs[id(entry.tool)][1]
+            if pinned(entry) or used + cost <= self.defer_above:
+                used += cost
+            else:
+                deferred = entry.tool.replace(defer_loading=True)
+                self._over_budget[entry.tool.name] = (entry.tool, deferred)
+                entry.tool = deferred
 
     # -- calling ---------------------------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""The tool_search tools: natural language and regex, returning definitions to load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolmesh import Tool, ToolDefinition, Toolkit, ToolParameter
+from toolmesh.capabilities import CapabilitySet
+from toolmesh.session import Session
+
+
+def make(name: str, description: str, **changes: Any) -> Tool:
+    async def run(arguments: dict[str, Any], ctx: Any) -> str:
+        return name
+
+    definition = ToolDefinition(name=name, description=description, **changes)
+    return Tool(definition, run)
+
+
+def catalogue() -> Toolkit:
+    return Toolkit(
+        make("github_create_issue", "Create an issue in a GitHub repository", defer_loading=True),
+        make("github_list_issues", "List the issues of a repository", defer_loading=True),
+        make(
+            "slack_post_message",
+            "Post a message to a channel",
+            defer_loading=True,
+            input_parameters=[
+                ToolParameter(name="channel_id", type="string", description="Slack channel")
+            ],
+        ),
+        make("vault_read", "Read a secret", capabilities=["vault"], defer_loading=True),
+        make("echo", "Say it back"),
+        make("long", "x" * 60 + "!", defer_loading=True),  # a pathological pattern's victim
+        tool_search=True,
+        capabilities=["*"],
+    )
+
+
+async def test_natural_language_search_returns_definitions_to_load() -> None:
+    kit = catalogue()
+    assert [d.name for d in kit.definitions()] == ["tool_search", "tool_search_regex", "echo"]
+    result = await kit.execute("tool_search", {"query": "create an issue on github", "limit": 1})
+    assert result.success, result.error
+    (found,) = result.data["tools"]
+    assert found["name"] == "github_create_issue"
+    assert found["input_schema"]["type"] == "object"
+    assert result.metadata["tool_references"] == ["github_create_issue"]
+    assert "github_create_issue" in result.output
+
+
+async def test_regex_search_over_names_descriptions_and_parameters() -> None:
+    kit = catalogue()
+    result = await kit.execute("tool_search_regex", {"pattern": "^github_"})
+    assert [d["name"] for d in result.data["tools"]] == [
+        "github_create_issue",
+        "github_list_issues",
+    ]
+    by_parameter = await kit.execute("tool_search_regex", {"pattern": "CHANNEL_ID"})
+    assert [d["name"] for d in by_parameter.data["tools"]] == ["slack_post_message"]
+    none = await kit.execute("tool_search_regex", {"pattern": "zebra"})
+    assert none.success
+    assert none.data == {"tools": []}
+
+
+async def test_only_tools_the_session_may_call_and_never_itself() -> None:
+    kit = catalogue()
+    session = Session(capabilities=CapabilitySet(["tools"]), agent_id="a")
+    for name, args in (
+        ("tool_search", {"query": "secret"}),
+        ("tool_search_regex", {"pattern": "."}),
+    ):
+        result = await kit.execute(name, args, session=session)
+        names = [d["name"] for d in result.data["tools"]]
+        assert "vault_read" not in names
+        assert not {"tool_search", "tool_search_regex"} & set(names)
+    allowed = await kit.execute("tool_search", {"query": "read a secret"})
+    assert allowed.data["tools"][0]["name"] == "vault_read"
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "message"),
+    [
+        ("tool_search_regex", {"pattern": "("}, "not a valid regular expression"),
+        ("tool_search_regex", {"pattern": "a" * 201}, "longer than 200"),
+        ("tool_search_regex", {"pattern": "(x|xx)+$"}, "took longer than 1s"),
+        ("tool_search", {"query": "  "}, "query is empty"),
+        ("tool_search", {"query": "issue", "limit": 0}, "limit must be"),
+        ("tool_search", {"query": "issue", "limit": 21}, "limit must be"),
+    ],
+)
+async def test_bad_input_is_a_failed_result(
+    name: str, arguments: dict[str, Any], message: str
+) -> None:
+    result = await catalogue().execute(name, arguments)
+    assert not result.success
+    assert message in (result.error or "")
