@@ -327,3 +327,25 @@ async def test_policy_table_becomes_the_toolkits_rules(tmp_path: Path) -> None:
     bad.write_text('[policy]\n[[policy.rules]]\nname = "x"\neffect = "perhaps"\n')
     with pytest.raises(ConfigError, match=r"bad.toml: policy.rules\[0\]: .*effect"):
         await create_toolkit(config=bad)
+
+
+def test_search_and_deferral_settings(tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        '[toolkit]\nsearch = "lexical"\ntool_search = true\ndefer_above = 500\nkeep_active = ["echo*"]\n'
+    )
+    loaded = load_manifest(manifest)
+    assert (loaded.search, loaded.tool_search, loaded.defer_above, loaded.keep_active) == (
+        "lexical",
+        True,
+        500,
+        ["echo*"],
+    )
+    assert "tool_search" in loaded.toolkit()
+    for bad, where in (
+        ("search = 'fuzzy'", "toolkit.search"),
+        ("defer_above = 0", "toolkit.defer_above"),
+    ):
+        manifest.write_text(f"[toolkit]\n{bad}\n")
+        with pytest.raises(ConfigError, match=where):
+            load_manifest(manifest)

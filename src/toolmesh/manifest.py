@@ -49,6 +49,7 @@ from toolmesh.sources.wrappers import Filtered, Prefixed, Tagged
 if TYPE_CHECKING:
     from toolmesh.capabilities import CapabilityPolicy
     from toolmesh.pipeline import Limits
+    from toolmesh.search import SearchMode
     from toolmesh.store import Store
     from toolmesh.toolkit import OnConflict, SourceLike, Toolkit
 
@@ -76,7 +77,19 @@ _OWN_PREFIX = frozenset({"mcp"})
 """Kinds that already name their tools ``<prefix>_<tool>`` (an MCP server's name by default):
 the entry's ``prefix`` replaces theirs instead of being added in front of it."""
 _TOOLKIT_KEYS = frozenset(
-    {"name", "capabilities", "capability_policy", "audit", "on_conflict", "skills_dir", "store"}
+    {
+        "name",
+        "capabilities",
+        "capability_policy",
+        "audit",
+        "on_conflict",
+        "skills_dir",
+        "store",
+        "search",
+        "tool_search",
+        "defer_above",
+        "keep_active",
+    }
 )
 PLACEMENT_MODULE = "toolmesh.sources.ray"  # placement = "ray"
 _MCP_TABLES = ("mcpServers", "servers", "mcp")
@@ -98,6 +111,10 @@ class Manifest:
     store: str | None = None
     on_conflict: OnConflict | None = None
     policy: Policy | None = None
+    search: SearchMode | None = None
+    tool_search: bool | None = None
+    defer_above: int | None = None
+    keep_active: list[str] | None = None
 
     def toolkit(
         self,
@@ -123,6 +140,10 @@ class Manifest:
             store=audit if audit is not None else (self.store or self.audit),
             limits=limits,
             hooks=[self.policy] if self.policy is not None else (),
+            search=self.search or "lexical",
+            tool_search=bool(self.tool_search),
+            defer_above=self.defer_above,
+            keep_active=self.keep_active or (),
         )
 
 
@@ -238,6 +259,21 @@ class _Loader:
                 path = store.removeprefix("sqlite:///")
                 store = "sqlite:///" + str(self.base_dir / Path(path).expanduser())
             manifest.store = store
+        if "search" in table:
+            manifest.search = self._choice(table["search"], ("lexical", "hybrid"), "toolkit.search")
+        if "tool_search" in table:
+            if not isinstance(table["tool_search"], bool):
+                raise ConfigError("must be true or false", location=self.at("toolkit.tool_search"))
+            manifest.tool_search = table["tool_search"]
+        if "defer_above" in table:
+            budget = table["defer_above"]
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+                raise ConfigError(
+                    "must be a positive number of tokens", location=self.at("toolkit.defer_above")
+                )
+            manifest.defer_above = budget
+        if "keep_active" in table:
+            manifest.keep_active = self._globs(table, "keep_active", "toolkit")
         if "skills_dir" in table:
             folder = self.base_dir / self._string(table, "skills_dir", "toolkit.skills_dir")
             if not folder.is_dir():

@@ -265,15 +265,37 @@ class Toolkit(ToolResolver):
         return [s for s in self._sources if isinstance(s, SkillsSource)]
 
     def to_openai(
-        self, *, api: Literal["chat", "responses"] = "chat", strict: bool | None = None
+        self,
+        *,
+        api: Literal["chat", "responses"] = "chat",
+        strict: bool | None = None,
+        deferred: bool = False,
+        namespaces: bool = False,
     ) -> list[dict[str, Any]]:
-        """The non-deferred tools as OpenAI function tools (see ``toolmesh.llm.to_openai``)."""
+        """The non-deferred tools as OpenAI function tools (see ``toolmesh.llm.to_openai``).
+
+        ``deferred=True`` (Responses API): every tool, deferred ones with ``defer_loading`` and
+        OpenAI's hosted ``tool_search`` (``namespaces``: one namespace per source); see
+        ``toolmesh.llm.deferred``."""
+        if deferred:
+            from toolmesh.llm.deferred import to_openai_deferred
+
+            return to_openai_deferred(self, api=api, namespaces=namespaces)
         from toolmesh.llm.formats import to_openai
 
         return to_openai([self[d.name] for d in self.definitions()], api=api, strict=strict)
 
-    def to_anthropic(self) -> list[dict[str, Any]]:
-        """The non-deferred tools as Anthropic tools."""
+    def to_anthropic(
+        self, *, deferred: bool | Literal["bm25", "regex", "toolmesh"] = False
+    ) -> list[dict[str, Any]]:
+        """The non-deferred tools as Anthropic tools.
+
+        ``deferred``: every tool, deferred ones with ``defer_loading`` and Anthropic's tool
+        search (``True`` or ``"bm25"``, ``"regex"``), or toolmesh's own (``"toolmesh"``)."""
+        if deferred:
+            from toolmesh.llm.deferred import to_anthropic_deferred
+
+            return to_anthropic_deferred(self, variant="bm25" if deferred is True else deferred)
         from toolmesh.llm.formats import to_anthropic
 
         return to_anthropic([self[d.name] for d in self.definitions()])

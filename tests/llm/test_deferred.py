@@ -133,3 +133,13 @@ def test_estimate_tokens() -> None:
     )
     assert estimate_tokens(definition) == expected + PER_TOOL_TOKENS
     assert estimate_tokens(add) > PER_TOOL_TOKENS
+
+
+def test_toolkit_methods_offer_the_deferred_shapes() -> None:
+    kit = toolkit(tool_search=True)
+    assert kit.to_anthropic(deferred=True) == to_anthropic_deferred(kit, variant="bm25")
+    assert kit.to_anthropic(deferred="regex") == to_anthropic_deferred(kit, variant="regex")
+    assert kit.to_openai(api="responses", deferred=True) == to_openai_deferred(kit)
+    plain = [t["name"] for t in kit.to_anthropic()]
+    assert not any(t.get("defer_loading") for t in kit.to_anthropic())
+    assert len(kit.to_anthropic(deferred=True)) > len(plain)

@@ -163,6 +163,21 @@ async def test_deferred_tools_are_found_with_tool_search_and_offered_next_turn()
     assert "weather_forecast" in result.tool_calls[0][1].output
 
 
+async def test_the_toolkits_own_tool_search_loads_what_it_finds() -> None:
+    kit = Toolkit(add, deferred_tool(), tool_search=True)
+    answers = scripted(
+        openai_calls(("s", "tool_search", {"query": "weather forecast"})),
+        openai_calls(("w", "weather_forecast", {"city": "Oslo"})),
+        openai_text("Sunny."),
+    )
+    with StubLLM(answers) as llm:
+        result = await create_client(llm.base_url, model="m").run("weather?", toolkit=kit)
+    offered = [[t["function"]["name"] for t in r.body["tools"]] for r in llm.requests]
+    assert "weather_forecast" not in offered[0]
+    assert "weather_forecast" in offered[1]  # the toolkit's tool_search found it: loaded
+    assert result.tool_calls[1][1].output == "sunny in Oslo"
+
+
 async def test_the_run_deadline_is_a_call_timeout() -> None:
     @tool
     async def wait_forever() -> None:

@@ -243,7 +243,7 @@ class _Loop:
             def on_event(event: ToolEvent, call: ModelCall = call) -> None:
                 self.emit(RunEvent("tool_event", self.turn, call=call, event=event))
 
-        return await kit.execute(
+        result = await kit.execute(
             call.name,
             call.arguments,
             timeout=timeout,
@@ -251,6 +251,12 @@ class _Loop:
             correlation_id=self.run_id,
             session=self.session,
         )
+        # The toolkit's own tool_search tools name what they found: offer it from the next turn.
+        for name in result.metadata.get("tool_references", ()) if result.success else ():
+            found = kit.get(name)
+            if found is not None:
+                self.loaded.setdefault(found.name, found)
+        return result
 
     def search(self, kit: Toolkit, call: ModelCall) -> ToolResult:
         started = time.perf_counter()
