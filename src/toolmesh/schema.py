@@ -146,6 +146,8 @@ def _to_parameter(
 
 def _collapse(schema: Mapping[str, Any], resolver: _Resolver) -> Mapping[str, Any]:
     """Reduce ``Optional[X]`` style unions and single-branch ``allOf`` to the branch itself."""
+    if "anyOf" not in schema and "oneOf" not in schema and "allOf" not in schema:
+        return schema  # the common case, kept cheap: registration walks every parameter
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if isinstance(branches, list):
@@ -201,10 +203,14 @@ class _Resolver:
         return schema
 
 
-def is_lossless(schema: Mapping[str, Any]) -> bool:
-    """True when the parameter list says everything ``schema`` says."""
+def is_lossless(
+    schema: Mapping[str, Any], parameters: Sequence[ToolParameter] | None = None
+) -> bool:
+    """True when the parameter list (``parameters``, if already converted) says everything
+    ``schema`` says."""
     try:
-        return parameters_to_schema(schema_to_parameters(schema)) == schema
+        converted = schema_to_parameters(schema) if parameters is None else parameters
+        return parameters_to_schema(converted) == schema
     except SchemaError:
         return False
 

@@ -65,7 +65,7 @@ class Tool:
         updates: dict[str, Any] = {}
         if input_schema is not None and not definition.input_parameters:
             updates["input_parameters"] = schema_to_parameters(input_schema)
-            if not is_lossless(input_schema):
+            if not is_lossless(input_schema, updates["input_parameters"]):
                 updates["input_schema"] = input_schema
         if output_schema is not None and definition.output_schema is None:
             if not definition.output_parameters:
