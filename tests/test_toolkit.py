@@ -192,6 +192,7 @@ def test_search_respects_capabilities_kind_tags_and_limit() -> None:
 def test_incremental_index_through_source_changed() -> None:
     server = ToolSet([make(f"tool_{i}", f"does thing {i}") for i in range(50)], name="server")
     kit = Toolkit(server)
+    assert kit.search("thing 7", limit=1)[0].name == "tool_7"  # the first search indexes
     index = kit._index
     before = {name: index._docs[name] for name in kit.names()}
     server._tools.append(make("fresh_widget", "makes widgets"))  # what an MCP list_changed does

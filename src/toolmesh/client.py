@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 from toolmesh.errors import CallTimeout, HandshakeError, ProtocolError, TransportError
 from toolmesh.host import Connection, Host
-from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
+from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, local_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec
 from toolmesh.protocol import (
     ApprovalResponse,
@@ -301,7 +301,7 @@ class AsyncClient:
             spec = CallSpec(
                 tool_name=tool_name,
                 arguments=dict(arguments),
-                req_id=new_id(),
+                req_id=local_id(),
                 correlation_id=correlation_id or "",
                 streaming=streaming or on_event is not None,
                 timeout=timeout,

@@ -296,7 +296,9 @@ class Pipeline:
         timeout = min(timeout or self.limits.default_timeout, self.limits.max_timeout)
         state = None
         if self.state is not None:
-            state = await self.state.ensure_loaded(session.id)
+            state = None if self.state.read_through else self.state.cached(session.id)
+            if state is None:
+                state = await self.state.ensure_loaded(session.id)
         ctx = ToolContext(
             tool_name=tool.name,
             req_id=spec.req_id,

@@ -121,6 +121,10 @@ class Toolkit(ToolResolver):
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
         self._index = create_index(search)
+        # Index changes wait for the first search: a host that never searches (most stdio
+        # servers) never pays for tokenizing and stemming every tool, and bursts of changes
+        # (an MCP server's list_changed) are applied together, still incrementally.
+        self._unindexed: dict[str, ToolDefinition | None] = {}
         self.defer_above = defer_above
         self.keep_active = tuple(keep_active)
         self._over_budget: dict[str, tuple[Tool, Tool]] = {}  # name -> (as given, deferred)
@@ -184,7 +188,7 @@ class Toolkit(ToolResolver):
             return
         tool = given if public == original else given.replace(name=public)
         self._entries[public] = _Entry(tool, source, original, given)
-        self._index.add(public, tool.definition)
+        self._unindexed[public] = tool.definition
 
     def _conflict(self, holder: _Entry, source: Source, original: str, public: str) -> None:
         renamed = f" (made legal as {public!r})" if original != public else ""
@@ -211,7 +215,7 @@ class Toolkit(ToolResolver):
             for tool in source.tools():
                 self._claim(source, tool, previous)
         for name in previous.keys() - self._entries.keys():
-            self._index.remove(name)
+            self._unindexed[name] = None
         self._version += 1
         self._listings.clear()
         self._defer_over_budget()
@@ -333,6 +337,15 @@ class Toolkit(ToolResolver):
             self._listings[key] = listing
         return listing
 
+    def _catch_up_index(self) -> None:
+        """Apply the tool changes the search index has not seen yet."""
+        pending, self._unindexed = self._unindexed, {}
+        for name, definition in pending.items():
+            if definition is None:
+                self._index.remove(name)
+            else:
+                self._index.add(name, definition)
+
     def search(
         self,
         query: str,
@@ -350,6 +363,7 @@ class Toolkit(ToolResolver):
             definition = self._entries[name].tool.definition
             return _visible(definition, held, kind, tags, include_deferred)
 
+        self._catch_up_index()
         custom = [s for s in self._sources if s.search(query, tags) is not None]
         if not custom:
             found = self._index.search(query, limit=limit, accept=accept)

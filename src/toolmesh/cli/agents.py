@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +120,8 @@ def _header(text: str) -> tuple[str, str]:
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
+    import tomllib  # here, not at the top: keeps it off `toolmesh serve`'s start-up path
+
     if not path.exists():
         return {}
     try:
@@ -131,6 +132,8 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def _append_checked(path: Path, block: str) -> None:
     """Append ``block``, writing the file only if the result still parses."""
+    import tomllib
+
     before = path.read_text(encoding="utf-8") if path.exists() else ""
     separator = "" if not before else "\n" if before.endswith("\n") else "\n\n"
     after = before + separator + block
