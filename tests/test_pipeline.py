@@ -96,6 +96,18 @@ async def test_timeout_cancels_a_cooperative_tool() -> None:
     await asyncio.wait_for(cancelled.wait(), 5)
 
 
+async def test_a_timeout_error_raised_by_the_tool_is_its_own_failure() -> None:
+    @tool
+    async def upstream() -> None:
+        """Calls something that times out on its own."""
+        await asyncio.sleep(0)  # suspend first: the call then runs under the deadline's scope
+        raise TimeoutError("the upstream service took too long")
+
+    result = await Toolkit(upstream).execute("upstream", timeout=30)
+    assert result.error_code == ToolErrorCode.TOOL_ERROR
+    assert "the upstream service took too long" in (result.error or "")
+
+
 async def test_timeout_is_capped_by_the_hard_limit() -> None:
     @tool
     async def slow() -> None:

@@ -345,6 +345,12 @@ class Pipeline:
                 )
                 raw = await asyncio.shield(task)
         except TimeoutError:
+            own = task.exception() if task.done() and not task.cancelled() else None
+            if own is not None:
+                # The tool raised TimeoutError itself (a client library's own timeout, say)
+                # before the deadline: its failure, not ours.
+                ctx._close()
+                return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(own))
             self._abandon(task, ctx)
             # One turn of the loop lets a tool that handles cancellation begin its cleanup (drop
             # a stuck connection, say) before the caller's next call can reach it.
