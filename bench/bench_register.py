@@ -5,7 +5,8 @@ interleaved, ``--repeats`` times; medians are reported with their ratios. Both r
 same generated functions, one call per tool, exactly as ../shared/bench-peers does for MCP
 (``def tool_i(text: str) -> str`` with its own name and docstring):
 
-- toolmesh: ``toolkit.register(fn)`` (builds the schema, the definition, the search index entry)
+- toolmesh: ``toolkit.register(fn)`` (builds the schema and the definition; the search index is
+  built by the first search, timed apart, with the memory it adds)
 - MCP: ``MCPServer.add_tool(fn)`` (mcp 2.x)
 
 Listing: toolmesh ``toolkit.definitions()``, MCP ``await server.list_tools()`` (model objects
@@ -73,12 +74,19 @@ def measure_toolmesh(n: int) -> dict[str, Any]:
     wire = [d.model_dump(mode="json") for d in listing]
     dumped = time.perf_counter() - started
     assert len(wire) == n + 1
+    del wire
+    gc.collect()
+    started = time.perf_counter()
+    kit.search("returns its text")
+    indexed = time.perf_counter() - started
     return {
         "register_s": registered,
         "register_cpu_s": cpu,
         "rss_kib": after - before,
         "list_s": listed,
         "wire_s": dumped,
+        "index_s": indexed,
+        "rss_with_index_kib": rss_kib() - before,
     }
 
 
@@ -161,6 +169,8 @@ def main() -> None:
             "list_ms": median(side, "list_s") * 1e3,
             "list_and_dump_ms": median(side, "wire_s") * 1e3,
         }
+    table["toolmesh"]["first_search_ms"] = median("toolmesh", "index_s") * 1e3
+    table["toolmesh"]["rss_kib_per_tool_with_index"] = median("toolmesh", "rss_with_index_kib") / n
     ratios = {
         "register_speedup": table["mcp"]["register_us_per_tool"]
         / table["toolmesh"]["register_us_per_tool"],
@@ -170,6 +180,13 @@ def main() -> None:
         "list_speedup": table["mcp"]["list_ms"] / table["toolmesh"]["list_ms"],
         "list_and_dump_speedup": table["mcp"]["list_and_dump_ms"]
         / table["toolmesh"]["list_and_dump_ms"],
+        "register_and_index_speedup": table["mcp"]["register_us_per_tool"]
+        / (
+            table["toolmesh"]["register_us_per_tool"]
+            + table["toolmesh"]["first_search_ms"] * 1e3 / n
+        ),
+        "memory_fraction_with_index": table["toolmesh"]["rss_kib_per_tool_with_index"]
+        / table["mcp"]["rss_kib_per_tool"],
     }
     report = {
         "tools": n,
