@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -214,20 +213,9 @@ class A2AServer:
             return _error(request_id, wire.RpcError(wire.INTERNAL_ERROR, f"internal error: {exc}"))
 
     def _refuse(self, request: Request) -> Response | None:
-        from toolmesh.transports.http import _is_local_origin
+        from toolmesh.transports.http import refuse_unwelcome
 
-        origin = request.headers.get("origin")
-        if origin and origin not in self.allowed_origins and not _is_local_origin(origin):
-            return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
-        if self.auth_token is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.auth_token}".encode()):
-                return JSONResponse(
-                    {"error": "missing or wrong bearer token"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-        return None
+        return refuse_unwelcome(request.headers, self.allowed_origins, self.auth_token)
 
     # -- methods -----------------------------------------------------------------------------------
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
@@ -41,7 +40,7 @@ from toolmesh.mcp.server import (
     _error,
 )
 from toolmesh.models import new_id
-from toolmesh.transports.http import _is_local_origin
+from toolmesh.transports.http import refuse_unwelcome
 
 __all__ = ["MCPHttpEndpoint", "mcp_routes"]
 
@@ -123,18 +122,7 @@ class MCPHttpEndpoint:
     # -- checks ------------------------------------------------------------------------------------
 
     def _refuse(self, headers: Headers) -> Response | None:
-        origin = headers.get("origin")
-        if origin and origin not in self.allowed_origins and not _is_local_origin(origin):
-            return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
-        if self.auth_token is not None:
-            given = headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.auth_token}".encode()):
-                return JSONResponse(
-                    {"error": "missing or wrong bearer token"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-        return None
+        return refuse_unwelcome(headers, self.allowed_origins, self.auth_token)
 
     def _session(self, headers: Headers) -> _HttpSession | Response:
         session_id = headers.get(SESSION_HEADER)

@@ -22,11 +22,12 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -151,19 +152,7 @@ def build_app(
     origins = set(allowed_origins)
 
     def refuse(request: Request) -> Response | None:
-        origin = request.headers.get("origin")
-        if origin and origin not in origins and not _is_local_origin(origin):
-            return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
-        if auth_token is not None:
-            given = request.headers.get("authorization", "")
-            expected = f"Bearer {auth_token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                return JSONResponse(
-                    {"error": "missing or wrong bearer token"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-        return None
+        return refuse_unwelcome(request.headers, origins, auth_token)
 
     async def peer_of(request: Request) -> _Peer | Response:
         session_id = request.headers.get(SESSION_HEADER)
@@ -309,6 +298,26 @@ async def _sse(
             peer.stream_owner = None
             peer.last_seen = time.monotonic()
             sessions.detached(peer)
+
+
+def refuse_unwelcome(
+    headers: Headers, allowed_origins: Collection[str], auth_token: str | None
+) -> Response | None:
+    """The answer to a request from a foreign browser origin (403) or without the bearer token
+    the server was given (401); None when the request may proceed. Every HTTP surface (A2E, MCP,
+    A2A) checks its requests with this one function."""
+    origin = headers.get("origin")
+    if origin and origin not in allowed_origins and not _is_local_origin(origin):
+        return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
+    if auth_token is not None:
+        given = headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {auth_token}".encode()):
+            return JSONResponse(
+                {"error": "missing or wrong bearer token"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+    return None
 
 
 def _is_local_origin(origin: str) -> bool:
