@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from typing import Any
 
 import anyio
 import pytest
@@ -103,3 +104,29 @@ async def test_context_changes_stay_inside() -> None:
 
     assert await start_eagerly(change()) == "tool"
     assert VAR.get() == "caller"
+
+
+async def test_a_loop_whose_call_soon_is_already_replaced_still_gets_eager_tasks() -> None:
+    """Someone else's instrumentation of loop.call_soon is left alone (the slower pure-Python
+    task is used instead)."""
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    original = loop.call_soon
+
+    def counting(callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        scheduled.append(callback)
+        return original(callback, *args, context=context)
+
+    loop.call_soon = counting  # type: ignore[method-assign]
+    try:
+        seen: list[object] = []
+
+        async def look() -> int:
+            seen.append(asyncio.current_task())
+            return 5
+
+        task = start_eagerly(look())
+        assert task.done() and task.result() == 5 and seen == [task]
+        assert loop.call_soon is counting and scheduled == []
+    finally:
+        del loop.call_soon

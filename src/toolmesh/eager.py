@@ -2,9 +2,10 @@
 
 Most tool calls finish without waiting on anything. A normal task would cost a scheduling round
 and a wake-up for each; an eager task that finishes on its first step is simply done. Python
-3.12 has this built in (``eager_start=True``); on 3.11 it is rebuilt here from asyncio's own
-pure-Python Task, taking care that ``asyncio.current_task()`` names the new task during that
-first step, as timeouts, task groups and cancel scopes require.
+3.12 has this built in (``eager_start=True``). On 3.11 the task is asyncio's own (C) Task: its
+constructor hands its first step to ``loop.call_soon``, which is intercepted for that moment so
+the step runs here instead, with ``asyncio.current_task()`` naming the new task during it, as
+timeouts, task groups and cancel scopes require.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["start_eagerly"]
@@ -34,8 +35,52 @@ def start_eagerly(
     return _eager_task_311(coro, loop, context)
 
 
+class _FirstStep:
+    """Takes the place of ``loop.call_soon`` while a task is built, keeping its first step."""
+
+    __slots__ = ("args", "callback", "context")
+
+    def __init__(self) -> None:
+        self.callback: Callable[..., object] | None = None
+        self.args: tuple[Any, ...] = ()
+        self.context: contextvars.Context | None = None
+
+    def __call__(self, callback: Callable[..., object], *args: Any, context: Any = None) -> None:
+        self.callback, self.args, self.context = callback, args, context
+
+
+def _eager_task_311(
+    coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, context: contextvars.Context
+) -> asyncio.Future[T]:
+    tasks: Any = asyncio.tasks
+    namespace: dict[str, Any] | None = getattr(loop, "__dict__", None)
+    if namespace is None or "call_soon" in namespace:
+        # A loop whose call_soon cannot be intercepted (or already is, by someone else):
+        # asyncio's pure-Python Task, built without scheduling, does the same more slowly.
+        return _eager_py_task(coro, loop, context)
+    first = _FirstStep()
+    namespace["call_soon"] = first  # an instance attribute shadows the method for a moment
+    try:
+        task: asyncio.Future[T] = asyncio.Task(coro, loop=loop, context=context)
+    finally:
+        del namespace["call_soon"]
+    step = first.callback
+    if step is None:  # pragma: no cover - a Task that did not schedule its first step
+        return task
+    caller = tasks.current_task(loop)
+    if caller is not None:
+        tasks._leave_task(loop, caller)
+    try:
+        (first.context or context).run(step, *first.args)
+    finally:
+        if caller is not None:
+            tasks._enter_task(loop, caller)
+    return task
+
+
 class _Deferring:
-    """Stands in for the loop while a task is built, so its first step is not scheduled."""
+    """Stands in for the loop while a pure-Python task is built, so its first step is not
+    scheduled."""
 
     __slots__ = ("_loop",)
 
@@ -49,11 +94,9 @@ class _Deferring:
         return None
 
 
-def _eager_task_311(
+def _eager_py_task(
     coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, context: contextvars.Context
 ) -> asyncio.Future[T]:
-    # Python 3.11 has no eager tasks: build asyncio's reference (pure Python) Task without
-    # scheduling it, make it the current task, and take its first step here, as 3.12 does.
     tasks: Any = asyncio.tasks
     task: Any = tasks._PyTask(coro, loop=_Deferring(loop), context=context)
     task._loop = loop
