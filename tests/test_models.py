@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 
 import pytest
 
 from toolmesh import ToolDefinition, ToolErrorCode, ToolEvent, ToolParameter, ToolResult
-from toolmesh.models import check_event_data
+from toolmesh.models import check_event_data, new_id, secret_id
 
 SEED_LIST_TOOL = (
     '{"name":"read_file","description":"Read file contents","input_parameters":[{"name":"path",'
@@ -137,3 +139,12 @@ def test_event_data_shapes_refuse_other_forms(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         check_event_data(kind, data)
+
+
+@pytest.mark.parametrize("make", [new_id, secret_id])
+def test_ids_are_distinct_uuid4_hex(make: Callable[[], str]) -> None:
+    ids = {make() for _ in range(2000)}
+    assert len(ids) == 2000
+    for value in list(ids)[:50]:
+        parsed = uuid.UUID(value)
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and parsed.hex == value

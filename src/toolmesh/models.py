@@ -14,6 +14,7 @@ import enum
 import itertools
 import json
 import os
+import random
 import time
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ __all__ = [
     "check_event_data",
     "derive_output",
     "new_id",
+    "secret_id",
 ]
 
 A2E_VERSION = "1.0"
@@ -50,8 +52,23 @@ def local_id() -> str:
     return f"{_LOCAL_PREFIX}{next(_local_counter):08x}"
 
 
+# Message ids must be unique, not secret: they come from a generator seeded by the OS (and
+# seeded again in a forked child), which costs no system call per message as os.urandom does.
+_message_ids = random.Random(os.urandom(32))  # noqa: S311 - uniqueness, not secrecy
+os.register_at_fork(after_in_child=lambda: _message_ids.seed(os.urandom(32)))
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
+
+
 def new_id() -> str:
-    """A fresh message id: a UUID4 as 32 hex digits, the A2E SDK's own form."""
+    """A fresh message id: a UUID4 as 32 hex digits, the A2E SDK's own form. Unique, not
+    unguessable: ids that grant access (sessions, tasks) come from ``secret_id``."""
+    return f"{(_message_ids.getrandbits(128) & _UUID4_CLEAR) | _UUID4_SET:032x}"
+
+
+def secret_id() -> str:
+    """An id that grants access to what it names (a session, a task): a UUID4 from the OS's
+    cryptographic random source, as 32 hex digits."""
     raw = bytearray(os.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolmesh.capabilities import CapabilitySet
-from toolmesh.models import new_id
+from toolmesh.models import secret_id
 
 if TYPE_CHECKING:
     from toolmesh.pipeline import Approver
@@ -21,7 +21,7 @@ class Session:
 
     capabilities: CapabilitySet = field(default_factory=CapabilitySet)
     agent_id: str = ""
-    id: str = field(default_factory=new_id)
+    id: str = field(default_factory=secret_id)
     max_parallel: int = 8
     transport: str = "inprocess"
     a2e_caps: frozenset[str] = frozenset({"tools"})

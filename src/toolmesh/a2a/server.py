@@ -36,7 +36,7 @@ from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError
 from toolmesh.llm.loop import RunEvent
 from toolmesh.llm.styles import ChatMessage
-from toolmesh.models import new_id
+from toolmesh.models import new_id, secret_id
 from toolmesh.pipeline import ApprovalRequest
 from toolmesh.sources.skills import Skill
 from toolmesh.store.base import Store
@@ -370,9 +370,9 @@ class A2AServer:
             if isinstance(context_id, str) and context_id:
                 history = await self.board.conversation(context_id)
             else:
-                context_id, history = new_id(), []
+                context_id, history = secret_id(), []
             doc = {
-                "id": new_id(),
+                "id": secret_id(),
                 "contextId": context_id,
                 "status": {"state": wire.state_name("submitted"), "timestamp": wire.timestamp()},
                 "history": [],

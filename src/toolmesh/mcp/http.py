@@ -39,7 +39,7 @@ from toolmesh.mcp.server import (
     MCPService,
     _error,
 )
-from toolmesh.models import new_id
+from toolmesh.models import secret_id
 from toolmesh.transports.http import refuse_unwelcome
 
 __all__ = ["MCPHttpEndpoint", "mcp_routes"]
@@ -222,7 +222,7 @@ class _HttpSession:
     """A 2025-era MCP session: its peer, and the GET streams that carry its notifications."""
 
     def __init__(self, service: MCPService) -> None:
-        self.id = new_id()
+        self.id = secret_id()
         self.streams: list[asyncio.Queue[bytes]] = []
         self.last_seen = time.monotonic()
         self.peer: MCPPeer = service.peer(self._notify, http_session=self.id)

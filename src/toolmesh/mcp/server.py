@@ -44,7 +44,7 @@ from toolmesh.mcp.approvals import (
 )
 from toolmesh.mcp.definitions import mcp_tool_entry
 from toolmesh.mcp.results import mcp_call_result
-from toolmesh.models import ToolErrorCode, ToolEvent, new_id
+from toolmesh.models import ToolErrorCode, ToolEvent, secret_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
@@ -389,7 +389,7 @@ class MCPPeer:
             self._session = Session(
                 capabilities=self._capabilities(),
                 agent_id=str(agent or "mcp-client"),
-                id=self.http_session or new_id(),
+                id=self.http_session or secret_id(),
                 max_parallel=host.max_parallel,
                 transport="mcp",
                 metadata={"protocol_version": self.version},

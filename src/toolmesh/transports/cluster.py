@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolmesh.capabilities import CapabilitySet
 from toolmesh.host import SUPPORTED_A2E_CAPS, Host
-from toolmesh.models import new_id
+from toolmesh.models import secret_id
 from toolmesh.pipeline import ApprovalRequest
 from toolmesh.protocol import encode
 from toolmesh.session import Session
@@ -101,7 +101,7 @@ class ClusterSessions(_Sessions):
 
     async def create(self) -> _Peer:
         self._reap()
-        peer = ClusterPeer(self, new_id())
+        peer = ClusterPeer(self, secret_id())
         record = SessionRecord(
             peer.id,
             created_at=time.time(),

@@ -34,7 +34,7 @@ from starlette.routing import BaseRoute, Route
 
 from toolmesh.errors import ConfigError, ProtocolError, TransportError
 from toolmesh.host import Connection, Host
-from toolmesh.models import new_id
+from toolmesh.models import secret_id
 from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode
 
 __all__ = ["HttpChannel", "HttpServer", "build_app", "check_bind", "serve_http"]
@@ -83,7 +83,7 @@ class _Sessions:
 
     async def create(self) -> _Peer:
         self._reap()
-        peer = _Peer(self.host, new_id())
+        peer = _Peer(self.host, secret_id())
         self.peers[peer.id] = peer
         return peer
 
