@@ -172,3 +172,25 @@ async def test_every_outcome_is_audited(served: Served) -> None:
 
 async def test_ping(served: Served) -> None:
     assert await served.client.ping() >= 0
+
+
+async def test_calls_beyond_max_parallel_wait_their_turn(served: Served) -> None:
+    """The client queues calls past the host's max_parallel instead of having them refused."""
+    results = await asyncio.gather(
+        *(served.client.call_tool("hold", {"seconds": 0.01}) for _ in range(MAX_PARALLEL + 3))
+    )
+    assert [r.data for r in results] == ["held"] * (MAX_PARALLEL + 3)
+
+
+async def test_a_cancelled_waiting_call_gives_up_its_turn(served: Served) -> None:
+    client = served.client
+    running = [
+        asyncio.ensure_future(client.call_tool("hold", {"seconds": 0.05}))
+        for _ in range(MAX_PARALLEL)
+    ]
+    waiting = asyncio.ensure_future(client.call_tool("add", {"a": 1, "b": 1}))
+    await asyncio.sleep(0)  # let every call take its slot or its place in the queue
+    waiting.cancel()
+    after = await client.call_tool("add", {"a": 2, "b": 2})
+    assert after.data == 4 and all(r.data == "held" for r in await asyncio.gather(*running))
+    assert waiting.cancelled()

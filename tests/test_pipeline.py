@@ -224,3 +224,25 @@ async def test_events_after_the_deadline_are_dropped() -> None:
     emitted.set()
     release.set()
     assert events == [] and result.events == []
+
+
+async def test_arguments_that_are_not_json_are_refused_before_the_tool_runs() -> None:
+    ran: list[object] = []
+
+    @tool
+    async def take(data: dict[str, Any]) -> str:
+        """Takes anything."""
+        ran.append(data)
+        return "ok"
+
+    store = MemoryStore()
+    kit = Toolkit(take, store=store)
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    for arguments in ({"data": looped}, {"data": {1: "one", "two": 2}}):
+        result = await kit.execute("take", arguments)
+        assert result.error_code == ToolErrorCode.INVALID_ARGUMENTS
+        assert result.error is not None and result.error.startswith("the arguments are not JSON")
+        assert result.metadata == {"path": "$"}
+    assert ran == []
+    assert [(e.error_code, e.input_bytes) for e in store.audit] == [("invalid_arguments", 0)] * 2

@@ -105,6 +105,12 @@ def test_encode_is_one_line() -> None:
     ("line", "code"),
     [
         (b"{", "parse_error"),
+        (b'{"type": "ping", "id": "p", "ts": NaN}', "parse_error"),  # NaN is not JSON
+        (
+            b'{"type": "tool/call/req", "tool_name": "t", "arguments": {"x": Infinity}}',
+            "parse_error",
+        ),
+        (b'{"type": "ping", "id": "\\ud800"}', "parse_error"),  # a lone surrogate
         (b'"text"', "invalid_message"),
         (b"{}", "invalid_message"),
         (b'{"type": 1}', "unknown_message_type"),

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,11 +46,31 @@ class AuditEntry:
         return asdict(self)
 
 
+def _canonical_encoder() -> Callable[[Any], str]:
+    """Canonical JSON (sorted keys, no spaces, UTF-8 as is), built once: ``json.dumps`` with
+    these options makes a new encoder on every call, which the audit of every call would pay."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the standard encoder, same output
+        return json.JSONEncoder(
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+        ).encode
+    # markers, default, string encoder, indent, key and item separators, sort_keys, skipkeys,
+    # allow_nan: the arguments JSONEncoder.iterencode passes for the options above.
+    encode = make({}, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_canonical = _canonical_encoder()
+
+
 def digest_arguments(arguments: Any) -> tuple[int, str]:
-    """The size in bytes of the arguments' canonical JSON and its SHA-256 (hex)."""
-    canonical = json.dumps(
-        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    ).encode()
+    """The size in bytes of the arguments' canonical JSON and its SHA-256 (hex); ``ValueError``
+    when they cannot be written as JSON (a structure that contains itself, keys that cannot be
+    sorted together)."""
+    try:
+        canonical = _canonical(arguments).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"the arguments are not JSON: {exc}") from None
     return len(canonical), hashlib.sha256(canonical).hexdigest()
 
 

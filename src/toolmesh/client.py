@@ -13,6 +13,7 @@ wait their turn instead of being refused.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import inspect
@@ -100,7 +101,7 @@ class AsyncClient:
         self._tools_cache: list[ToolDefinition] | None = None
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._listeners: dict[str, EventCallback] = {}
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: _Slots | None = None
         self._closed_reason = ""
         self.on_approval = on_approval
         self._answering: set[asyncio.Task[None]] = set()
@@ -130,7 +131,7 @@ class AsyncClient:
         self.session_id = response.session_id
         self.accepted_caps = response.accepted_caps
         self.max_parallel = max(1, response.max_parallel)
-        self._slots = asyncio.Semaphore(self.max_parallel)
+        self._slots = _Slots(self.max_parallel)
         if self._connection is not None:
             self._connection.approval_handler = self._decide_in_process
         return self
@@ -306,8 +307,12 @@ class AsyncClient:
                 streaming=streaming or on_event is not None,
                 timeout=timeout,
             )
-            async with slots:
+            if not slots.take():
+                await slots.wait()
+            try:
                 return await self._connection.call_direct(spec, on_event)
+            finally:
+                slots.give_back()
         request = ToolCallRequest(
             session_id=self.session_id,
             tool_name=tool_name,
@@ -316,13 +321,59 @@ class AsyncClient:
             streaming=streaming or on_event is not None,
             timeout=timeout,
         )
-        async with slots:
+        if not slots.take():
+            await slots.wait()
+        try:
             response = await self.request(
                 request, on_event=on_event, timeout=timeout + RESPONSE_GRACE_SECONDS
             )
+        finally:
+            slots.give_back()
         if not isinstance(response, ToolCallResponse):
             raise ProtocolError("invalid_message", f"expected tool/call/resp, got {response.type}")
         return response.data
+
+
+class _Slots:
+    """The host's ``max_parallel`` on the client side: a call takes a free slot at once, or
+    waits for one in arrival order (a semaphore whose uncontended path costs no coroutine)."""
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take(self) -> bool:
+        """Take a slot if one is free and nobody is waiting for one."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Wait until a slot is handed over (``give_back`` hands them on in order)."""
+        if self.take():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give_back()  # handed a slot just as the caller gave up: pass it on
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def give_back(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class Client:
@@ -458,6 +509,16 @@ class AsyncToolAPI:
         timeout: float = 30.0,
         correlation_id: str | None = None,
     ) -> ToolResult:
+        client = self._c
+        if isinstance(client, AsyncClient):  # the common case, without the bridge's closure
+            return await client.call_tool(
+                tool_name,
+                arguments,
+                streaming=streaming,
+                on_event=on_event,
+                timeout=timeout,
+                correlation_id=correlation_id,
+            )
         return await self._bridge(
             lambda c: c.call_tool(
                 tool_name,

@@ -28,7 +28,7 @@ from pydantic_core import to_jsonable_python
 from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import ArgumentError, SchemaError, StateError
-from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id
+from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, secret_id
 from toolmesh.tools import Output, Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -159,6 +159,11 @@ class Pipeline:
         started = time.perf_counter()
         tool = self.tools.get(spec.tool_name)
         decision = ""
+        try:
+            measured = digest_arguments(spec.arguments)  # for the audit entry
+            unfit = ""
+        except ValueError as exc:
+            measured, unfit = (0, ""), str(exc)
         observers = self.observers
         if observers:
             for observer in observers:
@@ -168,7 +173,13 @@ class Pipeline:
             if tool is None:
                 result = self._unknown(spec.tool_name)
             else:
-                verdict = await self._decide(session, tool, spec.arguments)
+                verdict = self._capability_verdict(session, tool)
+                if verdict is None:
+                    verdict = (
+                        await self._ask_hooks(session, tool, spec.arguments)
+                        if self.hooks
+                        else _ALLOWED
+                    )
                 if verdict.allowed and (
                     verdict.needs_approval or tool.definition.requires_approval
                 ):
@@ -179,15 +190,18 @@ class Pipeline:
                     result.metadata = {"rule": verdict.rule}
                     if verdict.rule.endswith("approval:timeout"):
                         result.error_code = ToolErrorCode.TIMEOUT
+                elif unfit:
+                    result = _failure(tool.name, ToolErrorCode.INVALID_ARGUMENTS, unfit)
+                    result.metadata = {"path": "$"}
                 else:
                     result = await self._validated_run(session, tool, spec, on_event)
         except asyncio.CancelledError:
             result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
             result.duration_ms = _elapsed_ms(started)
-            await self._audit(session, spec, tool, result, decision, self._bound(result))
+            await self._audit(session, spec, tool, result, decision, measured)
             raise
         result.duration_ms = _elapsed_ms(started)
-        await self._audit(session, spec, tool, result, decision, self._bound(result))
+        await self._audit(session, spec, tool, result, decision, measured)
         for observer in observers:
             observer.call_ended(session, spec, result)
         return result
@@ -208,15 +222,21 @@ class Pipeline:
                 message += f"; did you mean {', '.join(repr(n) for n in close)}?"
         return _failure(name, ToolErrorCode.UNKNOWN_TOOL, message)
 
-    async def _decide(self, session: Session, tool: Tool, arguments: Mapping[str, Any]) -> Decision:
-        missing = session.capabilities.missing(tool.definition.capabilities)
-        if missing is not None:
-            return Decision(
-                False,
-                f"tool {tool.name!r} requires capability {missing!r}, "
-                "which this session does not hold",
-                rule=f"capability:{missing}",
-            )
+    def _capability_verdict(self, session: Session, tool: Tool) -> Decision | None:
+        """A denial when the session lacks a capability the tool requires, else None."""
+        required = tool.definition.capabilities
+        missing = session.capabilities.missing(required) if required else None
+        if missing is None:
+            return None
+        return Decision(
+            False,
+            f"tool {tool.name!r} requires capability {missing!r}, which this session does not hold",
+            rule=f"capability:{missing}",
+        )
+
+    async def _ask_hooks(
+        self, session: Session, tool: Tool, arguments: Mapping[str, Any]
+    ) -> Decision:
         for hook in self.hooks:
             verdict = hook(session, tool, arguments)
             if inspect.isawaitable(verdict):
@@ -237,7 +257,7 @@ class Pipeline:
                 f"tool {tool.name!r} requires approval and no approver is connected",
                 rule=f"{rule}approval:unavailable",
             )
-        approval_id = new_id()
+        approval_id = secret_id()
         reason = verdict.reason or f"{tool.name!r} requires approval"
         event = ToolEvent(
             kind="approval",
@@ -312,29 +332,22 @@ class Pipeline:
             events=spec.prior_events,
         )
         ctx._deadline_cap = time.monotonic() + self.limits.max_timeout
-        result = await self._execute(tool, spec.arguments, ctx, timeout)
+        # Start the tool eagerly: most finish without suspending, and then need neither a task
+        # nor a timer. One that suspends continues as a task under the deadline.
+        task = start_eagerly(tool.run(spec.arguments, ctx))
+        if task.done():
+            result = _finished(tool, task, ctx)
+        else:
+            result = await self._await_under_deadline(tool, task, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
         if result.state_update:
             await self._apply_state(session, result, ctx)
         return result
 
-    async def _execute(
-        self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext, timeout: float
+    async def _await_under_deadline(
+        self, tool: Tool, task: asyncio.Future[Any], ctx: ToolContext, timeout: float
     ) -> ToolResult:
-        # Start the tool eagerly: most finish without suspending, and then need neither a task
-        # nor a timer. One that suspends continues as a task under the deadline.
-        task = start_eagerly(tool.run(arguments, ctx))
-        if task.done():
-            ctx._close()
-            if task.cancelled():
-                return _failure(tool.name, ToolErrorCode.CANCELLED, "the tool was cancelled")
-            error = task.exception()
-            if error is not None:
-                if not isinstance(error, Exception):
-                    raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
-                return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
-            return _shape(tool.name, task.result())
         loop = asyncio.get_running_loop()
         initial = ctx.deadline
         try:
@@ -430,9 +443,11 @@ class Pipeline:
         tool: Tool | None,
         result: ToolResult,
         decision: str,
-        output_bytes: int,
+        measured: tuple[int, str],
     ) -> None:
-        input_bytes, digest = digest_arguments(spec.arguments)
+        """Bound the output (its size is audited), then store the call's entry."""
+        output_bytes = self._bound(result)
+        input_bytes, digest = measured
         entry = AuditEntry(
             tool_name=spec.tool_name,
             success=result.success,
@@ -459,6 +474,19 @@ class Pipeline:
 
 
 _ALLOWED = Decision(True)
+
+
+def _finished(tool: Tool, task: asyncio.Future[Any], ctx: ToolContext) -> ToolResult:
+    """The result of a tool that finished on its first step."""
+    ctx._close()
+    if task.cancelled():
+        return _failure(tool.name, ToolErrorCode.CANCELLED, "the tool was cancelled")
+    error = task.exception()
+    if error is not None:
+        if not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
+        return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
+    return _shape(tool.name, task.result())
 
 
 def _remaining(ctx: ToolContext, timeout: float) -> float:
