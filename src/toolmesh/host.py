@@ -14,7 +14,7 @@ import hmac
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
-from toolmesh.models import ToolEvent, ToolResult, new_id
+from toolmesh.models import ToolEvent, ToolResult, new_id, secret_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec, Limits, Pipeline, PolicyHook
 from toolmesh.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -225,7 +225,7 @@ class Host:
             override.strategy if override else "inherit",
             override.capabilities if override else (),
         )
-        session_id = connection.preferred_id or new_id()
+        session_id = connection.preferred_id or secret_id()
         if request.session_id:
             record = await self.store.load_session(request.session_id)
             if record is None:
@@ -286,28 +286,49 @@ class Connection:
 
     # -- wire entry points -----------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """True once the connection is shutting down (or shut)."""
+        return self._closed
+
     async def receive_line(self, line: bytes | str) -> None:
         """Handle one raw NDJSON line; malformed input is answered with an ``error`` message."""
+        pending = self.take_line(line)
+        if pending is not None:
+            await pending
+
+    def take_line(self, line: bytes | str) -> Awaitable[None] | None:
+        """``receive_line`` for transports that read lines on a callback: a call starts at once
+        (None is returned); any other message returns what to await before the next line."""
         try:
             message = decode(line, max_bytes=self.host.max_message_bytes)
         except ProtocolError as exc:
             self._deliver(ErrorMessage.from_exception(exc, request_id_of(line)))
-            return
-        await self.receive(message)
+            return None
+        if self._took(message):
+            return None
+        return self._respond(message)
 
     async def receive(self, message: Any) -> None:
         """Handle one decoded message; answers go out through ``deliver``."""
+        if not self._took(message):
+            await self._respond(message)
+
+    def _took(self, message: Any) -> bool:
+        """Handle the messages that need no waiting; False for the others."""
         if isinstance(message, ToolCallRequest):
             self._start_call(message)
-            return
+        elif isinstance(message, ErrorMessage):
+            logger.warning("peer reported an error: [%s] %s", message.code, message.message)
+        elif isinstance(message, ApprovalResponse):
+            self._answer_approval(message)
+        else:
+            return False
+        return True
+
+    async def _respond(self, message: Any) -> None:
         if isinstance(message, Shutdown):
             await self.drain(message.timeout)
-            return
-        if isinstance(message, ErrorMessage):
-            logger.warning("peer reported an error: [%s] %s", message.code, message.message)
-            return
-        if isinstance(message, ApprovalResponse):
-            self._answer_approval(message)
             return
         try:
             response = await self._answer(message)
@@ -474,7 +495,10 @@ class Connection:
 
         Protocol refusals (no handshake, max_parallel exceeded, ...) raise ``ProtocolError``."""
         session = self._admit()
-        return await self._run(session, spec, on_event)
+        try:
+            return await self.host.pipeline.call(session, spec, on_event)
+        finally:
+            session.active_calls -= 1
 
     async def _run(
         self, session: Session, spec: CallSpec, on_event: Callable[[Any], None] | None

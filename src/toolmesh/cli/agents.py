@@ -198,7 +198,7 @@ def serve_agent(args: argparse.Namespace) -> int:
         raise ConfigError("--a2a needs --llm BASE_URL and --model NAME to run its tasks")
     from toolmesh.cli.serve import _run
 
-    _run(_serve_agent(args), fast_loop=True)
+    _run(_serve_agent(args))
     return 0
 
 

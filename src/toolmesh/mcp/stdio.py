@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from typing import Any
 
+from toolmesh.eager import start_eagerly
 from toolmesh.host import Host
 from toolmesh.mcp.server import INVALID_REQUEST, PARSE_ERROR, MCPService, _error
-from toolmesh.transports.lines import Oversized, read_lines
+from toolmesh.transports.lines import LineFeed, Oversized
 from toolmesh.transports.stdio import open_stdio
 
 __all__ = ["serve_mcp_stdio"]
@@ -30,37 +32,43 @@ async def serve_mcp_stdio(
     instructions: str | None = None,
 ) -> None:
     """Serve ``host`` over MCP on this process's stdin/stdout until stdin closes."""
-    streams = await open_stdio(host.max_message_bytes, stdin_fd=stdin_fd, stdout_fd=stdout_fd)
+    streams = await open_stdio(stdin_fd=stdin_fd, stdout_fd=stdout_fd)
+    write = streams.write
 
     def send(data: bytes) -> None:
-        streams.write(data + b"\n")
+        write(data + b"\n")
 
     service = MCPService(host, instructions=instructions)
     await service.start()
     peer = service.peer(send)
-    running: set[asyncio.Task[None]] = set()
+    running: set[asyncio.Future[None]] = set()
 
     async def answer(message: Any) -> None:
         reply = await peer.handle(message)
         if reply is not None:
             send(reply)
 
-    try:
-        async for line in read_lines(streams.reader, host.max_message_bytes):
-            if isinstance(line, Oversized):
-                send(_error(None, INVALID_REQUEST, f"message of {line.size} bytes is too large"))
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                send(_error(None, PARSE_ERROR, "not valid JSON"))
-                continue
-            if isinstance(message, dict) and message.get("method") in _LONG_RUNNING:
-                task = asyncio.ensure_future(answer(message))
+    def handle(line: bytes | Oversized) -> Awaitable[None] | None:
+        if isinstance(line, Oversized):
+            send(_error(None, INVALID_REQUEST, f"message of {line.size} bytes is too large"))
+            return None
+        try:
+            message = json.loads(line)
+        except ValueError:
+            send(_error(None, PARSE_ERROR, "not valid JSON"))
+            return None
+        if isinstance(message, dict) and message.get("method") in _LONG_RUNNING:
+            task = start_eagerly(answer(message))
+            if not task.done():
                 running.add(task)
                 task.add_done_callback(running.discard)
-            else:
-                await answer(message)
+            return None
+        return answer(message)
+
+    feed = LineFeed(handle, host.max_message_bytes)
+    try:
+        await streams.read_into(feed)
+        await feed.finished
         if running:
             await asyncio.wait(running)
     finally:

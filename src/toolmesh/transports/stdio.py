@@ -3,7 +3,8 @@ as a child process.
 
 While serving, the host keeps the real stdout for protocol messages only and points file
 descriptor 1 at stderr, so a tool that prints (or a child process it starts) cannot corrupt the
-message stream.
+message stream. Lines are read by a ``LineFeed`` protocol on both sides: a message is handled on
+the event loop's callback for the bytes that carried it.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
 
 from toolmesh.errors import ProtocolError, TransportError
-from toolmesh.host import Host
+from toolmesh.host import Connection, Host
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode, ErrorMessage, decode, encode
-from toolmesh.transports.lines import Oversized, read_lines
+from toolmesh.transports.lines import LineFeed, Oversized
 
 __all__ = ["StdioChannel", "StdioStreams", "open_stdio", "serve_stdio"]
 
@@ -30,21 +30,23 @@ async def serve_stdio(
     host: Host, *, stdin_fd: int | None = None, stdout_fd: int | None = None
 ) -> None:
     """Serve ``host`` on this process's stdin/stdout until stdin closes or a shutdown arrives."""
-    streams = await open_stdio(host.max_message_bytes, stdin_fd=stdin_fd, stdout_fd=stdout_fd)
-
-    def deliver(message: Any) -> None:
-        streams.write(encode(message))
-
+    streams = await open_stdio(stdin_fd=stdin_fd, stdout_fd=stdout_fd)
+    write = streams.write
     await host.start()
-    connection = host.connect(deliver, transport="stdio")
+    connection = host.connect(lambda message: write(encode(message)), transport="stdio")
+    limit = host.max_message_bytes
+
+    def handle(line: bytes | Oversized) -> Awaitable[None] | None:
+        if isinstance(line, Oversized):
+            write(encode(_too_large(line.size, limit)))
+            return None
+        pending = connection.take_line(line)
+        return None if pending is None else _then_stop_if_closed(pending, connection, feed)
+
+    feed = LineFeed(handle, limit)
     try:
-        async for line in read_lines(streams.reader, host.max_message_bytes):
-            if isinstance(line, Oversized):
-                deliver(_too_large(line.size, host.max_message_bytes))
-                continue
-            await connection.receive_line(line)
-            if connection._closed:
-                break
+        await streams.read_into(feed)
+        await feed.finished
         # End of input means no more requests, not that the peer stopped reading (a pipe is
         # half-closed): calls still running finish (each within its deadline) and answer.
         await connection.drain(timeout=None)
@@ -53,30 +55,36 @@ async def serve_stdio(
         streams.close()
 
 
+async def _then_stop_if_closed(
+    pending: Awaitable[None], connection: Connection, feed: LineFeed
+) -> None:
+    await pending
+    if connection.closed:  # a shutdown message: read no further
+        feed.stop()
+
+
 def _pipe_like(fd: int) -> bool:
     mode = os.fstat(fd).st_mode
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
-async def _reader_for(fd: int, limit: int) -> tuple[asyncio.StreamReader, Callable[[], None]]:
-    """A stream over ``fd``: the event loop watches pipes and sockets; a regular file (input
-    redirected from disk) is read on a thread instead."""
+async def _read_into(fd: int, feed: LineFeed) -> Callable[[], None]:
+    """Start reading ``fd`` into ``feed``; returns how to stop. The event loop watches pipes and
+    sockets; a regular file (input redirected from disk) is read on a thread instead."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=limit + 1)
     if _pipe_like(fd):
         transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader),
-            os.fdopen(fd, "rb", buffering=0, closefd=False),
+            lambda: feed, os.fdopen(fd, "rb", buffering=0, closefd=False)
         )
-        return reader, transport.close
+        return transport.close
 
     def pump() -> None:
         while chunk := os.read(fd, 1 << 16):
-            loop.call_soon_threadsafe(reader.feed_data, chunk)
-        loop.call_soon_threadsafe(reader.feed_eof)
+            loop.call_soon_threadsafe(feed.feed, chunk)
+        loop.call_soon_threadsafe(feed.end)
 
     threading.Thread(target=pump, name="toolmesh-stdin", daemon=True).start()
-    return reader, lambda: None
+    return lambda: None
 
 
 async def _writer_for(fd: int) -> tuple[Callable[[bytes], None], Callable[[], None]]:
@@ -104,30 +112,30 @@ async def _writer_for(fd: int) -> tuple[Callable[[bytes], None], Callable[[], No
     return write_pipe, close
 
 
-@dataclass(frozen=True, slots=True)
 class StdioStreams:
-    """This process's stdin as a stream and stdout as a line writer, for one protocol."""
+    """This process's stdin and stdout for one protocol: lines are written with ``write``, and
+    stdin is read into a ``LineFeed`` from ``read_into`` on."""
 
-    reader: asyncio.StreamReader
-    write: Callable[[bytes], None]
-    close: Callable[[], None]
+    def __init__(self, in_fd: int, write: Callable[[bytes], None], close: Callable[[], None]):
+        self._in_fd = in_fd
+        self.write = write
+        self._closers = [close]
+
+    async def read_into(self, feed: LineFeed) -> None:
+        self._closers.insert(0, await _read_into(self._in_fd, feed))
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
 
 
-async def open_stdio(
-    limit: int, *, stdin_fd: int | None = None, stdout_fd: int | None = None
-) -> StdioStreams:
+async def open_stdio(*, stdin_fd: int | None = None, stdout_fd: int | None = None) -> StdioStreams:
     """stdin and stdout (pipes, sockets, terminals or regular files) for a protocol. stdout is
     kept for protocol lines only: file descriptor 1 then writes to stderr."""
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
-    reader, stop_reading = await _reader_for(in_fd, limit)
     write, stop_writing = await _writer_for(out_fd)
-
-    def close() -> None:
-        stop_reading()
-        stop_writing()
-
-    return StdioStreams(reader, write, close)
+    return StdioStreams(in_fd, write, stop_writing)
 
 
 def _too_large(size: int, limit: int) -> ErrorMessage:
@@ -147,6 +155,17 @@ def _claim_stdout() -> int:
     return protocol_fd
 
 
+class _HostProcess(asyncio.SubprocessProtocol):
+    """Tells when the child exits (its stdout is read by a line feed of its own)."""
+
+    def __init__(self) -> None:
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 class StdioChannel:
     """Runs a host command as a child process and speaks NDJSON over its stdin/stdout."""
 
@@ -164,57 +183,90 @@ class StdioChannel:
         self.env = env
         self.cwd = cwd
         self.max_message_bytes = max_message_bytes
-        self.process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self.transport: asyncio.SubprocessTransport | None = None
+        self._stdin: asyncio.WriteTransport | None = None
+        self._stdout: asyncio.ReadTransport | None = None
+        self._process: _HostProcess | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.transport is None else self.transport.get_pid()
 
     async def open(
         self, on_message: Callable[[Any], None], on_close: Callable[[str], None]
     ) -> None:
+        limit = self.max_message_bytes
+
+        def handle(line: bytes | Oversized) -> None:
+            if isinstance(line, Oversized):
+                return
+            try:
+                message = decode(line, max_bytes=limit)
+            except ProtocolError:
+                return  # a host that prints garbage: ignore the line, keep the session
+            on_message(message)
+
+        feed = LineFeed(handle, limit)
+        process = _HostProcess()
+        loop = asyncio.get_running_loop()
+        # The child's stdout is a pipe of our own, read by the line feed directly: asyncio's
+        # subprocess pipes would hand each chunk on through one more turn of the loop.
+        read_fd, write_fd = os.pipe()
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            transport, _ = await loop.subprocess_exec(
+                lambda: process,
                 *self.command,
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
+                stdout=write_fd,
+                stderr=None,
                 env=self.env,
                 cwd=self.cwd,
-                limit=self.max_message_bytes + 1,
             )
         except OSError as exc:
+            os.close(read_fd)
             raise TransportError(f"cannot start {self.command[0]!r}: {exc}") from exc
-        self._reader = asyncio.ensure_future(self._read(on_message, on_close))
+        finally:
+            os.close(write_fd)
+        stdout, _ = await loop.connect_read_pipe(lambda: feed, os.fdopen(read_fd, "rb", 0))
+        self.transport = transport
+        self._process = process
+        self._stdout = stdout
+        self._stdin = cast("asyncio.WriteTransport", transport.get_pipe_transport(0))  # a PIPE
+        self._watcher = asyncio.ensure_future(self._watch(feed, process, transport, on_close))
 
-    async def _read(
-        self, on_message: Callable[[Any], None], on_close: Callable[[str], None]
+    @staticmethod
+    async def _watch(
+        feed: LineFeed,
+        process: _HostProcess,
+        transport: asyncio.SubprocessTransport,
+        on_close: Callable[[str], None],
     ) -> None:
-        process = self.process
-        if process is None or process.stdout is None:
-            return
-        async for line in read_lines(process.stdout, self.max_message_bytes):
-            if isinstance(line, Oversized):
-                continue
-            try:
-                on_message(decode(line, max_bytes=self.max_message_bytes))
-            except ProtocolError:
-                continue  # a host that prints garbage: ignore the line, keep the session
-        code = await process.wait()
-        on_close(f"host process exited with code {code}")
+        with contextlib.suppress(Exception):
+            await feed.finished
+        await process.exited
+        on_close(f"host process exited with code {transport.get_returncode()}")
 
     async def send(self, message: Any) -> None:
-        process = self.process
-        if process is None or process.stdin is None or process.stdin.is_closing():
+        stdin = self._stdin
+        if stdin is None or stdin.is_closing():
             raise TransportError("the host process is not running")
-        process.stdin.write(encode(message))
+        stdin.write(encode(message))
 
     async def close(self) -> None:
-        process = self.process
-        if process is None:
+        transport, process = self.transport, self._process
+        if transport is None or process is None:
             return
-        if process.stdin is not None and not process.stdin.is_closing():
-            process.stdin.close()  # EOF: the host drains and exits
+        if self._stdin is not None and not self._stdin.is_closing():
+            self._stdin.close()  # EOF: the host drains and exits
         try:
-            await asyncio.wait_for(process.wait(), timeout=5.0)
+            await asyncio.wait_for(asyncio.shield(process.exited), timeout=5.0)
         except TimeoutError:
-            process.kill()
-            await process.wait()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
+            with contextlib.suppress(ProcessLookupError):
+                transport.kill()
+            await process.exited
+        if self._stdout is not None:
+            self._stdout.close()  # a grandchild may still hold the pipe open
+        if self._watcher is not None:
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        transport.close()
