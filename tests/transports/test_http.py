@@ -155,3 +155,20 @@ async def test_stream_reconnect_keeps_queued_messages(server: str) -> None:
                 if line.startswith("data: "):
                     assert json.loads(line[6:])["req_id"] == "p1"
                     break
+
+
+async def test_an_idle_stream_sends_keepalives(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("toolmesh.transports.http.KEEPALIVE_SECONDS", 0.02)
+    async with httpx.AsyncClient(timeout=30) as http:
+        session_id = (await http.post(f"{server}/session")).json()["session_id"]
+        headers = {"X-Session-Id": session_id}
+        async with http.stream("GET", f"{server}/stream", headers=headers) as response:
+            lines = response.aiter_lines()
+            assert await asyncio.wait_for(anext(lines), 10) == ": keepalive"
+            await http.post(f"{server}/send", content=b'{"type":"ping","id":"p"}', headers=headers)
+            async for line in lines:
+                if line.startswith("data: "):  # messages still flow between keepalives
+                    assert json.loads(line[6:])["req_id"] == "p"
+                    break
