@@ -49,6 +49,9 @@ class _FirstStep:
         self.callback, self.args, self.context = callback, args, context
 
 
+_FIRST_STEP = "_toolmesh_first_step"
+
+
 def _eager_task_311(
     coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, context: contextvars.Context
 ) -> asyncio.Future[T]:
@@ -58,20 +61,23 @@ def _eager_task_311(
         # A loop whose call_soon cannot be intercepted (or already is, by someone else):
         # asyncio's pure-Python Task, built without scheduling, does the same more slowly.
         return _eager_py_task(coro, loop, context)
-    first = _FirstStep()
+    first: _FirstStep | None = namespace.get(_FIRST_STEP)
+    if first is None:
+        first = namespace[_FIRST_STEP] = _FirstStep()  # one per loop: a loop runs one thread
     namespace["call_soon"] = first  # an instance attribute shadows the method for a moment
     try:
         task: asyncio.Future[T] = asyncio.Task(coro, loop=loop, context=context)
     finally:
         del namespace["call_soon"]
-    step = first.callback
+    step, args, step_context = first.callback, first.args, first.context
+    first.callback = first.context = None
     if step is None:  # pragma: no cover - a Task that did not schedule its first step
         return task
     caller = tasks.current_task(loop)
     if caller is not None:
         tasks._leave_task(loop, caller)
     try:
-        (first.context or context).run(step, *first.args)
+        (step_context or context).run(step, *args)
     finally:
         if caller is not None:
             tasks._enter_task(loop, caller)

@@ -334,11 +334,12 @@ class Pipeline:
         ctx._deadline_cap = time.monotonic() + self.limits.max_timeout
         # Start the tool eagerly: most finish without suspending, and then need neither a task
         # nor a timer. One that suspends continues as a task under the deadline.
-        task = start_eagerly(tool.run(spec.arguments, ctx))
+        reporter = _Reporter()
+        task = start_eagerly(reporter.run(tool, spec.arguments, ctx))
         if task.done():
             result = _finished(tool, task, ctx)
         else:
-            result = await self._await_under_deadline(tool, task, ctx, timeout)
+            result = await self._await_under_deadline(tool, task, reporter, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
         if result.state_update:
@@ -346,24 +347,29 @@ class Pipeline:
         return result
 
     async def _await_under_deadline(
-        self, tool: Tool, task: asyncio.Future[Any], ctx: ToolContext, timeout: float
+        self,
+        tool: Tool,
+        task: asyncio.Future[Any],
+        reporter: _Reporter,
+        ctx: ToolContext,
+        timeout: float,
     ) -> ToolResult:
         loop = asyncio.get_running_loop()
         initial = ctx.deadline
+        # The caller waits for this future, not for the task: at the deadline a timer fails it,
+        # so the wait ends at once even if the tool ignores its cancellation.
+        outcome = reporter.outcome = loop.create_future()
+        expiry = loop.call_later(_remaining(ctx, timeout), _expire, outcome)
+
+        def reschedule(when: float) -> None:  # ctx.extend_deadline, e.g. on progress
+            nonlocal expiry
+            expiry.cancel()
+            expiry = loop.call_later(max(0.0, when - time.monotonic()), _expire, outcome)
+
+        ctx._reschedule = reschedule
         try:
-            async with asyncio.timeout(_remaining(ctx, timeout)) as scope:
-                # A tool may push its deadline later (ctx.extend_deadline, e.g. on progress).
-                ctx._reschedule = lambda when: scope.reschedule(
-                    loop.time() + when - time.monotonic()
-                )
-                raw = await asyncio.shield(task)
-        except TimeoutError:
-            own = task.exception() if task.done() and not task.cancelled() else None
-            if own is not None:
-                # The tool raised TimeoutError itself (a client library's own timeout, say)
-                # before the deadline: its failure, not ours.
-                ctx._close()
-                return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(own))
+            raw = await outcome
+        except _DeadlineReached:
             self._abandon(task, ctx)
             # One turn of the loop lets a tool that handles cancellation begin its cleanup (drop
             # a stuck connection, say) before the caller's next call can reach it.
@@ -380,9 +386,11 @@ class Pipeline:
                 return _failure(tool.name, ToolErrorCode.CANCELLED, "the tool was cancelled")
             self._abandon(task, ctx)
             raise
-        except Exception as exc:  # the tool's own failure becomes a result
+        except Exception as exc:  # the tool's own failure (a TimeoutError of its own too)
             ctx._close()
             return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
+        finally:
+            expiry.cancel()
         ctx._close()
         return _shape(tool.name, raw)
 
@@ -474,6 +482,44 @@ class Pipeline:
 
 
 _ALLOWED = Decision(True)
+
+
+class _DeadlineReached(Exception):
+    """Fails a call's outcome when its deadline passes (no tool raises this one)."""
+
+
+def _expire(outcome: asyncio.Future[Any]) -> None:
+    if not outcome.done():
+        outcome.set_exception(_DeadlineReached())
+
+
+class _Reporter:
+    """Runs a tool in its task and, once the pipeline waits for it, hands the outcome straight
+    to the waiting caller: one wake-up, where awaiting the task through a shield takes two."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self) -> None:
+        self.outcome: asyncio.Future[Any] | None = None  # set when the first step suspended
+
+    async def run(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        try:
+            value = await tool._fn(arguments, ctx)  # Tool.run's body, one frame fewer
+        except asyncio.CancelledError:
+            if self.outcome is not None and not self.outcome.done():
+                self.outcome.cancel()  # the tool cancelled itself
+            raise
+        except BaseException as exc:
+            outcome = self.outcome
+            if outcome is None or outcome.done():
+                raise  # the first step's failure (read from the task), or a straggler's
+            outcome.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: not the tool's to keep
+            return None
+        if self.outcome is not None and not self.outcome.done():
+            self.outcome.set_result(value)
+        return value
 
 
 def _finished(tool: Tool, task: asyncio.Future[Any], ctx: ToolContext) -> ToolResult:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import sqlite3
 import threading
 from pathlib import Path
@@ -47,6 +48,8 @@ _AUDIT_COLUMNS = (
     "decision",
     "host_id",
 )
+
+_audit_row = operator.attrgetter(*_AUDIT_COLUMNS)  # an entry's values in column order, in C
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -172,24 +175,7 @@ class SqliteStore(Store):
     # -- audit -----------------------------------------------------------------------------------
 
     async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
-        row = (
-            entry.ts,
-            entry.session_id,
-            entry.agent_id,
-            entry.req_id,
-            entry.correlation_id,
-            entry.tool_name,
-            entry.source,
-            entry.transport,
-            int(entry.success),
-            entry.error_code,
-            entry.duration_ms,
-            entry.input_bytes,
-            entry.output_bytes,
-            entry.args_digest,
-            entry.decision,
-            entry.host_id,
-        )
+        row = _audit_row(entry)
         with self._lock:
             self._pending.append(row)
             if durable or len(self._pending) >= BATCH_ROWS:
