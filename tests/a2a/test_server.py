@@ -3,6 +3,7 @@ SendMessage + GetTask, streaming, CancelTask, ListTasks, a restart, contextId, v
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -512,3 +513,38 @@ async def test_capabilities_are_enforced_and_overridable_per_message(policy: str
         finally:
             await handle.stop()
             await kit.close()
+
+
+async def test_a_running_task_is_listed_while_its_creator_waits() -> None:
+    """A blocking SendMessage's task is first stored when it ends, but a listing finds it."""
+    asked, release = threading.Event(), threading.Event()
+
+    def slow(body: dict[str, Any], index: int) -> Answer:
+        asked.set()
+        release.wait(30)
+        return openai_text("done now")
+
+    with StubLLM(slow) as stub:
+        running = await serve(stub)
+        message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+        message["contextId"] = "ctx-1"
+        headers = {"A2A-Version": "1.0"}
+        try:
+            waiting = asyncio.ensure_future(
+                rpc(running.rpc, "SendMessage", {"message": message}, **headers)
+            )
+            assert await asyncio.to_thread(asked.wait, 30)
+            listed = await rpc(running.rpc, "ListTasks", {"contextId": "ctx-1"}, **headers)
+            [task] = listed["result"]["tasks"]
+            assert task["status"]["state"] == "TASK_STATE_WORKING"
+            release.set()
+            answer = await waiting
+            assert answer["result"]["task"]["id"] == task["id"]
+            listed = await rpc(running.rpc, "ListTasks", {"contextId": "ctx-1"}, **headers)
+            assert [t["status"]["state"] for t in listed["result"]["tasks"]] == [
+                "TASK_STATE_COMPLETED"
+            ]
+        finally:
+            release.set()
+            await running.handle.stop()
+            await running.kit.close()

@@ -3,8 +3,10 @@
 A task is kept as its A2A 1.0 JSON document. It is written to the store when it is created and
 when it reaches a final (or interrupted) state, so a restarted server still answers ``GetTask``
 for it; a task the store holds as running but that no longer runs here was cut short by a
-restart and is reported (and recorded) as failed. Streaming listeners get every status and
-artifact update of a running task, in order.
+restart and is reported (and recorded) as failed. A task whose creator waits for its end (a
+blocking ``SendMessage`` on a store of this host alone) is first written when it ends or pauses:
+until then nobody else knows its id, and a listing of tasks writes any such task first.
+Streaming listeners get every status and artifact update of a running task, in order.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class RunningTask:
     approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
     paused: asyncio.Event = field(default_factory=asyncio.Event)  # set while it waits for input
     capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
+    stored: bool = False  # written to the store at least once
 
     @property
     def id(self) -> str:
@@ -116,8 +119,16 @@ class TaskBoard:
         await self.store.save_a2a_task(
             A2ATaskRecord(doc["id"], doc.get("contextId", ""), state, time.time(), doc)
         )
+        running = self.running.get(doc["id"])
+        if running is not None and running.doc is doc:
+            running.stored = True
         if state in wire.TERMINAL | wire.INTERRUPTED:
             self._remember(doc)
+
+    async def store_running(self) -> None:
+        """Write the running tasks not written yet, before the store is read for a listing."""
+        for running in [r for r in self.running.values() if not r.stored]:
+            await self.save(running.doc)
 
     def _remember(self, doc: JsonObject) -> None:
         self._recent[doc["id"]] = doc
@@ -128,6 +139,7 @@ class TaskBoard:
     async def page(
         self, *, context_id: str, state: str, limit: int, offset: int
     ) -> tuple[list[JsonObject], int]:
+        await self.store_running()
         records, total = await self.store.list_a2a_tasks(
             context_id=context_id, state=state, limit=limit, offset=offset
         )
@@ -141,6 +153,7 @@ class TaskBoard:
 
     async def conversation(self, context_id: str) -> list[ChatMessage]:
         """The earlier exchanges of a context, oldest first, as the model's history."""
+        await self.store_running()
         records, _total = await self.store.list_a2a_tasks(
             context_id=context_id, limit=CONTEXT_TASKS
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from toolmesh.models import new_id
@@ -121,7 +120,15 @@ def task_state(task: JsonObject) -> str:
 
 def timestamp() -> str:
     """Now, as the RFC 3339 UTC text the protobuf JSON mapping uses."""
-    return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = time.time()
+    second = int(now)
+    global _second_text
+    if _second_text[0] != second:  # the date and time of day change once a second
+        _second_text = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second_text[1]}.{int((now - second) * 1_000_000):06d}Z"
+
+
+_second_text: tuple[int, str] = (-1, "")
 
 
 def message(

@@ -22,6 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import to_json
+
 from toolmesh.audit import AuditEntry
 from toolmesh.errors import ConfigError
 from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
@@ -252,7 +254,7 @@ class SqliteStore(Store):
     # -- A2A tasks -------------------------------------------------------------------------------
 
     async def save_a2a_task(self, record: A2ATaskRecord) -> None:
-        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
+        text = to_json(record.document).decode()
         with self._lock:
             self.commit()
             self.connection().execute(
