@@ -1,15 +1,19 @@
-"""The lean plain-HTTP transport against a real asyncio server answering from a script."""
+"""The lean plain-HTTP client against a real asyncio server answering from a script."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-import httpx
 import pytest
 
-from toolmesh.transports.lean_http import LeanTransport
+from toolmesh.transports.lean_http import (
+    LeanClient,
+    LeanConnectError,
+    LeanProtocolError,
+    LeanTimeout,
+)
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -51,13 +55,16 @@ def answer(body: bytes, *extra: bytes, version: bytes = b"HTTP/1.1") -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=LeanTransport(), timeout=5) as http:
-        yield http
+async def post(url: str, body: bytes = b"{}", **options: float) -> tuple[int, bytes]:
+    client = LeanClient(url, **options)
+    try:
+        async with await client.post(url + "/x", body) as response:
+            return response.status_code, await response.aread()
+    finally:
+        await client.aclose()
 
 
-async def test_keep_alive_reuses_one_connection(client: httpx.AsyncClient) -> None:
+async def test_keep_alive_reuses_one_connection() -> None:
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             body = await read_request(reader)
@@ -65,13 +72,45 @@ async def test_keep_alive_reuses_one_connection(client: httpx.AsyncClient) -> No
 
     server = Server(echo)
     async with server as url:
+        client = LeanClient(url)
         for n in range(3):
-            response = await client.post(url + "/x", json={"n": n})
-            assert response.status_code == 200 and response.json() == {"n": n}
+            async with await client.post(url + "/x", b'{"n": %d}' % n) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"] == "application/json"
+                assert await response.aread() == b'{"n": %d}' % n
+        await client.aclose()
     assert server.connections == 1
 
 
-async def test_chunked_and_gzip_bodies(client: httpx.AsyncClient) -> None:
+async def test_the_request_carries_the_given_headers_once() -> None:
+    seen: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head)
+        writer.write(answer(b"ok"))
+        await writer.drain()
+
+    async with Server(record) as url:
+        client = LeanClient(url, {"Authorization": "Bearer t", "content-type": "text/x"})
+        async with await client.post(url + "/v1/x?q=1", b"body") as response:
+            assert await response.aread() == b"ok"
+        await client.aclose()
+    lines = seen[0].decode().split("\r\n")
+    assert lines[0] == "POST /v1/x?q=1 HTTP/1.1"
+    assert "Authorization: Bearer t" in lines and "Content-Type: text/x" in lines
+    assert "Content-Length: 4" in lines and "Accept-Encoding: identity" in lines
+    assert sum(line.lower().startswith("content-type") for line in lines) == 1
+
+
+def test_headers_that_would_break_the_request_are_refused() -> None:
+    with pytest.raises(ValueError, match="cannot carry"):
+        LeanClient("http://127.0.0.1:1", {"X-Evil": "a\r\nHost: elsewhere"})
+    with pytest.raises(ValueError, match="plain http"):
+        LeanClient("https://127.0.0.1:1")
+
+
+async def test_chunked_and_gzip_bodies() -> None:
     packed = gzip.compress(b"hello, world")
 
     async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -84,42 +123,47 @@ async def test_chunked_and_gzip_bodies(client: httpx.AsyncClient) -> None:
         writer.write(b"0\r\n\r\n")
 
     async with Server(chunked) as url:
-        response = await client.get(url)
-    assert response.text == "hello, world"
+        assert await post(url) == (200, b"hello, world")
 
 
-async def test_a_body_that_ends_with_the_connection(client: httpx.AsyncClient) -> None:
+async def test_a_body_that_ends_with_the_connection() -> None:
     async def old_style(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
         await writer.drain()
 
     async with Server(old_style) as url:
-        assert (await client.get(url)).text == "until the end"
+        assert await post(url) == (200, b"until the end")
 
 
-async def test_streaming_reads_as_it_arrives(client: httpx.AsyncClient) -> None:
+async def test_streaming_reads_lines_as_they_arrive() -> None:
     more = asyncio.Event()
 
     async def events(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
+
+        def chunk(data: bytes) -> bytes:
+            return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        writer.write(b"7\r\ndata: 1\r\n")
+        writer.write(chunk(b"data: 1\r\ndata: 2\r"))
         await writer.drain()
         await more.wait()
-        writer.write(b"7\r\ndata: 2\r\n0\r\n\r\n")
+        # the second line's end is cut between CR and LF, and "é" between its two bytes
+        writer.write(chunk(b"\n\r\n\xc3") + chunk(b"\xa9\r\n") + b"0\r\n\r\n")
 
-    async with Server(events) as url, client.stream("GET", url) as response:
+    async with Server(events) as url:
+        client = LeanClient(url)
         seen = []
-        async for chunk in response.aiter_bytes():
-            seen.append(chunk)
-            more.set()  # the second chunk is sent only after the first was read
-    assert seen == [b"data: 1", b"data: 2"]
+        async with await client.post(url, b"{}") as response:
+            async for line in response.aiter_lines():
+                seen.append(line)
+                more.set()  # the rest is sent only after the first line was read
+        await client.aclose()
+    assert seen == ["data: 1", "data: 2", "", "é"]
 
 
-async def test_an_idle_connection_the_server_closed_is_replaced(
-    client: httpx.AsyncClient,
-) -> None:
+async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
     async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(answer(b"ok"))
@@ -127,40 +171,30 @@ async def test_an_idle_connection_the_server_closed_is_replaced(
 
     server = Server(once)
     async with server as url:
-        assert (await client.get(url)).text == "ok"
-        assert (await client.get(url)).text == "ok"
+        client = LeanClient(url)
+        for _ in range(2):
+            async with await client.post(url, b"{}") as response:
+                assert await response.aread() == b"ok"
+        await client.aclose()
     assert server.connections == 2
 
 
-async def test_errors_are_httpx_errors(client: httpx.AsyncClient) -> None:
-    with pytest.raises(httpx.ConnectError):
-        await client.get("http://127.0.0.1:9/")
+async def test_failures_are_lean_errors() -> None:
+    with pytest.raises(LeanConnectError):
+        await post("http://127.0.0.1:9")
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         await asyncio.Event().wait()
 
     async with Server(silent) as url:
-        with pytest.raises(httpx.ReadTimeout):
-            await client.get(url, timeout=0.2)
+        with pytest.raises(LeanTimeout):
+            await post(url, read_timeout=0.2)
 
     async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(b"SMTP ready\r\n\r\n")
 
     async with Server(garbage) as url:
-        with pytest.raises(httpx.RemoteProtocolError):
-            await client.get(url)
-
-
-async def test_other_schemes_go_to_the_fallback() -> None:
-    seen: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(str(request.url))
-        return httpx.Response(200, text="from the fallback")
-
-    transport = LeanTransport(fallback=httpx.MockTransport(handler))
-    async with httpx.AsyncClient(transport=transport) as http:
-        assert (await http.get("https://example.invalid/x")).text == "from the fallback"
-    assert seen == ["https://example.invalid/x"]
+        with pytest.raises(LeanProtocolError):
+            await post(url)

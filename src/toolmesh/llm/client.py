@@ -9,6 +9,7 @@ header sets the wait instead. A retry never waits past the run's deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import random
@@ -17,11 +18,12 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic_core import to_json
 
 from toolmesh.errors import ConfigError, ProviderError
 from toolmesh.llm.styles import ChatMessage, Reply, Style, style_named
 from toolmesh.tools import Tool
-from toolmesh.transports.lean_http import LeanTransport
+from toolmesh.transports.lean_http import LeanClient, LeanError, LeanResponse
 from toolmesh.transports.sse import read_events
 
 if TYPE_CHECKING:
@@ -104,6 +106,7 @@ class LLMClient:
         self._endpoint = httpx.URL(self._url)  # parsed once, not per request
         self._headers = {**style.headers(api_key), **headers}
         self._http: httpx.AsyncClient | None = None
+        self._lean: LeanClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
@@ -164,9 +167,8 @@ class LLMClient:
     async def _request(
         self, body: dict[str, Any], *, stream: bool, on_text: Callable[[str], None]
     ) -> Reply:
-        http = self._client()
         try:
-            async with http.stream("POST", self._endpoint, json=body) as response:
+            async with self._exchange(body) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode("utf-8", "replace")
                     raise self._refused(response, text)
@@ -177,7 +179,7 @@ class LLMClient:
                         parser.feed(event, data)
                     return parser.finish()
                 payload = await response.aread()
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, LeanError) as exc:
             raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
         try:
             decoded = json.loads(payload)
@@ -192,7 +194,35 @@ class LLMClient:
             on_text(reply.text)  # a whole answer is one "delta" for streaming consumers
         return reply
 
-    def _refused(self, response: httpx.Response, text: str) -> ProviderError:
+    @contextlib.asynccontextmanager
+    async def _exchange(self, body: dict[str, Any]) -> AsyncIterator[httpx.Response | LeanResponse]:
+        """The model server's answer to ``body``, its body not read yet."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            # Connections belong to the loop that opened them; a new loop needs new ones.
+            self._http, self._lean, self._loop = None, None, loop
+        if self._url.startswith("http://"):
+            # A model server on plain HTTP (usually on this machine or network) gets the lean
+            # client: a served agent pays for one model request or more per task.
+            if self._lean is None:
+                self._lean = LeanClient(
+                    self._url,
+                    self._headers,
+                    connect_timeout=min(self.timeout, 10.0),
+                    read_timeout=self.timeout,
+                )
+            async with await self._lean.post(self._url, to_json(body)) as response:
+                yield response
+            return
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                headers=self._headers,
+                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+            )
+        async with self._http.stream("POST", self._endpoint, json=body) as answer:
+            yield answer
+
+    def _refused(self, response: httpx.Response | LeanResponse, text: str) -> ProviderError:
         status = response.status_code
         error = ProviderError(
             f"{self._url} answered {status}: {_error_text(text)}", status=status, body=text[:2000]
@@ -206,26 +236,14 @@ class LLMClient:
             error.retryable = False
         return error
 
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._http is None or self._loop is not loop:
-            # httpx connections belong to the loop that opened them; a new loop needs new ones.
-            # A model server on plain HTTP (usually on this machine or network) gets the lean
-            # transport: a served agent pays for one model request per task.
-            lean = LeanTransport() if self._url.startswith("http://") else None
-            self._http = httpx.AsyncClient(
-                headers=self._headers,
-                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                transport=lean,
-            )
-            self._loop = loop
-        return self._http
-
     async def aclose(self) -> None:
         """Close pooled connections (the client opens new ones if used again)."""
-        http, self._http = self._http, None
-        if http is not None and self._loop is asyncio.get_running_loop():
-            await http.aclose()
+        http, lean, self._http, self._lean = self._http, self._lean, None, None
+        if self._loop is asyncio.get_running_loop():
+            if http is not None:
+                await http.aclose()
+            if lean is not None:
+                await lean.aclose()
 
     async def __aenter__(self) -> LLMClient:
         return self
