@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import select
 import subprocess
 import sys
+import tty
 from pathlib import Path
 
 from tests.conftest import serve_stdio_command
@@ -99,3 +103,34 @@ def test_input_and_output_may_be_regular_files(tmp_path: Path) -> None:
     messages = [json.loads(line) for line in answers.read_text().splitlines()]
     assert [m["type"] for m in messages] == ["handshake/resp", "tool/call/resp"]
     assert messages[1]["data"]["data"] == "from a file"
+
+
+def test_devices_as_stdin_and_stdout(tmp_path: Path) -> None:
+    """/dev/null in and out (epoll refuses /dev/null; uvloop aborts on it): read on a thread."""
+    with open(os.devnull, "rb") as nothing, open(os.devnull, "wb") as sink:
+        done = subprocess.run(
+            serve_stdio_command(tmp_path / "a.db"), stdin=nothing, stdout=sink, timeout=60
+        )
+    assert done.returncode == 0
+
+
+def test_a_terminal_as_stdin_and_stdout(tmp_path: Path) -> None:
+    """Typed at a terminal: the host answers on the terminal."""
+    leader, follower = pty.openpty()
+    tty.setraw(follower)  # no echo, no line editing: bytes as typed
+    process = subprocess.Popen(
+        serve_stdio_command(tmp_path / "a.db"), stdin=follower, stdout=follower
+    )
+    os.close(follower)
+    try:
+        os.write(leader, b'{"type":"ping","id":"p1"}\n')
+        seen = b""
+        while b"\n" not in seen:
+            ready, _, _ = select.select([leader], [], [], 30)
+            assert ready, "no answer on the terminal"
+            seen += os.read(leader, 4096)
+        assert json.loads(seen.split(b"\n")[0])["type"] == "pong"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        os.close(leader)

@@ -64,13 +64,16 @@ async def _then_stop_if_closed(
 
 
 def _pipe_like(fd: int) -> bool:
+    """Pipes and sockets are watched by the event loop. Character devices are not: epoll refuses
+    /dev/null, uvloop aborts on it, and a terminal reads fine on a thread."""
     mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 async def _read_into(fd: int, feed: LineFeed) -> Callable[[], None]:
     """Start reading ``fd`` into ``feed``; returns how to stop. The event loop watches pipes and
-    sockets; a regular file (input redirected from disk) is read on a thread instead."""
+    sockets; a regular file or a device (input from disk, a terminal, /dev/null) is read on a
+    thread instead."""
     loop = asyncio.get_running_loop()
     if _pipe_like(fd):
         transport, _ = await loop.connect_read_pipe(
@@ -89,7 +92,7 @@ async def _read_into(fd: int, feed: LineFeed) -> Callable[[], None]:
 
 async def _writer_for(fd: int) -> tuple[Callable[[bytes], None], Callable[[], None]]:
     """Writing lines to ``fd``: through the event loop for pipes and sockets, directly for a
-    regular file (output redirected to disk never blocks for long)."""
+    regular file or a device (output to disk, a terminal or /dev/null never blocks for long)."""
     if not _pipe_like(fd):
 
         def write_file(data: bytes) -> None:
