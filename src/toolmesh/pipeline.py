@@ -319,27 +319,27 @@ class Pipeline:
             state = None if self.state.read_through else self.state.cached(session.id)
             if state is None:
                 state = await self.state.ensure_loaded(session.id)
+        now = time.monotonic()
         ctx = ToolContext(
             tool_name=tool.name,
             req_id=spec.req_id,
             session_id=session.id,
             agent_id=session.agent_id,
             correlation_id=spec.correlation_id,
-            deadline=time.monotonic() + timeout,
+            deadline=now + timeout,
             capabilities=session.capabilities,
             state=(lambda: state) if state is not None else None,
             sink=on_event if spec.streaming else None,
             events=spec.prior_events,
         )
-        ctx._deadline_cap = time.monotonic() + self.limits.max_timeout
+        ctx._deadline_cap = now + self.limits.max_timeout
         # Start the tool eagerly: most finish without suspending, and then need neither a task
         # nor a timer. One that suspends continues as a task under the deadline.
-        reporter = _Reporter()
-        task = start_eagerly(reporter.run(tool, spec.arguments, ctx))
+        task = start_eagerly(_run_reporting(tool, spec.arguments, ctx))
         if task.done():
             result = _finished(tool, task, ctx)
         else:
-            result = await self._await_under_deadline(tool, task, reporter, ctx, timeout)
+            result = await self._await_under_deadline(tool, task, ctx, timeout)
         if ctx.events and not result.events:
             result.events = ctx.events
         if result.state_update:
@@ -347,18 +347,13 @@ class Pipeline:
         return result
 
     async def _await_under_deadline(
-        self,
-        tool: Tool,
-        task: asyncio.Future[Any],
-        reporter: _Reporter,
-        ctx: ToolContext,
-        timeout: float,
+        self, tool: Tool, task: asyncio.Future[Any], ctx: ToolContext, timeout: float
     ) -> ToolResult:
         loop = asyncio.get_running_loop()
         initial = ctx.deadline
         # The caller waits for this future, not for the task: at the deadline a timer fails it,
         # so the wait ends at once even if the tool ignores its cancellation.
-        outcome = reporter.outcome = loop.create_future()
+        outcome = ctx._outcome = loop.create_future()
         expiry = loop.call_later(_remaining(ctx, timeout), _expire, outcome)
 
         def reschedule(when: float) -> None:  # ctx.extend_deadline, e.g. on progress
@@ -493,33 +488,27 @@ def _expire(outcome: asyncio.Future[Any]) -> None:
         outcome.set_exception(_DeadlineReached())
 
 
-class _Reporter:
-    """Runs a tool in its task and, once the pipeline waits for it, hands the outcome straight
-    to the waiting caller: one wake-up, where awaiting the task through a shield takes two."""
-
-    __slots__ = ("outcome",)
-
-    def __init__(self) -> None:
-        self.outcome: asyncio.Future[Any] | None = None  # set when the first step suspended
-
-    async def run(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:
-        try:
-            value = await tool._fn(arguments, ctx)  # Tool.run's body, one frame fewer
-        except asyncio.CancelledError:
-            if self.outcome is not None and not self.outcome.done():
-                self.outcome.cancel()  # the tool cancelled itself
-            raise
-        except BaseException as exc:
-            outcome = self.outcome
-            if outcome is None or outcome.done():
-                raise  # the first step's failure (read from the task), or a straggler's
-            outcome.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt, SystemExit: not the tool's to keep
-            return None
-        if self.outcome is not None and not self.outcome.done():
-            self.outcome.set_result(value)
-        return value
+async def _run_reporting(tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+    """Run a tool in its task and, once the pipeline waits for it (``ctx._outcome``), hand the
+    outcome straight to the waiting caller: one wake-up, where awaiting the task through a
+    shield takes two."""
+    try:
+        value = await tool._fn(arguments, ctx)  # Tool.run's body, one frame fewer
+    except asyncio.CancelledError:
+        if ctx._outcome is not None and not ctx._outcome.done():
+            ctx._outcome.cancel()  # the tool cancelled itself
+        raise
+    except BaseException as exc:
+        outcome = ctx._outcome
+        if outcome is None or outcome.done():
+            raise  # the first step's failure (read from the task), or a straggler's
+        outcome.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise  # KeyboardInterrupt, SystemExit: not the tool's to keep
+        return None
+    if ctx._outcome is not None and not ctx._outcome.done():
+        ctx._outcome.set_result(value)
+    return value
 
 
 def _finished(tool: Tool, task: asyncio.Future[Any], ctx: ToolContext) -> ToolResult:

@@ -148,6 +148,7 @@ class ToolContext:
         "_closed",
         "_deadline_cap",
         "_loop",
+        "_outcome",
         "_reschedule",
         "_sink",
         "_state",
@@ -191,6 +192,7 @@ class ToolContext:
         self._closed = False
         self._deadline_cap: float | None = None  # the host's longest call, set by the pipeline
         self._reschedule: Callable[[float], None] | None = None
+        self._outcome: asyncio.Future[Any] | None = None  # the pipeline waits on it (suspended)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
