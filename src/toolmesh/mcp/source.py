@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -37,7 +38,7 @@ from toolmesh.sources.wrappers import Filtered, Prefixed, Tagged
 from toolmesh.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from mcp import Client
+    from mcp import Client, MCPError
 
 __all__ = ["MCPSource", "mcp_source"]
 
@@ -190,11 +191,9 @@ class MCPSource(Source):
         except _ConnectFailed as exc:
             return _failure(ctx.tool_name, f"MCP server {self.name!r} is not available: {exc}")
         progress = _ProgressRelay(ctx, self.config)
-        from mcp import MCPError
-
         try:
             result = await connection.client.call_tool(name, arguments, progress_callback=progress)
-        except MCPError as exc:
+        except _mcp_error() as exc:
             if exc.code == _CONNECTION_CLOSED:
                 connection.lost()
                 if self._closed:
@@ -559,6 +558,14 @@ class _ProgressRelay:
         ctx.emit("progress", data)
         if self.extend and self.window is not None:
             ctx.extend_deadline(time.monotonic() + self.window, limit=self.limit)
+
+
+@functools.cache
+def _mcp_error() -> type[MCPError]:
+    """The SDK's error class (imported once; the SDK loads when a server first connects)."""
+    from mcp import MCPError
+
+    return MCPError
 
 
 def _modern(client: Client) -> bool:
