@@ -24,7 +24,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -191,7 +191,10 @@ class A2AServer:
         request_id: Any = None
         try:
             body = await _bounded_body(request)
-            payload = json.loads(body)
+            try:
+                payload = from_json(body, allow_inf_nan=False)  # Rust: a few times json.loads
+            except ValueError as exc:
+                return _error(None, wire.RpcError(wire.PARSE_ERROR, f"invalid JSON: {exc}"))
             if isinstance(payload, dict):
                 request_id = _request_id(payload.get("id"))
             method, params = _check_request(payload)
@@ -205,8 +208,6 @@ class A2AServer:
             if legacy:
                 params = wire.params_from_v03(name, params)
             return await handler(params, request_id, legacy)
-        except json.JSONDecodeError as exc:
-            return _error(None, wire.RpcError(wire.PARSE_ERROR, f"invalid JSON: {exc.msg}"))
         except wire.RpcError as exc:
             return _error(request_id, exc)
         except Exception as exc:
@@ -225,11 +226,9 @@ class A2AServer:
         waits = not config.get("returnImmediately", False)
         running = await self._start(params, creator_waits=waits)
         if running.job is not None and waits:
-            # Until it ends or waits for input; the task outlives a client that went away.
-            paused: asyncio.Future[Any] = asyncio.ensure_future(running.paused.wait())
-            job: asyncio.Future[Any] = running.job
-            await asyncio.wait({job, paused}, return_when=asyncio.FIRST_COMPLETED)
-            paused.cancel()
+            # Until it ends or waits for input; the task outlives a client that went away
+            # (cancelling this wait cancels only the waiting).
+            await running.settled()
         task = _view(running.doc, config.get("historyLength"))
         result = wire.task_to_v03(task) if legacy else {"task": task}
         return _result(request_id, result)
@@ -457,11 +456,11 @@ class A2AServer:
             }
         }
         await self.board.save(running.doc)
-        running.paused.set()
+        running.pause()
         try:
             return await future
         finally:
-            running.paused.clear()
+            running.pause(False)
             running.approval = None
             if running.state == "input-required":
                 running.set_status("working")
@@ -481,6 +480,7 @@ class A2AServer:
         stored.setdefault("messageId", new_id())
         running.doc.setdefault("history", []).append(stored)
         running.approval.set_result(answer)
+        running.pause(False)  # answered: it no longer waits for input
         return running
 
     def _complete(self, running: RunningTask, text: str) -> None:

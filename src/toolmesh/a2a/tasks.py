@@ -42,9 +42,10 @@ class RunningTask:
     listeners: list[asyncio.Queue[JsonObject]] = field(default_factory=list)
     submitted: JsonObject = field(default_factory=dict)  # the task before it started
     approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
-    paused: asyncio.Event = field(default_factory=asyncio.Event)  # set while it waits for input
+    paused: bool = False  # True while it waits for input
     capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
     stored: bool = False  # written to the store at least once
+    _settle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -53,6 +54,28 @@ class RunningTask:
     @property
     def state(self) -> str:
         return wire.task_state(self.doc)
+
+    def settled(self) -> asyncio.Future[None]:
+        """Done once the task's job ends or the task pauses for input (one future: no task)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.job is None or self.job.done() or self.paused:
+            waiter.set_result(None)
+            return waiter
+        self._settle_waiters.append(waiter)
+        self.job.add_done_callback(lambda _job: self._wake())
+        return waiter
+
+    def pause(self, paused: bool = True) -> None:
+        """Mark the task as waiting for input (or no longer); a pause settles it."""
+        self.paused = paused
+        if paused:
+            self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._settle_waiters = self._settle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def listen(self) -> asyncio.Queue[JsonObject]:
         queue: asyncio.Queue[JsonObject] = asyncio.Queue()

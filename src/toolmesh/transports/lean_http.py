@@ -185,6 +185,22 @@ class LeanResponse:
 
     async def aread(self) -> bytes:
         """The whole body."""
+        connection = self._connection
+        if connection is not None and not self._done and self._length and not self._decoder:
+            # A body of known length is read at once, under one timeout.
+            try:
+                async with asyncio.timeout(self._client.read_timeout):
+                    body = await connection.reader.readexactly(self._length)
+            except TimeoutError:
+                raise LeanTimeout("the server stopped sending") from None
+            except asyncio.IncompleteReadError:
+                raise LeanProtocolError(
+                    "the connection closed before the answer was complete"
+                ) from None
+            except OSError as exc:
+                raise LeanError(f"reading the answer failed: {exc}") from exc
+            self._done = True
+            return body
         return b"".join([chunk async for chunk in self.aiter_bytes()])
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
