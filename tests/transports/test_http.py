@@ -172,3 +172,23 @@ async def test_an_idle_stream_sends_keepalives(
                 if line.startswith("data: "):  # messages still flow between keepalives
                     assert json.loads(line[6:])["req_id"] == "p"
                     break
+
+
+async def test_the_app_mounted_under_a_prefix_routes_as_usual(tmp_path: Path) -> None:
+    """The hot routes skip the router only at their own path; under a prefix they still route."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from toolmesh.transports.http import build_app
+
+    host = demo_host(tmp_path / "a.db")
+    outer = Starlette(routes=[Mount("/a2e", build_app(host))])
+    transport = httpx.ASGITransport(app=outer)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        session_id = (await http.post("/a2e/session")).json()["session_id"]
+        sent = await http.post(
+            "/a2e/send", content=b'{"type":"ping","id":"p"}', headers={"X-Session-Id": session_id}
+        )
+        assert sent.status_code == 200 and sent.json() == {"ok": True}
+        assert (await http.get("/a2e/send")).status_code == 405
+    await host.close()

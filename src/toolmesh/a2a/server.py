@@ -41,6 +41,7 @@ from toolmesh.models import new_id, secret_id
 from toolmesh.pipeline import ApprovalRequest
 from toolmesh.sources.skills import Skill
 from toolmesh.store.base import Store
+from toolmesh.transports.http import HotRoute, refuse_unwelcome
 from toolmesh.transports.sse import encode_event
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class A2AServer:
         return [
             Route(WELL_KNOWN_CARD, self._card, methods=["GET"]),
             Route("/.well-known/agent.json", self._card, methods=["GET"]),  # v0.2 clients
-            Route(RPC_PATH, _AsgiEndpoint(self._endpoint), methods=["POST"]),
+            HotRoute(RPC_PATH, _AsgiEndpoint(self._endpoint), methods=["POST"]),
         ]
 
     async def start(self) -> None:
@@ -215,8 +216,6 @@ class A2AServer:
             return _error(request_id, wire.RpcError(wire.INTERNAL_ERROR, f"internal error: {exc}"))
 
     def _refuse(self, request: Request) -> Response | None:
-        from toolmesh.transports.http import refuse_unwelcome
-
         return refuse_unwelcome(request.headers, self.allowed_origins, self.auth_token)
 
     # -- methods -----------------------------------------------------------------------------------
