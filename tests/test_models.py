@@ -148,3 +148,21 @@ def test_ids_are_distinct_uuid4_hex(make: Callable[[], str]) -> None:
     for value in list(ids)[:50]:
         parsed = uuid.UUID(value)
         assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and parsed.hex == value
+
+
+def test_secret_ids_differ_in_a_forked_child() -> None:
+    """The buffered random bytes are not shared with a child process."""
+    import os
+
+    secret_id()  # the parent has read random bytes into its buffer
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        os.write(writer, secret_id().encode())
+        os._exit(0)
+    os.close(writer)
+    theirs = os.read(reader, 64).decode()
+    os.close(reader)
+    os.waitpid(child, 0)
+    ours = {secret_id() for _ in range(300)}  # past the parent's current buffer, too
+    assert len(theirs) == 32 and theirs not in ours
