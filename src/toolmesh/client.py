@@ -490,6 +490,7 @@ class AsyncToolAPI:
 
     def __init__(self, client: AsyncClient | Client) -> None:
         self._c = client
+        self._async = client if isinstance(client, AsyncClient) else client.async_client
 
     async def list(
         self,
@@ -498,7 +499,7 @@ class AsyncToolAPI:
         tags: list[str] | None = None,
         kind: str = "",
     ) -> list[ToolDefinition]:
-        return await self._bridge(lambda c: c.list_tools(query, include_deferred, tags, kind))
+        return await self._on_loop(self._async.list_tools(query, include_deferred, tags, kind))
 
     async def call(
         self,
@@ -509,18 +510,8 @@ class AsyncToolAPI:
         timeout: float = 30.0,
         correlation_id: str | None = None,
     ) -> ToolResult:
-        client = self._c
-        if isinstance(client, AsyncClient):  # the common case, without the bridge's closure
-            return await client.call_tool(
-                tool_name,
-                arguments,
-                streaming=streaming,
-                on_event=on_event,
-                timeout=timeout,
-                correlation_id=correlation_id,
-            )
-        return await self._bridge(
-            lambda c: c.call_tool(
+        return await self._on_loop(
+            self._async.call_tool(
                 tool_name,
                 arguments,
                 streaming=streaming,
@@ -530,12 +521,13 @@ class AsyncToolAPI:
             )
         )
 
-    async def _bridge(self, make: Callable[[AsyncClient], Coroutine[Any, Any, T]]) -> T:
+    def _on_loop(self, work: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """``work`` to await here: as it is for an async client; a blocking client's runs on its
+        own loop and is awaited through a future."""
         client = self._c
         if isinstance(client, AsyncClient):
-            return await make(client)
-        # A blocking client lives on its own loop: run there, await here.
-        return await asyncio.wrap_future(client.submit(make(client.async_client)))
+            return work
+        return asyncio.wrap_future(client.submit(work))
 
 
 Target = Host | Toolkit | Sequence[str] | str

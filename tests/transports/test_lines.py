@@ -77,21 +77,27 @@ async def test_a_failing_handler_fails_the_feed() -> None:
         await feed.finished
 
 
+class Gated:
+    """A handler that keeps the line ``wait`` (and so every line after it) until ``gate``."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.handled: list[bytes | Oversized] = []
+
+    def __call__(self, line: bytes | Oversized) -> Awaitable[bool] | None:
+        self.handled.append(line)
+        return self.gate.wait() if line == b"wait" else None
+
+
 async def test_stop_ends_the_feed_and_drops_waiting_lines() -> None:
-    gate = asyncio.Event()
-    handled: list[bytes | Oversized] = []
-
-    def handle(line: bytes | Oversized) -> Awaitable[bool] | None:
-        handled.append(line)
-        return gate.wait() if line == b"wait" else None
-
+    handle = Gated()
     feed = LineFeed(handle, 100)
     feed.feed(b"wait\nlater\n")
     feed.stop()
-    gate.set()
+    handle.gate.set()
     await feed.finished
     feed.feed(b"more\n")
-    assert handled == [b"wait"]
+    assert handle.handled == [b"wait"]
 
 
 class FakePipe(asyncio.ReadTransport):
@@ -112,19 +118,13 @@ class FakePipe(asyncio.ReadTransport):
 
 
 async def test_a_long_backlog_pauses_the_pipe_until_it_drains() -> None:
-    gate = asyncio.Event()
-    handled: list[bytes | Oversized] = []
-
-    def handle(line: bytes | Oversized) -> Awaitable[bool] | None:
-        handled.append(line)
-        return gate.wait() if line == b"wait" else None
-
+    handle = Gated()
     feed = LineFeed(handle, 100)
     pipe = FakePipe()
     feed.connection_made(pipe)
     feed.feed(b"wait\n" + b"x\n" * 1000)
     assert not pipe.reading and pipe.pauses == 1
-    gate.set()
+    handle.gate.set()
     feed.end()
     await feed.finished
-    assert pipe.reading and len(handled) == 1001
+    assert pipe.reading and len(handle.handled) == 1001

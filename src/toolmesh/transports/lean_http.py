@@ -16,8 +16,9 @@ import codecs
 import contextlib
 import socket
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from types import TracebackType
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "LeanTimeout",
 ]
 
+T = TypeVar("T")
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE = 16
 
@@ -188,17 +190,8 @@ class LeanResponse:
         connection = self._connection
         if connection is not None and not self._done and self._length and not self._decoder:
             # A body of known length is read at once, under one timeout.
-            try:
-                async with asyncio.timeout(self._client.read_timeout):
-                    body = await connection.reader.readexactly(self._length)
-            except TimeoutError:
-                raise LeanTimeout("the server stopped sending") from None
-            except asyncio.IncompleteReadError:
-                raise LeanProtocolError(
-                    "the connection closed before the answer was complete"
-                ) from None
-            except OSError as exc:
-                raise LeanError(f"reading the answer failed: {exc}") from exc
+            reading = connection.reader.readexactly(self._length)
+            body = await _read(reading, self._client.read_timeout)
             self._done = True
             return body
         return b"".join([chunk async for chunk in self.aiter_bytes()])
@@ -211,18 +204,9 @@ class LeanResponse:
         timeout = self._client.read_timeout
         while True:
             try:
-                async with asyncio.timeout(timeout):  # per read, as httpx's read timeout
-                    chunk = await anext(chunks)
+                chunk = await _read(anext(chunks), timeout)  # per read, as httpx's read timeout
             except StopAsyncIteration:
                 break
-            except TimeoutError:
-                raise LeanTimeout("the server stopped sending") from None
-            except asyncio.IncompleteReadError:
-                raise LeanProtocolError(
-                    "the connection closed before the answer was complete"
-                ) from None
-            except (OSError, ValueError, asyncio.LimitOverrunError, zlib.error) as exc:
-                raise LeanError(f"reading the answer failed: {exc}") from exc
             if chunk:
                 yield chunk
         self._done = True
@@ -290,6 +274,19 @@ class LeanResponse:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def _read(step: Awaitable[T], timeout: float | None) -> T:
+    """One read of an answer under ``timeout``, its failures as ``LeanError``s."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await step
+    except TimeoutError:
+        raise LeanTimeout("the server stopped sending") from None
+    except asyncio.IncompleteReadError:
+        raise LeanProtocolError("the connection closed before the answer was complete") from None
+    except (OSError, ValueError, asyncio.LimitOverrunError, zlib.error) as exc:
+        raise LeanError(f"reading the answer failed: {exc}") from exc
 
 
 def _target(url: str) -> str:
