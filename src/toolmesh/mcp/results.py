@@ -34,6 +34,9 @@ __all__ = ["ERROR_CODE_META_KEY", "mcp_call_result", "result_from_mcp"]
 ERROR_CODE_META_KEY = "io.toolmesh/errorCode"
 
 
+_MEDIA = (ImageContent, AudioContent)
+
+
 def result_from_mcp(result: CallToolResult, ctx: ToolContext, *, tool_name: str) -> ToolResult:
     """The ToolResult of an MCP ``tools/call`` answer; non-text parts are emitted as artifacts."""
     texts: list[str] = []
@@ -41,7 +44,7 @@ def result_from_mcp(result: CallToolResult, ctx: ToolContext, *, tool_name: str)
     for index, block in enumerate(result.content):
         if isinstance(block, TextContent):
             texts.append(block.text)
-        elif isinstance(block, ImageContent | AudioContent):
+        elif isinstance(block, _MEDIA):
             ctx.artifact(f"{block.type}-{index}", block.data, mime=block.mime_type)
         elif isinstance(block, EmbeddedResource):
             resource = block.resource
