@@ -237,3 +237,17 @@ def test_a_root_that_is_not_an_object_names_the_tool() -> None:
     )
     with pytest.raises(SchemaError, match="tool 'odd': an input schema must be an object"):
         to_anthropic([odd])
+
+
+def test_a_tools_provider_form_is_made_once_and_its_failure_each_time() -> None:
+    """An agent loop sends the same tools with every model request: the strict form is kept."""
+    first, again = to_openai(CATALOGUE), to_openai(CATALOGUE)
+    assert first == again
+    assert all(
+        a["function"]["parameters"] is b["function"]["parameters"]
+        for a, b in zip(first, again, strict=True)
+        if a["function"]["strict"]
+    )
+    for _ in range(2):  # a remembered failure is raised again, naming the tool each time
+        with pytest.raises(SchemaError, match="cannot be strict"):
+            to_openai([metadata], strict=True)

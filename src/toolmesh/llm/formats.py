@@ -9,11 +9,13 @@ OpenAI's ``strict``: ``True`` makes every schema strict (``SchemaError`` for one
 such as a free-form dict), ``False`` sends schemas as they are, and ``None`` (the default) makes
 each tool strict when its schema allows and sends the others with ``strict: false``.
 ``parse_tool_call`` (toolmesh.llm.calls) reads the calls back, undoing what strict mode changed.
+The schemas in what these return are shared with the tools (and between calls): copy one before
+changing it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh.errors import SchemaError
@@ -54,10 +56,39 @@ def tool_entries(
             )
         taken[legal] = name
         try:
-            out.append((legal, text, _object_root(schema)))
+            out.append((legal, text, _remembered(_ROOTED, schema, _object_root)))
         except SchemaError as exc:
             raise SchemaError(f"tool {name!r}: {exc}") from None
     return out
+
+
+# The provider forms of a tool's schema, kept while the schema object lives: an agent loop sends
+# the same tools with every model request, and a strict conversion copies the whole schema. A
+# tool's schema is never changed in place (a changed tool gets a new one), so identity is a
+# sound key; the schema itself is kept beside its form, so an id cannot be reused meanwhile.
+_ROOTED: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
+_STRICT: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
+_REMEMBER_LIMIT = 50_000
+
+
+def _remembered(
+    memo: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]],
+    schema: JsonSchema,
+    convert: Callable[[JsonSchema], JsonSchema],
+) -> JsonSchema:
+    """``convert(schema)``, computed once per schema object (its SchemaError too)."""
+    hit = memo.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        try:
+            form: JsonSchema | SchemaError = convert(schema)
+        except SchemaError as exc:
+            form = exc
+        if len(memo) >= _REMEMBER_LIMIT:
+            memo.clear()
+        hit = memo[id(schema)] = (schema, form)
+    if isinstance(hit[1], SchemaError):
+        raise SchemaError(str(hit[1]))
+    return hit[1]
 
 
 def _object_root(schema: JsonSchema) -> JsonSchema:
@@ -77,7 +108,7 @@ def _openai_parameters(
     if strict is False:
         return schema, False
     try:
-        return openai_strict_schema(schema), True
+        return _remembered(_STRICT, schema, openai_strict_schema), True
     except SchemaError as exc:
         if strict:
             raise SchemaError(f"tool {name!r} cannot be strict: {exc}") from exc
