@@ -117,6 +117,8 @@ def test_bad_settings_are_config_errors() -> None:
         create_client("http://127.0.0.1:1/v1")
     with pytest.raises(ConfigError, match="URL"):
         create_client("127.0.0.1:1", model="m")
+    with pytest.raises(ConfigError, match="options must be JSON"):
+        create_client("http://127.0.0.1:1/v1", model="m", options={"temperature": float("nan")})
 
 
 def test_retry_delay() -> None:

@@ -1,7 +1,8 @@
 """A client for a model provider's HTTP API, and the agent loop it runs (``client.run``).
 
 ``create_client(base_url, style="openai" | "anthropic", model=..., api_key=...)`` speaks either
-API over httpx; no provider SDK is needed. Requests that fail with 429 or a 5xx status, or that
+API, over httpx for ``https://`` and a lean HTTP/1.1 client for a model server on plain
+``http://`` (``toolmesh.transports.lean_http``); no provider SDK is needed. Requests that fail with 429 or a 5xx status, or that
 get no answer, are retried with exponential backoff; a ``Retry-After`` (or ``retry-after-ms``)
 header sets the wait instead. A retry never waits past the run's deadline.
 """
@@ -60,6 +61,10 @@ def create_client(
         raise ConfigError("create_client needs a model name (model=...)")
     if max_retries < 0 or backoff < 0 or max_backoff < 0:
         raise ConfigError("max_retries, backoff and max_backoff must not be negative")
+    try:
+        json.dumps(dict(options or {}), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"options must be JSON (they go into every request): {exc}") from None
     return LLMClient(
         base_url,
         style_named(style),
