@@ -2,9 +2,10 @@
 
 ``create_client(base_url, style="openai" | "anthropic", model=..., api_key=...)`` speaks either
 API, over httpx for ``https://`` and a lean HTTP/1.1 client for a model server on plain
-``http://`` (``toolmesh.transports.lean_http``); no provider SDK is needed. Requests that fail with 429 or a 5xx status, or that
-get no answer, are retried with exponential backoff; a ``Retry-After`` (or ``retry-after-ms``)
-header sets the wait instead. A retry never waits past the run's deadline.
+``http://`` (``toolmesh.transports.lean_http``); no provider SDK is needed. Requests that fail
+with 429 or a 5xx status, or that get no answer, are retried with exponential backoff; a
+``Retry-After`` (or ``retry-after-ms``) header sets the wait instead. A retry never waits past
+the run's deadline.
 """
 
 from __future__ import annotations
