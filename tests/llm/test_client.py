@@ -103,6 +103,20 @@ async def test_unreachable_provider_is_a_provider_error() -> None:
     assert caught.value.status == 0
 
 
+async def test_a_proxy_configured_for_the_host_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with StubLLM(lambda body, i: openai_text("direct")) as llm:
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a proxy nobody answers at
+        proxied = create_client(llm.base_url, model="m", max_retries=1, backoff=0.0)
+        with pytest.raises(ProviderError, match="no answer"):
+            await proxied.run("go")
+        assert llm.requests == []  # it went to the proxy, not around it
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        bypassed = create_client(llm.base_url, model="m")
+        assert (await bypassed.run("go")).text == "direct"
+
+
 async def test_an_answer_in_the_wrong_shape_is_a_provider_error() -> None:
     with StubLLM(lambda body, i: Answer({"unexpected": True})) as llm:
         client = create_client(llm.base_url, model="m")

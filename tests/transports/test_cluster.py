@@ -33,11 +33,10 @@ class SpreadChannel(HttpChannel):
     async def open(
         self, on_message: Callable[[Any], None], on_close: Callable[[str], None]
     ) -> None:
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=None))
-        response = await self._client.post(f"{self.create_url}/session")
-        assert response.status_code == 200, response.text
-        self.session_id = response.json()["session_id"]
-        self._client.headers[SESSION_HEADER] = self.session_id
+        status, text = await self._post(f"{self.create_url}/session", b"")
+        assert status == 200, text
+        self.session_id = json.loads(text)["session_id"]
+        self._session = {SESSION_HEADER: self.session_id}
         self.base = self.stream_url
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.ensure_future(self._read(on_message, on_close, opened))

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import demo_host
-from toolmesh import ConfigError, connect_async
+from toolmesh import ConfigError, TransportError, connect_async
 from toolmesh.transports.http import HttpServer, check_bind
 
 
@@ -192,3 +192,35 @@ async def test_the_app_mounted_under_a_prefix_routes_as_usual(tmp_path: Path) ->
         assert sent.status_code == 200 and sent.json() == {"ok": True}
         assert (await http.get("/a2e/send")).status_code == 405
     await host.close()
+
+
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
+
+
+async def test_the_client_speaks_plain_http_directly(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    client = await connect_async(server, agent_id="direct")
+    try:
+        result = await client.call_tool("echo", {"text": "hi"})
+        assert result.success and result.data == "hi"
+    finally:
+        await client.close()
+
+
+async def test_the_client_honours_proxy_settings(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a proxy nobody answers at
+    with pytest.raises(TransportError, match="cannot reach"):
+        await connect_async(server, agent_id="proxied")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    client = await connect_async(server, agent_id="bypassed")
+    try:
+        assert (await client.call_tool("echo", {"text": "hi"})).success
+    finally:
+        await client.close()

@@ -13,6 +13,7 @@ from toolmesh.transports.lean_http import (
     LeanConnectError,
     LeanProtocolError,
     LeanTimeout,
+    lean_suits,
 )
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -198,3 +199,60 @@ async def test_failures_are_lean_errors() -> None:
     async with Server(garbage) as url:
         with pytest.raises(LeanProtocolError):
             await post(url)
+
+
+async def test_a_get_carries_no_body_fields_and_its_own_headers_win() -> None:
+    seen: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(answer(b"ok"))
+        await writer.drain()
+
+    async with Server(record) as url:
+        client = LeanClient(url, {"Accept": "application/json", "X-Team": "a"})
+        headers = {"accept": "text/event-stream", "X-Session-Id": "s1"}
+        async with await client.request("GET", url + "/stream", headers=headers) as response:
+            assert await response.aread() == b"ok"
+        await client.aclose()
+    lines = seen[0].decode().split("\r\n")
+    assert lines[0] == "GET /stream HTTP/1.1"
+    assert "accept: text/event-stream" in lines and "X-Session-Id: s1" in lines
+    assert "X-Team: a" in lines
+    assert not any(line.lower().startswith(("content-length", "content-type")) for line in lines)
+    assert sum(line.lower().startswith("accept:") for line in lines) == 1
+
+
+async def test_a_stream_may_wait_longer_than_the_read_timeout() -> None:
+    late = asyncio.Event()
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await late.wait()
+        writer.write(b"5\r\nlate\n\r\n0\r\n\r\n")
+
+    async with Server(slow) as url:
+        client = LeanClient(url, read_timeout=0.01)
+        async with await client.request("GET", url, read_timeout=None) as response:
+            lines = response.aiter_lines()
+            waiting = asyncio.ensure_future(anext(lines))
+            # Well past the client's own read timeout, the read is still waiting.
+            done, _ = await asyncio.wait([waiting], timeout=0.2)
+            assert not done
+            late.set()
+            assert await waiting == "late"
+        await client.aclose()
+
+
+def test_which_urls_the_lean_client_can_carry(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert lean_suits("http://127.0.0.1:8765")
+    assert not lean_suits("https://127.0.0.1:8765")
+    assert not lean_suits("http://user:secret@127.0.0.1:8765")  # httpx sends basic auth
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    assert not lean_suits("http://models.internal:8000")  # httpx goes through the proxy
+    monkeypatch.setenv("NO_PROXY", "models.internal")
+    assert lean_suits("http://models.internal:8000")

@@ -2,7 +2,8 @@
 
 ``create_client(base_url, style="openai" | "anthropic", model=..., api_key=...)`` speaks either
 API, over httpx for ``https://`` and a lean HTTP/1.1 client for a model server on plain
-``http://`` (``toolmesh.transports.lean_http``); no provider SDK is needed. Requests that fail
+``http://`` (``toolmesh.transports.lean_http``; httpx again when a proxy is configured for that
+host); no provider SDK is needed. Requests that fail
 with 429 or a 5xx status, or that get no answer, are retried with exponential backoff; a
 ``Retry-After`` (or ``retry-after-ms``) header sets the wait instead. A retry never waits past
 the run's deadline.
@@ -25,7 +26,7 @@ from pydantic_core import to_json
 from toolmesh.errors import ConfigError, ProviderError
 from toolmesh.llm.styles import ChatMessage, Reply, Style, style_named
 from toolmesh.tools import Tool
-from toolmesh.transports.lean_http import LeanClient, LeanError, LeanResponse
+from toolmesh.transports.lean_http import LeanClient, LeanError, LeanResponse, lean_suits
 from toolmesh.transports.sse import read_events
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ class LLMClient:
         self._headers = {**style.headers(api_key), **headers}
         self._http: httpx.AsyncClient | None = None
         self._lean: LeanClient | None = None
+        self._lean_suits = lean_suits(self._url)  # plain http://, not proxied
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
@@ -207,7 +209,7 @@ class LLMClient:
         if self._loop is not loop:
             # Connections belong to the loop that opened them; a new loop needs new ones.
             self._http, self._lean, self._loop = None, None, loop
-        if self._url.startswith("http://"):
+        if self._lean_suits:
             # A model server on plain HTTP (usually on this machine or network) gets the lean
             # client: a served agent pays for one model request or more per task.
             if self._lean is None:

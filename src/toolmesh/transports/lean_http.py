@@ -28,11 +28,19 @@ __all__ = [
     "LeanProtocolError",
     "LeanResponse",
     "LeanTimeout",
+    "lean_suits",
 ]
 
 T = TypeVar("T")
 MAX_HEAD_BYTES = 64 * 1024
 MAX_IDLE = 16
+
+
+class _Default:
+    """The type of ``_DEFAULT``: "the client's own setting"."""
+
+
+_DEFAULT = _Default()
 
 
 class LeanError(Exception):
@@ -82,17 +90,11 @@ class LeanClient:
             raise ValueError(f"LeanClient speaks plain http:// only, not {base_url!r}")
         self._address = (parts.hostname, parts.port or 80)
         host = parts.netloc.rpartition("@")[2]
-        # Names keep the case they were given in (some servers care), one field per name.
         fields = {"host": ("Host", host), "accept-encoding": ("Accept-Encoding", "identity")}
-        for name, value in (headers or {}).items():
-            if any(c in name + value for c in "\r\n\0") or not name or ":" in name:
-                raise ValueError(f"header {name!r} has a name or value HTTP cannot carry")
-            fields[name.lower()] = (name, value)
-        fields.pop("content-length", None)
+        fields.update(_fields(headers))
         self._content_type = fields.pop("content-type", ("", "application/json"))[1]
-        self._head_fields = b"".join(
-            f"{name}: {value}\r\n".encode("latin-1") for name, value in fields.values()
-        )
+        self._fields = fields
+        self._head_fields = _head_bytes(fields)
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._idle: list[_Connection] = []
@@ -100,19 +102,40 @@ class LeanClient:
     async def post(self, url: str, body: bytes, content_type: str | None = None) -> LeanResponse:
         """POST ``body`` to ``url`` (on this client's server); the answer's body is read from
         the returned response (``aread``, ``aiter_lines``), which must be closed."""
-        target = _target(url)
-        head = (
-            f"POST {target} HTTP/1.1\r\nContent-Type: {content_type or self._content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n".encode("latin-1")
-            + self._head_fields
-            + b"\r\n"
-        )
+        return await self.request("POST", url, body, content_type=content_type)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        *,
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        read_timeout: float | _Default | None = _DEFAULT,
+    ) -> LeanResponse:
+        """``method`` ``url`` with ``body`` (none for GET), plus ``headers`` for this request
+        only; ``read_timeout`` overrides the client's for this answer (None: wait as long as
+        it takes, e.g. for an event stream)."""
+        fields = self._head_fields
+        if headers:  # this request's own fields replace the client's of the same name
+            own = _fields(headers)
+            content_type = content_type or own.pop("content-type", ("", ""))[1] or None
+            fields = _head_bytes({**self._fields, **own})
+        line = f"{method} {_target(url)} HTTP/1.1\r\n"
+        if body or method not in ("GET", "HEAD"):
+            line += (
+                f"Content-Type: {content_type or self._content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n"
+            )
+        head = line.encode("latin-1") + fields + b"\r\n"
+        timeout = self.read_timeout if isinstance(read_timeout, _Default) else read_timeout
         for attempt in (0, 1):
             connection, reused = await self._connect()
             try:
                 connection.writer.write(head + body)
-                status, headers, length, chunked, keep_alive = await _read_head(
-                    connection.reader, self.read_timeout
+                status, answer, length, chunked, keep_alive = await _read_head(
+                    connection.reader, timeout
                 )
             except (LeanProtocolError, OSError) as exc:
                 connection.close()
@@ -124,7 +147,9 @@ class LeanClient:
             except BaseException:
                 connection.close()
                 raise
-            return LeanResponse(self, connection, status, headers, length, chunked, keep_alive)
+            return LeanResponse(
+                self, connection, status, answer, length, chunked, keep_alive, timeout
+            )
         raise LeanError("unreachable")  # pragma: no cover
 
     async def _connect(self) -> tuple[_Connection, bool]:
@@ -173,6 +198,7 @@ class LeanResponse:
         length: int | None,
         chunked: bool,
         keep_alive: bool,
+        read_timeout: float | None,
     ) -> None:
         self.status_code = status
         self.headers = headers  # names in lower case
@@ -182,6 +208,7 @@ class LeanResponse:
         self._chunked = chunked
         self._keep_alive = keep_alive
         self._done = False
+        self._read_timeout = read_timeout
         coding = headers.get("content-encoding", "identity").strip().lower()
         self._decoder = _decoder(coding)
 
@@ -191,7 +218,7 @@ class LeanResponse:
         if connection is not None and not self._done and self._length and not self._decoder:
             # A body of known length is read at once, under one timeout.
             reading = connection.reader.readexactly(self._length)
-            body = await _read(reading, self._client.read_timeout)
+            body = await _read(reading, self._read_timeout)
             self._done = True
             return body
         return b"".join([chunk async for chunk in self.aiter_bytes()])
@@ -201,7 +228,7 @@ class LeanResponse:
         if connection is None or self._done:
             return
         chunks = self._chunks(connection.reader)
-        timeout = self._client.read_timeout
+        timeout = self._read_timeout
         while True:
             try:
                 chunk = await _read(anext(chunks), timeout)  # per read, as httpx's read timeout
@@ -287,6 +314,37 @@ async def _read(step: Awaitable[T], timeout: float | None) -> T:
         raise LeanProtocolError("the connection closed before the answer was complete") from None
     except (OSError, ValueError, asyncio.LimitOverrunError, zlib.error) as exc:
         raise LeanError(f"reading the answer failed: {exc}") from exc
+
+
+def lean_suits(url: str) -> bool:
+    """Whether the lean client can carry requests to ``url`` as httpx would: plain http://,
+    no credentials in the URL, and no HTTP proxy configured for its host (httpx honours
+    ``HTTP_PROXY``/``NO_PROXY``; this client connects directly)."""
+    import urllib.request  # only here: it is slow to import and rarely needed
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or "@" in parts.netloc:
+        return False
+    proxies = urllib.request.getproxies_environment()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    return bool(urllib.request.proxy_bypass(parts.hostname))
+
+
+def _fields(headers: Mapping[str, str] | None) -> dict[str, tuple[str, str]]:
+    """Header fields by lower-case name; names keep the case they were given in (some servers
+    care). Content-Length is the client's to set."""
+    fields: dict[str, tuple[str, str]] = {}
+    for name, value in (headers or {}).items():
+        if any(c in name + value for c in "\r\n\0") or not name or ":" in name:
+            raise ValueError(f"header {name!r} has a name or value HTTP cannot carry")
+        fields[name.lower()] = (name, value)
+    fields.pop("content-length", None)
+    return fields
+
+
+def _head_bytes(fields: Mapping[str, tuple[str, str]]) -> bytes:
+    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in fields.values())
 
 
 def _target(url: str) -> str:
