@@ -103,6 +103,12 @@ async def test_non_streaming_call_sends_no_event_messages(raw: RawPeer) -> None:
     ("line", "code", "mentions"),
     [
         (b"this is not json", "parse_error", "not valid JSON"),
+        # nesting deep enough that json.loads would raise RecursionError
+        (
+            b'{"type": "ping", "id": "d", "a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            "parse_error",
+            "recursion limit",
+        ),
         (b"[1, 2]", "invalid_message", "JSON object"),
         (b'{"id": "m1"}', "invalid_message", "no 'type'"),
         (b'{"type": "tool/teleport", "id": "m2"}', "unknown_message_type", "tool/teleport"),

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["AuditEntry", "digest_arguments"]
+__all__ = ["AuditEntry", "digest_arguments", "storable"]
 
 logger = logging.getLogger("toolmesh.audit")
 
@@ -72,6 +72,19 @@ def digest_arguments(arguments: Any) -> tuple[int, str]:
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"the arguments are not JSON: {exc}") from None
     return len(canonical), hashlib.sha256(canonical).hexdigest()
+
+
+def storable(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` with text every store can write: a lone surrogate (no UTF-8 codec writes one; an
+    in-process caller can pass it) becomes its escape, ``\\udc80``, and NUL (which PostgreSQL
+    refuses, and JSON allows) becomes ``\\x00``. The entry is kept, its oddity visible."""
+    return tuple(_storable_text(value) if isinstance(value, str) else value for value in row)
+
+
+def _storable_text(text: str) -> str:
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def log_lost_entry(entry: AuditEntry, exc: BaseException) -> None:

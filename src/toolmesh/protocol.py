@@ -10,13 +10,13 @@ keeps serving.
 from __future__ import annotations
 
 import enum
-import json
 import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer
 from pydantic_core import from_json
 
+from toolmesh import strictjson
 from toolmesh.errors import ProtocolError
 from toolmesh.models import (
     Envelope,
@@ -344,8 +344,8 @@ def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> 
 def request_id_of(line: bytes | str) -> str:
     """The ``id`` of a message that failed to decode, when it can still be read."""
     try:
-        raw = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+        raw = strictjson.loads(line)
+    except ValueError:
         return ""
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
         return str(raw["id"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -248,6 +249,56 @@ async def test_http_endpoint_checks_origin_token_and_sessions(tmp_path: Path) ->
                 "/mcp", json={**body, "method": "tools/list"}, headers=modern
             )
             assert mismatch.status_code == 400  # no _meta envelope: the SDK's classifier refuses
+    finally:
+        await server.stop()
+        await host.close()
+
+
+DEEP = b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"a": ' + b"[" * 5000
+DEEP += b"]" * 5000 + b"}}"
+NOT_STRICT_JSON = [
+    DEEP,  # json.loads would raise RecursionError, which is not a ValueError
+    b'{"jsonrpc": "2.0", "id": 8, "method": "initialize", "params": {"protocolVersion": '
+    b'"2025-11-25", "capabilities": {}, "clientInfo": {"name": "a\\ud800", "version": "1"}}}',
+    b'{"jsonrpc": "2.0", "id": 9, "method": "ping", "params": {"x": NaN}}',
+]
+
+
+async def test_stdio_refuses_what_is_not_strict_json_and_goes_on(tmp_path: Path) -> None:
+    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
+    command += ["--tools", "tests.fixtures.demo_tools:TOOLS"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        for line in NOT_STRICT_JSON:
+            process.stdin.write(line + b"\n")
+            answer = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+            assert answer["error"]["code"] == -32700, answer
+        process.stdin.write(b'{"jsonrpc": "2.0", "id": 10, "method": "ping"}\n')
+        answer = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+        assert answer == {"jsonrpc": "2.0", "id": 10, "result": {}}
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 30)
+    assert process.returncode == 0
+
+
+async def test_http_refuses_what_is_not_strict_json(tmp_path: Path) -> None:
+    host = Host(*TOOLS, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            for body in NOT_STRICT_JSON:
+                answer = await http.post("/mcp", content=body)
+                assert answer.status_code == 400 and answer.json()["error"]["code"] == -32700
     finally:
         await server.stop()
         await host.close()

@@ -43,6 +43,21 @@ async def test_audit_entries_come_back_newest_first(store: Store) -> None:
     assert [e.tool_name for e in await store.recent_audit()] == ["b", "a"]
 
 
+async def test_text_no_database_can_hold_is_kept_escaped(make_store: StoreFactory) -> None:
+    """A lone surrogate (an in-process caller can pass one) and NUL (JSON allows it, PostgreSQL
+    text does not) are stored as their escapes; the entry is kept, and the host stays healthy."""
+    host = Host(Toolkit(), store=make_store())
+    client = await connect_async(host, agent_id="odd")
+    for name in ("ec\udc80ho", "nul\x00name"):
+        result = await client.call_tool(name, {})
+        assert result.error_code == "unknown_tool"
+    await client.close()
+    assert host.healthy
+    names = [entry.tool_name for entry in await host.store.recent_audit()]
+    await host.close()
+    assert names == ["nul\\x00name", "ec\\udc80ho"]
+
+
 async def test_batched_entries_are_kept_through_close(make_store: StoreFactory) -> None:
     first = make_store()
     await first.open()

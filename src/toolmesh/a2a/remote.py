@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from toolmesh import strictjson
 from toolmesh.a2a import wire
 from toolmesh.a2a.card import WELL_KNOWN_CARD, Endpoint, check_card, endpoint_of, skills_of
 from toolmesh.errors import ConfigError, TransportError
@@ -251,8 +251,8 @@ def _answer(response: httpx.Response, url: str) -> dict[str, Any]:
 
 def _decode(text: str, url: str) -> dict[str, Any]:
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError:
+        payload = strictjson.loads(text)
+    except ValueError:
         raise TransportError(f"{url} answered with something that is not JSON") from None
     if not isinstance(payload, dict):
         raise TransportError(f"{url} answered with JSON that is not a JSON-RPC response")

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from toolmesh import strictjson
 from toolmesh.cli.loading import parse_target
 from toolmesh.cli.serve import add_source_options, build_host
 from toolmesh.errors import ConfigError
@@ -94,8 +95,8 @@ def run_tools(args: argparse.Namespace) -> int:
 
 def run_call(args: argparse.Namespace) -> int:
     try:
-        arguments = json.loads(args.args)
-    except json.JSONDecodeError as exc:
+        arguments = strictjson.loads(args.args)
+    except ValueError as exc:
         raise ConfigError(f"--args is not valid JSON: {exc}") from exc
     if not isinstance(arguments, dict):
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "a.txt"}\'')

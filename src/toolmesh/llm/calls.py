@@ -17,12 +17,12 @@ optional arguments are dropped again where the tool's schema does not accept nul
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from toolmesh import strictjson
 from toolmesh.errors import ToolCallParseError
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema
@@ -116,8 +116,8 @@ def _arguments(raw: Any, name: str) -> dict[str, Any]:
         return {}
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            raw = strictjson.loads(raw)
+        except ValueError as exc:
             raise ToolCallParseError(f"arguments of {name!r} are not JSON: {exc}") from None
     if not isinstance(raw, Mapping):
         raise ToolCallParseError(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic_core import to_json
 
+from toolmesh import strictjson
 from toolmesh.errors import ConfigError, ProviderError
 from toolmesh.llm.styles import ChatMessage, Reply, Style, style_named
 from toolmesh.tools import Tool
@@ -190,8 +191,8 @@ class LLMClient:
         except (httpx.HTTPError, LeanError) as exc:
             raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
         try:
-            decoded = json.loads(payload)
-        except json.JSONDecodeError:
+            decoded = strictjson.loads(payload)
+        except ValueError:
             raise ProviderError(
                 f"{self._url} answered with something that is not JSON",
                 status=200,
@@ -324,8 +325,8 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 def _error_text(text: str) -> str:
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError:
+        payload = strictjson.loads(text)
+    except ValueError:
         return text[:300] or "(empty answer)"
     error = payload.get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict) and error.get("message"):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from toolmesh import strictjson
 from toolmesh.errors import ProviderError, ToolCallParseError
 from toolmesh.llm.calls import parse_tool_call
 from toolmesh.llm.formats import to_anthropic, to_openai
@@ -424,8 +425,8 @@ def _call(raw: dict[str, Any], call_id: str, name: str) -> ModelCall:
 
 def _json(data: str) -> dict[str, Any]:
     try:
-        value = json.loads(data)
-    except json.JSONDecodeError:
+        value = strictjson.loads(data)
+    except ValueError:
         raise ProviderError(f"the stream sent data that is not JSON: {data[:200]!r}") from None
     return value if isinstance(value, dict) else {}
 

@@ -89,10 +89,13 @@ def unseal(key: bytes, state: Any, tool_name: str, arguments: Mapping[str, Any])
     body_text, mac_text = state.split(".")
     try:
         body, mac = _unb64(body_text), _unb64(mac_text)
-        sealed = json.loads(body)
     except (ValueError, TypeError):
         return False
     if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
+        return False  # checked first: only what this host sealed is ever parsed
+    try:
+        sealed = json.loads(body)
+    except ValueError:
         return False
     return (
         isinstance(sealed, dict)

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from toolmesh import strictjson
 from toolmesh.host import Host
 from toolmesh.mcp.server import (
     HANDSHAKE_VERSIONS,
@@ -147,7 +148,7 @@ class MCPHttpEndpoint:
             await _json_error(413, INVALID_REQUEST, "message too large")(scope, receive, send)
             return
         try:
-            message = json.loads(body)
+            message = strictjson.loads(body)
         except ValueError:
             await _json_error(400, PARSE_ERROR, "not valid JSON")(scope, receive, send)
             return

@@ -9,10 +9,10 @@ finish (each within its deadline) and answer before the server exits.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable
 from typing import Any
 
+from toolmesh import strictjson
 from toolmesh.eager import start_eagerly
 from toolmesh.host import Host
 from toolmesh.mcp.server import INVALID_REQUEST, PARSE_ERROR, MCPService, _error
@@ -53,7 +53,7 @@ async def serve_mcp_stdio(
             send(_error(None, INVALID_REQUEST, f"message of {line.size} bytes is too large"))
             return None
         try:
-            message = json.loads(line)
+            message = strictjson.loads(line)
         except ValueError:
             send(_error(None, PARSE_ERROR, "not valid JSON"))
             return None

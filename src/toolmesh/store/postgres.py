@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from toolmesh.audit import AuditEntry
+from toolmesh.audit import AuditEntry, storable
 from toolmesh.errors import ConfigError
 from toolmesh.store.base import (
     A2ATaskRecord,
@@ -286,7 +286,7 @@ class PostgresStore(Store):
     # -- audit -----------------------------------------------------------------------------------
 
     async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
-        self._pending.append(_audit_row(entry))
+        self._pending.append(storable(_audit_row(entry)))  # PostgreSQL text holds no NUL
         if durable:
             await self.flush()
         elif not self._flush_scheduled:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from toolmesh.audit import AuditEntry
+from toolmesh.audit import AuditEntry, log_lost_entry, storable
 from toolmesh.errors import ConfigError
 from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
 
@@ -154,20 +154,38 @@ class SqliteStore(Store):
             self._db.close()
             self._db = None
 
-    def commit(self) -> None:
-        """Write and commit the rows appended without ``durable`` (a no-op when there are none)."""
+    def commit(self, *, last_reported: bool = False) -> None:
+        """Write and commit the rows appended without ``durable`` (a no-op when there are none).
+        On failure every row is logged in full (``last_reported``: but the newest, whose caller
+        reports it) and the error raised."""
         with self._lock:
             self._commit_scheduled = False
             if not self._pending:
                 return
             rows, self._pending = self._pending, []
-            db = self.connection()
-            if len(rows) == 1:
-                db.execute(self._insert_audit, rows[0])  # one statement is one transaction
-                return
-            db.execute("BEGIN")
+            try:
+                try:
+                    self._insert(rows)
+                except UnicodeEncodeError:  # text sqlite3 cannot write (a lone surrogate)
+                    self._insert([storable(row) for row in rows])
+            except Exception as exc:
+                # Rows batched from earlier calls have no caller left to report them.
+                for row in rows[:-1] if last_reported else rows:
+                    log_lost_entry(AuditEntry(**dict(zip(_AUDIT_COLUMNS, row, strict=True))), exc)
+                raise
+
+    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        db = self.connection()
+        if len(rows) == 1:
+            db.execute(self._insert_audit, rows[0])  # one statement is one transaction
+            return
+        db.execute("BEGIN")
+        try:
             db.executemany(self._insert_audit, rows)
-            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def _commit_soon(self) -> None:
         if not self._commit_scheduled:
@@ -181,7 +199,7 @@ class SqliteStore(Store):
         with self._lock:
             self._pending.append(row)
             if durable or len(self._pending) >= BATCH_ROWS:
-                self.commit()  # one transaction for this row and any waiting ones
+                self.commit(last_reported=True)  # one transaction for this row and any waiting
             else:
                 self._commit_soon()
 

@@ -27,6 +27,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from toolmesh import strictjson
 from toolmesh.capabilities import CapabilitySet
 from toolmesh.host import SUPPORTED_A2E_CAPS, Host
 from toolmesh.models import secret_id
@@ -240,7 +241,7 @@ class ClusterSessions(_Sessions):
     async def forward_approval(self, peer: ClusterPeer, body: bytes) -> bool:
         """Send an approval answer to the host waiting for it; False to answer it here."""
         try:
-            approval_id = json.loads(body)["req_id"]
+            approval_id = strictjson.loads(body)["req_id"]
         except (ValueError, KeyError, TypeError):
             return False
         if not isinstance(approval_id, str):
