@@ -235,3 +235,12 @@ async def test_ping_pong(raw: RawPeer) -> None:
     pong: dict[str, Any] = await raw.next_message()
     assert (pong["type"], pong["req_id"]) == ("pong", "p1")
     assert pong["uptime_seconds"] >= 0
+
+
+async def test_a_call_a_shutdown_cuts_off_is_answered_as_cancelled(raw: RawPeer) -> None:
+    await raw.handshake()
+    await raw.send(type="tool/call/req", id="long", tool_name="hold", arguments={"seconds": 60})
+    await raw.send(type="shutdown", id="bye", timeout=0)  # no grace: the call is cut off
+    answer = await raw.next_message()
+    assert answer["type"] == "tool/call/resp" and answer["req_id"] == "long"
+    assert answer["data"]["success"] is False and answer["data"]["error_code"] == "cancelled"

@@ -246,3 +246,34 @@ async def test_arguments_that_are_not_json_are_refused_before_the_tool_runs() ->
         assert result.metadata == {"path": "$"}
     assert ran == []
     assert [(e.error_code, e.input_bytes) for e in store.audit] == [("invalid_arguments", 0)] * 2
+
+
+async def test_a_return_value_that_cannot_be_a_result_is_the_tools_failure() -> None:
+    looped: list[object] = []
+    looped.append(looped)
+
+    @tool
+    def raw_bytes() -> bytes:
+        """Bytes that are not UTF-8 text."""
+        return b"\xff\x00"
+
+    @tool
+    async def circular() -> list[object]:
+        """A list that contains itself."""
+        await asyncio.sleep(0)  # suspends: the result is shaped on the deadline path
+        return looped
+
+    @tool
+    def circular_at_once() -> list[object]:
+        """The same, without suspending."""
+        return looped
+
+    store = MemoryStore()
+    kit = Toolkit(raw_bytes, circular, circular_at_once, store=store)
+    binary = await kit.execute("raw_bytes", {})
+    assert binary.success and binary.data == "_wA="  # base64, as JSON can carry bytes
+    for name in ("circular", "circular_at_once"):
+        failed = await kit.execute(name, {})
+        assert failed.error_code == ToolErrorCode.TOOL_ERROR
+        assert failed.error is not None and "Circular reference" in failed.error
+    assert [e.error_code for e in store.audit] == [None, "tool_error", "tool_error"]

@@ -10,6 +10,7 @@ through the pipeline; ``max_parallel`` calls may run at once per session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
 import logging
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
-from toolmesh.models import ToolEvent, ToolResult, new_id, secret_id
+from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id, secret_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec, Limits, Pipeline, PolicyHook
 from toolmesh.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -452,6 +453,17 @@ class Connection:
         try:
             result = await self._run(session, _spec(request, streaming=True), self._deliver)
         except asyncio.CancelledError:
+            # Only closing the connection cancels a call: say so to a peer still listening
+            # (a shutdown's timeout cut it off), as the audit does.
+            result = ToolResult(
+                success=False,
+                tool_name=request.tool_name,
+                error="the call was cancelled: the session is shutting down",
+                error_code=ToolErrorCode.CANCELLED,
+                duration_ms=0,
+            )
+            with contextlib.suppress(Exception):  # the transport may be gone already
+                self._deliver(ToolCallResponse(req_id=request.id, data=result))
             return
         self._deliver(ToolCallResponse(req_id=request.id, data=result))
 

@@ -387,7 +387,7 @@ class Pipeline:
         finally:
             expiry.cancel()
         ctx._close()
-        return _shape(tool.name, raw)
+        return _shaped(tool.name, raw)
 
     def _abandon(self, task: asyncio.Future[Any], ctx: ToolContext) -> None:
         ctx._close(cancelled=True)
@@ -521,7 +521,7 @@ def _finished(tool: Tool, task: asyncio.Future[Any], ctx: ToolContext) -> ToolRe
         if not isinstance(error, Exception):
             raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
         return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
-    return _shape(tool.name, task.result())
+    return _shaped(tool.name, task.result())
 
 
 def _remaining(ctx: ToolContext, timeout: float) -> float:
@@ -569,6 +569,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _shaped(tool_name: str, raw: Any) -> ToolResult:
+    """``_shape``, where a value that cannot become a result is the tool's failure."""
+    try:
+        return _shape(tool_name, raw)
+    except Exception as exc:
+        message = f"the tool returned a value that cannot be a result: {_describe(exc)}"
+        return _failure(tool_name, ToolErrorCode.TOOL_ERROR, message)
+
+
 def _shape(tool_name: str, raw: Any) -> ToolResult:
     """Turn whatever a tool returned into its ToolResult."""
     if isinstance(raw, ToolResult):
@@ -594,4 +603,7 @@ def jsonable(value: Any) -> Any:
         return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    return to_jsonable_python(value, fallback=str)
+    try:
+        return to_jsonable_python(value, fallback=str)
+    except UnicodeDecodeError:  # bytes that are not UTF-8 text
+        return to_jsonable_python(value, fallback=str, bytes_mode="base64")

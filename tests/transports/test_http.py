@@ -224,3 +224,45 @@ async def test_the_client_honours_proxy_settings(
         assert (await client.call_tool("echo", {"text": "hi"})).success
     finally:
         await client.close()
+
+
+async def test_a_stream_that_takes_over_sends_everything_in_order(server: str) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        session_id = (await http.post(f"{server}/session")).json()["session_id"]
+        headers = {"X-Session-Id": session_id}
+
+        async def send(message: str) -> None:
+            assert (await http.post(f"{server}/send", content=message, headers=headers)).is_success
+
+        async with http.stream("GET", f"{server}/stream", headers=headers) as first:
+            await send('{"type": "handshake/req", "id": "hs", "agent_caps": ["tools"]}')
+            first_lines = first.aiter_lines()
+            async for line in first_lines:
+                if line.startswith("data: "):
+                    break  # the first stream is attached and waiting for more
+            async with http.stream("GET", f"{server}/stream", headers=headers) as second:
+                # The second stream owns the session now; the first still waits in the queue
+                # and is the one woken by the next message.
+                await send(
+                    '{"type": "tool/call/req", "id": "c1", "tool_name": "count",'
+                    ' "arguments": {"n": 4}, "streaming": true}'
+                )
+                seen: list[tuple[str, object]] = []
+                async for message in _sse_messages_async(second.aiter_lines()):
+                    seen.append((str(message["type"]), message.get("seq")))
+                    if message["type"] == "tool/call/resp":
+                        break
+            rest = [line async for line in first_lines]  # the first stream ended, sending
+            assert not any(rest)  # nothing after the handshake answer's blank line
+    events = [("tool/event", seq) for seq in range(4)]
+    assert seen == [*events, ("tool/call/resp", None)]
+
+
+async def _sse_messages_async(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, object]]:
+    data: list[str] = []
+    async for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif line == "" and data:
+            yield json.loads("\n".join(data))
+            data = []

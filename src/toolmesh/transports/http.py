@@ -16,6 +16,7 @@ to listen more widely without a bearer token, and rejects browser requests from 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import ipaddress
@@ -54,7 +55,7 @@ class _Peer:
 
     def __init__(self, host: Host, session_id: str) -> None:
         self.id = session_id
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()  # None: time for a keepalive
+        self.queue = _StreamQueue()  # None: time for a keepalive
         self.connection: Connection = host.connect(
             self._deliver, transport="http", session_id=session_id
         )
@@ -343,7 +344,7 @@ async def _sse(
             if not data:  # _END: the server is stopping
                 break
             if peer.stream_owner is not owner:
-                queue.put_nowait(data)  # hand it to the stream that took over
+                queue.put_back(data)  # first in line for the stream that took over
                 break
             yield b"data: " + data.rstrip(b"\n") + b"\n\n"
     finally:  # also when the client went away and the response was cancelled
@@ -352,6 +353,31 @@ async def _sse(
             peer.stream_owner = None
             peer.last_seen = time.monotonic()
             sessions.detached(peer)
+
+
+class _StreamQueue(asyncio.Queue[bytes | None]):
+    """A session's outgoing messages; one taken by a stream that lost the session to a newer
+    one goes back to the front, so the new stream sends everything in order."""
+
+    def _init(self, maxsize: int) -> None:
+        self._queue: collections.deque[bytes | None] = collections.deque()
+        self._to_front = False
+
+    def _put(self, item: bytes | None) -> None:
+        if self._to_front:
+            self._queue.appendleft(item)
+        else:
+            self._queue.append(item)
+
+    def _get(self) -> bytes | None:
+        return self._queue.popleft()
+
+    def put_back(self, item: bytes | None) -> None:
+        self._to_front = True
+        try:
+            self.put_nowait(item)
+        finally:
+            self._to_front = False
 
 
 class _Keepalive:
