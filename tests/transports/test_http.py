@@ -124,8 +124,13 @@ async def test_bearer_token(tmp_path: Path) -> None:
         async with httpx.AsyncClient() as http:
             refused = await http.post(f"{url}/session")
             assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
-            wrong = await http.post(f"{url}/session", headers={"Authorization": "Bearer nope"})
-            assert wrong.status_code == 401
+            for header in ("Bearer nope", "Basic t0ken", "t0ken", "Bearer T0KEN", "Bearer"):
+                wrong = await http.post(f"{url}/session", headers={"Authorization": header})
+                assert wrong.status_code == 401, header
+            scheme_case = await http.post(
+                f"{url}/session", headers={"Authorization": "bearer t0ken"}
+            )
+            assert scheme_case.status_code == 200  # the scheme is case-insensitive
         client = await connect_async(url, auth_token="t0ken")
         assert (await client.call_tool("echo", {"text": "in"})).output == "in"
         await client.close()

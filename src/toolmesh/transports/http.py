@@ -406,8 +406,11 @@ def refuse_unwelcome(
     if origin and origin not in allowed_origins and not _is_local_origin(origin):
         return JSONResponse({"error": f"origin {origin!r} is not allowed"}, status_code=403)
     if auth_token is not None:
-        given = headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {auth_token}".encode()):
+        scheme, _, given = headers.get("authorization", "").strip().partition(" ")
+        # The scheme's case does not matter (RFC 9110 11.1); the token's does.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), auth_token.encode()
+        ):
             return JSONResponse(
                 {"error": "missing or wrong bearer token"},
                 status_code=401,
