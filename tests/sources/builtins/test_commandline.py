@@ -51,6 +51,16 @@ BYPASSES = [
     ("find -delete", "find . -name victim -delete", "'find -delete'"),
     ("sort compress", "sort --compress-program=sh victim", "'sort --compress-program'"),
     ("sort output", "sort -uo victim victim", "'sort -o'"),
+    # getopt_long takes any unambiguous prefix of a long option
+    ("sort compress abbreviated", "sort --compress-prog=sh -S 1 victim", "'--compress-prog=sh'"),
+    ("sort compress shortest", "sort --compress sh victim", "'sort --compress-program'"),
+    ("sort output abbreviated", "sort --out=victim victim", "'sort --output'"),
+    # following symlinks out of the workspace
+    ("grep -R", "grep -R alive .", "'grep -R'"),
+    ("grep -R in a cluster", "grep -nR alive .", "'grep -R'"),
+    ("grep --dereference", "grep --dereference-rec alive .", "'grep --dereference-recursive'"),
+    ("find -L", "find -L . -name victim", "'find -L'"),
+    ("find -follow", "find . -follow -name victim", "'find -follow'"),
     ("newline", "echo ok\nrm victim", "newline"),
     ("carriage return", "echo ok\rrm victim", "newline"),
     ("NUL", "echo ok\x00rm victim", "control character"),
@@ -72,6 +82,8 @@ BYPASSES = [
     ("absolute path argument", "cat /etc/passwd", "outside the workspace"),
     ("dotdot argument", "cat ../outside/secret.txt", "outside the workspace"),
     ("glued option path", "grep -f/etc/passwd victim", "outside the workspace"),
+    ("path glued inside a cluster", "grep -hf/etc/passwd victim", "outside the workspace"),
+    ("relative path inside a cluster", "grep -hf../outside/secret.txt victim", "outside"),
     ("option value path", "ls --hide=x --ignore=/etc", "outside the workspace"),
     ("symlinked argument", "cat escape", "outside the workspace"),
     ("unterminated quote", "echo 'rm victim", "unterminated"),
@@ -160,3 +172,70 @@ def test_refusals_are_value_errors(workspace: Path) -> None:
     policy = Policy.from_allow(["ls"])
     with pytest.raises(CommandRefused, match="not in the shell allow-list; allowed: ls"):
         check_command("rm x", policy, Roots([workspace]), str(workspace))
+
+
+@pytest.mark.parametrize(
+    ("command", "trap"),
+    [
+        ("tar --to-com=sh -xf p.tar", "tar --to-command"),
+        ("tar --use-compress-prog=sh -xf p.tar", "tar --use-compress-program"),
+        ("date --se=2000-01-01", "date --set"),
+        ("file --comp x", "file --compile"),
+        ("git --exec-pa=x log", "git --exec-path"),
+        ("git log --ext-dif", "git --ext-diff"),
+        ("git --upload-p=sh ls-remote x", "git --upload-pack"),
+    ],
+)
+async def test_abbreviated_trap_options_are_refused(
+    make_kit: Make, victim: Path, command: str, trap: str
+) -> None:
+    kit = await make_kit({"shell": {"allow": ["tar", "date", "file", "git"]}})
+    result = await kit.execute("shell", {"command": command})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    abbreviated = next(word for word in command.split() if word.startswith("--"))
+    assert f"'{trap}'" in result.error and repr(abbreviated) in result.error
+
+
+async def test_an_abbreviated_compress_program_does_not_run(make_kit: Make, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned.txt"
+    kit = await make_kit()  # the default allow-list
+    await kit.execute("write_file", {"path": "cmds.txt", "content": f"touch {marker}\n" * 5000})
+    result = await kit.execute("shell", {"command": "sort --compress-prog=sh -S 1 cmds.txt"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "--compress-prog" in result.error
+    assert not marker.exists()
+
+
+async def test_admitted_traps_work_as_before(make_kit: Make, workspace: Path) -> None:
+    (workspace / "x.txt").write_text("b\na\n")
+    kit = await make_kit({"shell": {"allow": ["sort --compress-program", "grep -R"]}})
+    for command, expected in [
+        ("sort --compress-program=gzip x.txt", "a\nb\n"),
+        ("sort --compress-prog=gzip x.txt", "a\nb\n"),  # only the admitted option has it
+        ("grep -Rh a .", "a\n"),
+    ]:
+        result = await kit.execute("shell", {"command": command})
+        assert result.success and result.data["stdout"] == expected, (command, result)
+    output = await kit.execute("shell", {"command": "sort --out=y.txt x.txt"})
+    assert output.error_code == ToolErrorCode.TOOL_DENIED  # --output is still a trap
+
+
+def test_an_admitted_exact_name_wins_over_a_longer_trap(workspace: Path) -> None:
+    # "--exec" is itself a prefix of the trap "--exec-path"; spelled out it means "--exec"
+    policy = Policy.from_allow(["git --exec"])
+    roots = Roots([workspace])
+    assert check_command("git rebase --exec true", policy, roots, str(workspace)).argv[-1] == "true"
+    with pytest.raises(CommandRefused, match="'git --exec-path'"):
+        check_command("git rebase --exec-p=x", policy, roots, str(workspace))
+
+
+async def test_symlink_following_options_do_not_leave_the_workspace(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    os.symlink(outside, workspace / "link_out")
+    (workspace / "mine.txt").write_text("secret of mine\n")
+    kit = await make_kit()  # the default allow-list
+    recursive = await kit.execute("shell", {"command": "grep -r secret ."})
+    assert recursive.success and recursive.data["stdout"] == "./mine.txt:secret of mine\n"
+    for command in ("grep -R secret .", "grep -Rn secret .", "find -L . -name secret.txt"):
+        result = await kit.execute("shell", {"command": command})
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, (command, result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,67 @@ async def test_special_files_are_refused(make_kit: Make, workspace: Path) -> Non
     assert edit.error_code == ToolErrorCode.TOOL_DENIED
     grep = await kit.execute("grep", {"pattern": "a"})
     assert grep.success and grep.data["skipped_files"] == 1
+
+
+def swap_after_check(monkeypatch: pytest.MonkeyPatch, swap: Any) -> None:
+    """Run ``swap`` right after the path check passes: the race, at a point the test controls."""
+    check = Roots.resolve
+
+    def resolve_then_swap(self: Roots, path: str, **kwargs: Any) -> str:
+        real = check(self, path, **kwargs)
+        swap()
+        return real
+
+    monkeypatch.setattr(Roots, "resolve", resolve_then_swap)
+
+
+def folder_to_symlink(folder: Path, target: Path) -> None:
+    folder.rename(folder.with_name(folder.name + ".old"))
+    os.symlink(target, folder)
+
+
+async def test_list_files_does_not_follow_a_folder_swapped_for_a_symlink(
+    make_kit: Make, workspace: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workspace / "flip").mkdir()
+    kit = await make_kit()
+    swap_after_check(monkeypatch, lambda: folder_to_symlink(workspace / "flip", outside))
+    result = await kit.execute("list_files", {"path": "flip"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert "'flip' changed to a symlink" in result.error
+
+
+async def test_list_files_checks_the_opened_folder(
+    make_kit: Make, workspace: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the parent is swapped: O_NOFOLLOW cannot see it, the check on the descriptor does
+    (outside / "inner").mkdir()
+    (workspace / "flip" / "inner").mkdir(parents=True)
+    kit = await make_kit()
+    swap_after_check(monkeypatch, lambda: folder_to_symlink(workspace / "flip", outside))
+    result = await kit.execute("list_files", {"path": "flip/inner"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert "changed to point outside the workspace" in result.error
+
+
+async def test_write_file_creates_no_folder_through_a_swapped_symlink(
+    make_kit: Make, workspace: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "r" is missing when checked, then a symlink to outside takes its place before the mkdirs
+    kit = await make_kit()
+    swap_after_check(monkeypatch, lambda: os.symlink(outside, workspace / "r"))
+    result = await kit.execute("write_file", {"path": "r/d/f.txt", "content": "x"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert "'r' changed to a symlink" in result.error
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+async def test_write_file_creates_no_folder_under_a_swapped_parent(
+    make_kit: Make, workspace: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workspace / "r").mkdir()
+    kit = await make_kit()
+    swap_after_check(monkeypatch, lambda: folder_to_symlink(workspace / "r", outside))
+    result = await kit.execute("write_file", {"path": "r/d/e/f.txt", "content": "x"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert sorted(os.listdir(outside)) == ["secret.txt"]

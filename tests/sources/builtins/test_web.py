@@ -158,3 +158,47 @@ async def test_size_limit_html_and_errors(make_kit: Make, server: Server) -> Non
     )
     nowhere = await kit.execute("http_request", {"url": "http://127.0.0.1:1/"})
     assert nowhere.error_code == ToolErrorCode.TOOL_ERROR and "failed" in nowhere.error
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/%2e%2e/secret.txt",
+        "/api/.%2E/secret.txt",
+        "/api%2f..%2fsecret.txt",
+        "/api/%2E%2E%2Fsecret.txt",
+        "/api/..%5csecret.txt",
+        "/api/x\\..\\..\\secret.txt",
+    ],
+)
+async def test_encoded_separators_cannot_leave_a_path_prefix(
+    make_kit: Make, server: Server, path: str
+) -> None:
+    # httpx checks the decoded path but sends the raw one, which a server may decode to "/.."
+    kit = await make_kit({"http_request": {"allow_private": True, "allow": [server.url + "/api"]}})
+    result = await kit.execute("http_request", {"url": server.url + path})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert "percent-encoded" in result.error
+    assert server.requests == []
+
+
+async def test_a_redirect_with_encoded_separators_is_refused(
+    make_kit: Make, server: Server
+) -> None:
+    server.redirect_to = server.url + "/api/%2e%2e/secret.txt"
+    allow = [server.url + "/api", server.url + "/redirect"]
+    kit = await make_kit({"http_request": {"allow_private": True, "allow": allow}})
+    result = await kit.execute("http_request", {"url": server.url + "/redirect"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "percent-encoded" in result.error
+    assert [r[1] for r in server.requests] == ["/redirect"]
+
+
+async def test_other_encodings_and_queries_under_a_prefix_still_work(
+    make_kit: Make, server: Server
+) -> None:
+    kit = await make_kit({"http_request": {"allow_private": True, "allow": [server.url + "/api"]}})
+    result = await kit.execute("http_request", {"url": server.url + "/api/a%20b?next=%2e%2e%2f"})
+    assert result.success, result
+    assert [r[1] for r in server.requests] == ["/api/a%20b?next=%2e%2e%2f"]
+    anywhere = await make_kit({"http_request": {"allow_private": True}})
+    assert (await anywhere.execute("http_request", {"url": server.url + "/a%2fb"})).success

@@ -104,10 +104,14 @@ LAUNCHERS = frozenset(
     ]
 )
 
-# Options through which an otherwise harmless program runs commands or writes files. Refused
-# unless the allow-list admits them by name ("find -exec").
+# Options through which an otherwise harmless program runs commands, writes files, or follows
+# symlinks out of the workspace. Refused unless the allow-list admits them by name ("find -exec").
+# A "--long" trap is also refused in any abbreviated form ("--compress-prog"): getopt_long and
+# git accept every unambiguous prefix of a long option.
 TRAPS: Mapping[str, tuple[str, ...]] = {
     "find": (
+        "-L",
+        "-follow",
         "-exec",
         "-execdir",
         "-ok",
@@ -118,6 +122,7 @@ TRAPS: Mapping[str, tuple[str, ...]] = {
         "-fprintf",
         "-fls",
     ),
+    "grep": ("-R", "--dereference-recursive"),
     "sort": ("-o", "--output", "--compress-program"),
     "git": (
         "-c",
@@ -472,21 +477,27 @@ def _program(name: str, word: Word, policy: Policy) -> str:
 
 def _check_traps(program: str, args: list[str], policy: Policy) -> None:
     admitted = policy.programs.get(program, frozenset())
-    for trap in TRAPS.get(program, ()):
-        if trap in admitted:
-            continue
-        for arg in args:
+    traps = [trap for trap in TRAPS.get(program, ()) if trap not in admitted]
+    for arg in args:
+        if arg.startswith("--") and arg.partition("=")[0] in admitted:
+            continue  # an admitted long option spelled out exactly: getopt prefers exact names
+        for trap in traps:
             if _is_trap(arg, trap):
                 raise CommandRefused(
-                    f"'{program} {trap}' can run other programs or write files; it is refused "
-                    f'unless the allow-list admits it ("{program} {trap}")'
+                    f"'{program} {trap}' can run other programs, write files or leave the "
+                    f"workspace; {arg!r} is refused unless the allow-list admits it "
+                    f'("{program} {trap}")'
                 )
 
 
 def _is_trap(arg: str, trap: str) -> bool:
     if arg == trap or arg.startswith(trap + "="):
         return True
-    if len(trap) == 2 and trap[0] == "-" and trap[1] != "-":
+    if trap.startswith("--"):
+        # any abbreviation, even an ambiguous one: "--to-com=sh" is "--to-command=sh"
+        name = arg.partition("=")[0]
+        return len(name) > 2 and name.startswith("--") and trap.startswith(name)
+    if len(trap) == 2 and trap[0] == "-":
         # a short option, also inside a cluster (-no) or with its value glued on (-ofile)
         return arg.startswith("-") and not arg.startswith("--") and trap[1] in arg[1:]
     return False
@@ -494,9 +505,13 @@ def _is_trap(arg: str, trap: str) -> bool:
 
 def _confine_arg(arg: str, roots: Roots, cwd: str) -> None:
     candidates = [arg]
-    if arg.startswith("-"):
+    if arg.startswith("--"):
         _name, eq, value = arg.partition("=")
-        candidates = [value] if eq else ([arg[2:]] if len(arg) > 2 and arg[1] != "-" else [])
+        candidates = [value] if eq else []
+    elif arg.startswith("-"):
+        # a short-option cluster: any letter may take the rest as its value ("-bf/etc/x" is
+        # -b -f /etc/x), so every tail after the first option letter is a possible path
+        candidates = [arg[i:] for i in range(2, len(arg))]  # "-x=v": "v" is one of them
     for candidate in candidates:
         if not candidate:
             continue

@@ -12,6 +12,8 @@ The error messages say which rule refused the path, never where an escaping path
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -52,7 +54,7 @@ class Roots:
 
     def contains(self, real: str) -> bool:
         """Whether an already resolved path lies inside a root."""
-        return any(real == root or real.startswith(root.rstrip("/") + "/") for root in self.paths)
+        return any(_within(real, root) for root in self.paths)
 
     def relative(self, real: str) -> str:
         """How the model should see a resolved path: relative to the working folder when
@@ -125,19 +127,67 @@ class Roots:
                 "another link may lie outside the workspace"
             )
 
+    @contextmanager
+    def open_folder(self, real: str) -> Iterator[int]:
+        """Open a resolved folder without following a final symlink, then check where the
+        descriptor really points (as ``open`` does for files)."""
+        fd = self._open_folder(real, real)
+        try:
+            self.verify_fd(fd, real)
+            yield fd
+        finally:
+            os.close(fd)
+
     def make_parents(self, real: str) -> None:
-        """Create the missing folders above a resolved path, each checked on the way."""
+        """Create the missing folders above a resolved path.
+
+        Each level is opened from the one above without following symlinks, and each missing
+        folder is created relative to that descriptor, so a symlink swapped in meanwhile is
+        refused instead of leading the creation out of the workspace.
+        """
         parent = os.path.dirname(real)
-        missing: list[str] = []
-        while not os.path.isdir(parent):
-            if os.path.lexists(parent):
-                raise PathRefused(f"{self.relative(parent)!r} exists and is not a folder")
-            missing.append(parent)
-            parent = os.path.dirname(parent)
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            if not self.contains(os.path.realpath(folder)):
-                raise PathRefused(f"{self.relative(folder)!r} resolves outside the workspace")
+        inside = [root for root in self.paths if _within(parent, root)]
+        if not inside:
+            raise PathRefused(f"{self.relative(parent)!r} is outside the workspace")
+        root = max(inside, key=len)
+        current = root
+        fd = self._open_folder(root, root)
+        try:
+            self.verify_fd(fd, root)
+            for name in Path(os.path.relpath(parent, root)).parts:
+                if name == ".":
+                    continue
+                current = os.path.join(current, name)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+                try:
+                    child = self._open_folder(name, current, dir_fd=fd)
+                except NotADirectoryError:
+                    raise PathRefused(
+                        f"{self.relative(current)!r} exists and is not a folder"
+                    ) from None
+                os.close(fd)
+                fd = child
+        finally:
+            os.close(fd)
+
+    def _open_folder(self, path: str, shown: str, *, dir_fd: int | None = None) -> int:
+        # O_NOFOLLOW: a symlink in the folder's place fails to open (ENOTDIR on Linux, or ELOOP)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(path, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP, errno.ENOENT):
+                raise
+            if os.path.islink(shown):
+                raise PathRefused(f"{self.relative(shown)!r} changed to a symlink") from None
+            if os.path.lexists(shown):
+                raise NotADirectoryError(f"{self.relative(shown)!r} is not a folder") from None
+            raise FileNotFoundError(f"no folder {self.relative(shown)!r}") from None
+
+
+def _within(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip("/") + "/")
 
 
 def check_text(path: object) -> None:

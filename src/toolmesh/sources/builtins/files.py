@@ -304,14 +304,15 @@ def list_files_tool(roots: Roots, settings: FileSettings) -> Tool:
 def _list(roots: Roots, settings: FileSettings, path: str) -> Output:
     real = roots.resolve(path)
     shown = roots.relative(real)
-    if not os.path.isdir(real):
-        raise NotADirectoryError(f"{shown!r} is not a folder")
+    # List through a descriptor checked like read_file's, not by path: a symlink swapped in
+    # after the check is not followed (O_NOFOLLOW) or is caught on the descriptor.
+    with roots.open_folder(real) as fd, os.scandir(fd) as found:
+        items = sorted(found, key=lambda e: e.name)
+        # entries stat relative to the descriptor: read their kinds while it is open
+        kinds = [_kind(entry) for entry in items[: settings.max_entries]]
     entries: list[dict[str, Any]] = []
     lines: list[str] = []
-    with os.scandir(real) as found:
-        items = sorted(found, key=lambda e: e.name)
-    for entry in items[: settings.max_entries]:
-        kind, size = _kind(entry)
+    for entry, (kind, size) in zip(items, kinds, strict=False):
         entries.append({"name": entry.name, "type": kind, "size": size})
         suffix = {"dir": "/", "symlink": "@"}.get(kind, "")
         lines.append(entry.name + suffix + (f"  ({size} bytes)" if kind == "file" else ""))

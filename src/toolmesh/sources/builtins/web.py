@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import re
 import socket
 import ssl
 from collections.abc import Iterable
@@ -177,11 +178,27 @@ def _parse_prefix(prefix: str) -> _Prefix:
     return _Prefix(url.scheme, url.host.lower(), url.port, url.path or "/")
 
 
+# In the raw path (what goes on the wire) these can climb out of a path prefix at the server
+# ("/api/%2e%2e/x", "/api%2f..%2fx", "/api/..\\x") although httpx, which collapses only literal
+# dot segments, shows them inside it.
+_HIDDEN_SEPARATORS = re.compile(rb"%2[ef]|%5c|\\", re.IGNORECASE)
+
+
+def _hides_separators(url: httpx.URL) -> bool:
+    return _HIDDEN_SEPARATORS.search(url.raw_path.partition(b"?")[0]) is not None
+
+
+def _same_origin(url: httpx.URL, prefix: _Prefix) -> bool:
+    return (url.scheme, url.host.lower(), url.port) == (prefix.scheme, prefix.host, prefix.port)
+
+
 def _matches(url: httpx.URL, prefix: _Prefix) -> bool:
-    if url.scheme != prefix.scheme or url.host.lower() != prefix.host or url.port != prefix.port:
+    if not _same_origin(url, prefix):
         return False
     if prefix.path in ("", "/"):
         return True
+    if _hides_separators(url):
+        return False
     path = url.path or "/"
     if prefix.path.endswith("/"):
         return path.startswith(prefix.path)
@@ -194,6 +211,11 @@ def _check_url(url: httpx.URL, prefixes: list[_Prefix], shown: str) -> None:
     if not url.host:
         raise Refused(f"{shown!r} has no host")
     if prefixes and not any(_matches(url, p) for p in prefixes):
+        if _hides_separators(url) and any(_same_origin(url, p) for p in prefixes):
+            raise Refused(
+                f"{shown!r}: a percent-encoded '.', '/' or '\\' (%2e, %2f, %5c) or a '\\' in "
+                "the path is refused under a URL path prefix (it could lead out of the prefix)"
+            )
         raise Refused(f"{shown!r} is not under an allowed URL prefix")
 
 
