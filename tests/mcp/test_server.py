@@ -302,3 +302,46 @@ async def test_http_refuses_what_is_not_strict_json(tmp_path: Path) -> None:
     finally:
         await server.stop()
         await host.close()
+
+
+CLIENT = {"name": "raw", "version": "1"}
+
+
+async def test_a_session_runs_at_most_max_parallel_calls(tmp_path: Path) -> None:
+    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
+    command += ["--tools", "tests.fixtures.demo_tools:TOOLS", "--max-parallel", "2"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+    try:
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        send({"id": 0, "method": "initialize", "params": {**hello, "clientInfo": CLIENT}})
+        assert json.loads(await asyncio.wait_for(process.stdout.readline(), 30))["id"] == 0
+        send({"method": "notifications/initialized"})
+        for n in (1, 2, 3):
+            hold = {"name": "hold", "arguments": {"seconds": 60}}
+            send({"id": n, "method": "tools/call", "params": hold})
+        answer = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+        assert answer["id"] == 3 and answer["error"]["code"] == -32000
+        assert "2 calls at once" in answer["error"]["message"]
+        for n in (1, 2):
+            send({"method": "notifications/cancelled", "params": {"requestId": n}})
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 30)
+    assert process.returncode == 0
+    db = sqlite3.connect(tmp_path / "a.db")
+    rows = db.execute("SELECT tool_name, error_code FROM audit ORDER BY id").fetchall()
+    db.close()
+    assert rows == [("hold", "cancelled"), ("hold", "cancelled")]  # the refused one never ran

@@ -75,6 +75,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+TOO_MANY_CALLS = -32000  # the session's max_parallel calls are running (A2E: max_parallel_exceeded)
 
 OVERRIDE_KEY = "toolmesh/capability_override"
 """Where a client asks to adjust its capability set: in ``initialize``'s
@@ -441,13 +442,20 @@ class MCPPeer:
             req_id=str(request_id),
             streaming=on_event is not None,
         )
+        session = self.session
+        if session.active_calls >= session.max_parallel:
+            raise _RpcError(
+                TOO_MANY_CALLS,
+                f"this session may run {session.max_parallel} calls at once; wait for one to end",
+            )
         key = _id_key(request_id)
         task = asyncio.current_task()
         if task is not None:
             self._calls[key] = task  # notifications/cancelled cancels it
         _CALL.set((notify, params))  # what an approval of this call needs
+        session.active_calls += 1
         try:
-            result = await self.service.host.pipeline.call(self.session, spec, on_event)
+            result = await self.service.host.pipeline.call(session, spec, on_event)
         except ElicitationNeeded as pending:  # 2026-07-28: the client retries with its answer
             return self._result(request_id, json.dumps(pending.result))
         except asyncio.CancelledError:
@@ -456,6 +464,7 @@ class MCPPeer:
             task.uncancel()  # cancelled by the client (and audited): no answer is owed
             return None
         finally:
+            session.active_calls -= 1
             self._calls.pop(key, None)
             self._cancelled.discard(key)
         if result.error_code == ToolErrorCode.UNKNOWN_TOOL:
