@@ -179,7 +179,8 @@ def test_refusals_are_value_errors(workspace: Path) -> None:
     [
         ("tar --to-com=sh -xf p.tar", "tar --to-command"),
         ("tar --use-compress-prog=sh -xf p.tar", "tar --use-compress-program"),
-        ("date --se=2000-01-01", "date --set"),
+        # a value date cannot parse: were the refusal ever to fail, the clock stays as it is
+        ("date --se=not-a-date", "date --set"),
         ("file --comp x", "file --compile"),
         ("git --exec-pa=x log", "git --exec-path"),
         ("git log --ext-dif", "git --ext-diff"),
