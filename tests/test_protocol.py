@@ -111,6 +111,8 @@ def test_encode_is_one_line() -> None:
             "parse_error",
         ),
         (b'{"type": "ping", "id": "\\ud800"}', "parse_error"),  # a lone surrogate
+        (b'{"type": "ping", "id": "p", "version": "2.0"}', "version_mismatch"),
+        (b'{"type": "ping", "id": "p", "version": 1}', "invalid_message"),
         (b'"text"', "invalid_message"),
         (b"{}", "invalid_message"),
         (b'{"type": 1}', "unknown_message_type"),
@@ -164,3 +166,7 @@ def test_listing_encodes_as_pydantic_does_and_follows_replaced_definitions() -> 
     replaced = ToolListResponse(req_id="r", tools=[first.model_copy(update={"description": "new"})])
     assert b'"description":"new"' in encode(replaced)
     assert json.loads(encode(ToolListResponse(req_id="r")))["tools"] == []
+
+
+def test_minor_versions_of_1_are_read() -> None:
+    assert decode(b'{"type": "ping", "id": "p", "version": "1.3"}').version == "1.3"

@@ -19,6 +19,7 @@ from pydantic_core import from_json
 from toolmesh import strictjson
 from toolmesh.errors import ProtocolError
 from toolmesh.models import (
+    A2E_VERSION,
     Envelope,
     ToolDefinition,
     ToolEvent,
@@ -309,6 +310,9 @@ def _encode_listing(message: ToolListResponse) -> bytes:
     return head[:cut] + b",".join(parts) + head[cut:] + b"\n"
 
 
+_MAJOR = A2E_VERSION.partition(".")[0]  # 1.x messages are read; other majors refused
+
+
 def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Any:
     """Parse one line into a typed message; raise ``ProtocolError`` saying exactly what is wrong."""
     if len(line) > max_bytes:
@@ -334,6 +338,13 @@ def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> 
             ErrorCode.UNKNOWN_MESSAGE_TYPE,
             f"unknown message type {kind!r}",
             detail={"type": str(kind)},
+        )
+    version = raw.get("version")
+    if isinstance(version, str) and version.partition(".")[0] != _MAJOR:
+        raise ProtocolError(
+            ErrorCode.VERSION_MISMATCH,
+            f"message version {version!r} is not spoken here; this host speaks A2E {A2E_VERSION}",
+            detail={"version": version, "supported": A2E_VERSION},
         )
     try:
         return cls.model_validate(raw, strict=True)
