@@ -345,3 +345,26 @@ async def test_a_session_runs_at_most_max_parallel_calls(tmp_path: Path) -> None
     rows = db.execute("SELECT tool_name, error_code FROM audit ORDER BY id").fetchall()
     db.close()
     assert rows == [("hold", "cancelled"), ("hold", "cancelled")]  # the refused one never ran
+
+
+async def test_http_names_an_unsupported_or_incomplete_protocol_version(tmp_path: Path) -> None:
+    host = Host(*TOOLS, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            old = await http.post(
+                "/mcp", json=listing, headers={"MCP-Protocol-Version": "1999-01-01"}
+            )
+            assert old.status_code == 400 and old.json()["error"]["code"] == -32022
+            assert "'1999-01-01'" in old.json()["error"]["message"]
+            modern = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "initialize"}
+            hello = {"protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": CLIENT}
+            init = {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": hello}
+            refused = await http.post("/mcp", json=init, headers=modern)
+            assert refused.json()["error"]["code"] == -32022  # no handshake in 2026-07-28
+            assert "initialize is not accepted" in refused.json()["error"]["message"]
+    finally:
+        await server.stop()
+        await host.close()

@@ -35,7 +35,9 @@ from toolmesh.host import Host
 from toolmesh.mcp.server import (
     HANDSHAKE_VERSIONS,
     INVALID_REQUEST,
+    MODERN_VERSIONS,
     PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
     MCPPeer,
     MCPService,
     _error,
@@ -149,12 +151,18 @@ class MCPHttpEndpoint:
             return
         try:
             message = strictjson.loads(body)
-        except ValueError:
-            await _json_error(400, PARSE_ERROR, "not valid JSON")(scope, receive, send)
+        except ValueError as exc:
+            await _json_error(400, PARSE_ERROR, f"not valid JSON: {exc}")(scope, receive, send)
             return
         version = headers.get(VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_VERSIONS:
+            if version not in MODERN_VERSIONS:
+                supported = ", ".join((*HANDSHAKE_VERSIONS, *MODERN_VERSIONS))
+                refusal = f"MCP-Protocol-Version {version!r} is not served; these are: {supported}"
+                await _json_error(400, UNSUPPORTED_PROTOCOL_VERSION, refusal)(scope, receive, send)
+                return
             peer = self.service.peer(stateful=False)
+            peer.era = "modern"  # the header says so: a request without the envelope is refused
             extra: list[tuple[bytes, bytes]] = []
             lowered = {k.lower(): v for k, v in headers.items()}
             await _exchange(peer, message, lowered, scope, receive, send, sse_ok, extra, True)

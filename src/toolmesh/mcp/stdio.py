@@ -54,8 +54,8 @@ async def serve_mcp_stdio(
             return None
         try:
             message = strictjson.loads(line)
-        except ValueError:
-            send(_error(None, PARSE_ERROR, "not valid JSON"))
+        except ValueError as exc:
+            send(_error(None, PARSE_ERROR, f"not valid JSON: {exc}"))
             return None
         if isinstance(message, dict) and message.get("method") in _LONG_RUNNING:
             task = start_eagerly(answer(message))
