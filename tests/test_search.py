@@ -120,3 +120,15 @@ def test_create_index() -> None:
     assert create_index(custom) is custom
     with pytest.raises(ConfigError, match="'lexical' or 'hybrid'"):
         create_index("fuzzy")
+
+
+def test_words_in_any_script_are_found() -> None:
+    built = index()
+    built.add("pogoda", ToolDefinition(name="pogoda", description="Прогноз погоды для города"))
+    built.add("tianqi", ToolDefinition(name="tianqi", description="查询城市天气预报"))
+    built.add("karte", ToolDefinition(name="karte", description="Stadtplan von München"))
+    assert built.search("погоды", limit=1)[0][0] == "pogoda"
+    assert built.search("天气", limit=1)[0][0] == "tianqi"
+    assert built.search("münchen", limit=1)[0][0] == "karte"
+    assert built.search("für", limit=5) == []  # no longer matched letter by letter
+    assert tokenize("MünchenPlan sendEmail") == ["münchenplan", "send", "email"]

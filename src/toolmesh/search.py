@@ -49,6 +49,11 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 # A word: letters and digits, broken where camelCase starts a new word ("sendEmail", "HTTPServer").
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
+# Text beyond ASCII: runs of letters and digits in any script ("München", "погоды"), camelCase
+# split inside the ASCII runs only; a run in a script written without spaces (Chinese, Japanese,
+# Korean) gives its overlapping character pairs, so "天气" finds "查询城市天气预报".
+_RUN = re.compile(r"[^\W_]+")
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
 
 
@@ -88,9 +93,23 @@ def _term(word: str) -> str:
     return term
 
 
+def _words(text: str) -> list[str]:
+    if text.isascii():  # nearly all text: one pass of the regex
+        return _WORD.findall(text)
+    words: list[str] = []
+    for run in _RUN.findall(text):
+        if run.isascii():
+            words += _WORD.findall(run)
+        elif _UNSPACED.search(run) and len(run) > 1:
+            words += [run[i : i + 2] for i in range(len(run) - 1)]
+        else:
+            words.append(run)
+    return words
+
+
 def split_words(text: str) -> list[str]:
     """Words of ``text`` split on punctuation and camelCase, lower-cased (no stems)."""
-    return [word.lower() for word in _WORD.findall(text)]
+    return [word.lower() for word in _words(text)]
 
 
 def tokenize(text: str) -> list[str]:
@@ -98,7 +117,7 @@ def tokenize(text: str) -> list[str]:
     without stop words."""
     terms = _terms
     out = []
-    for word in _WORD.findall(text):
+    for word in _words(text):
         term = terms.get(word)
         if term is None:
             term = _term(word)
