@@ -59,9 +59,11 @@ class ToolNameConflict(UserWarning):
 
 
 def sanitize_name(name: str) -> str:
-    """A name every provider accepts: ``[A-Za-z0-9_-]{1,64}``; long names keep a hash suffix so
-    distinct names stay distinct."""
+    """A name every provider accepts: ``[A-Za-z_][A-Za-z0-9_-]{0,63}`` (Gemini wants a letter or
+    ``_`` first); long names keep a hash suffix so distinct names stay distinct."""
     clean = _ILLEGAL.sub("_", name) or "tool"
+    if not (clean[0].isascii() and clean[0].isalpha()) and clean[0] != "_":
+        clean = "_" + clean  # "1password" -> "_1password"
     if len(clean) > NAME_LIMIT:
         digest = hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:8]
         clean = f"{clean[: NAME_LIMIT - 9]}_{digest}"

@@ -81,6 +81,15 @@ def test_strict_optional_fields_become_required_and_nullable() -> None:
     assert schema["properties"]["mode"]["enum"] == ["a", "b", None]
 
 
+def test_strict_an_optional_enum_of_several_types_gains_null_too() -> None:
+    mixed = {"type": ["integer", "string"], "enum": [1, "a"]}
+    schema = openai_strict_schema({"type": "object", "properties": {"pick": mixed}})
+    assert schema["properties"]["pick"] == {
+        "type": ["integer", "string", "null"],
+        "enum": [1, "a", None],
+    }
+
+
 def test_strict_fixed_length_tuples_become_arrays_of_any_position() -> None:
     (entry,) = to_openai([t for t in CATALOGUE if t.name == "move"], strict=True)
     to = entry["function"]["parameters"]["properties"]["to"]
@@ -197,6 +206,19 @@ def test_gemini_subset_details() -> None:
     )
 
 
+def test_gemini_arrays_always_have_typed_items() -> None:
+    untyped = {"type": "array"}
+    schema = gemini_schema(
+        {
+            "type": "object",
+            "properties": {"bare": untyped, "anything": {**untyped, "items": {}}},
+        }
+    )
+    for name in ("bare", "anything"):  # Gemini refuses ARRAY without items.type
+        assert schema["properties"][name] == {"type": "ARRAY", "items": {"type": "STRING"}}
+    genai.Schema.model_validate(schema)
+
+
 def test_gemini_recursive_type_is_a_clear_error() -> None:
     with pytest.raises(SchemaError, match=r"'count_nodes'.*recursive type 'TreeNode'.*Gemini"):
         to_gemini([count_nodes])
@@ -213,6 +235,11 @@ def test_names_are_made_legal_and_collisions_refused() -> None:
     twin = add.replace(name="fs_read")
     with pytest.raises(SchemaError, match="both become 'fs_read'"):
         to_anthropic([*CATALOGUE, twin])  # type: ignore[list-item]
+    (gemini,) = to_gemini([add.replace(name="1password"), add.replace(name="-x")])
+    names = [d["name"] for d in gemini["function_declarations"]]
+    assert names == ["_1password", "_-x"]  # Gemini: a letter or "_" first
+    for name in names:
+        genai.FunctionDeclaration(name=name)
 
 
 def test_toolkit_methods_match_the_functions() -> None:

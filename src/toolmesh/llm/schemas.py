@@ -312,7 +312,10 @@ def _nullable(schema: JsonSchema) -> JsonSchema:
             out["enum"] = [out.pop("const"), None]
         return out
     if isinstance(declared, list):
-        return {**schema, "type": [*declared, "null"]}
+        out = {**schema, "type": [*declared, "null"]}
+        if isinstance(out.get("enum"), list):
+            out["enum"] = [*out["enum"], None]  # or null stays refused: the field is not optional
+        return out
     if "anyOf" in schema and set(schema) <= {"anyOf", "description", "title"}:
         return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
     outer: JsonSchema = {k: schema[k] for k in ("description", "title") if k in schema}
@@ -392,6 +395,11 @@ class _GeminiConverter:
             items = _tuple_items(schema["prefixItems"])
         if isinstance(items, Mapping | bool):
             out["items"] = self.node(items, (*path, "items"))
+        typed = out.get("items", {})
+        if out.get("type") == "ARRAY" and not (typed.get("type") or typed.get("any_of")):
+            # Gemini refuses an array without a typed item ("items: missing field"), and has no
+            # "any": text is what a model can always give
+            out["items"] = {**out.get("items", {}), "type": "STRING"}
         properties = schema.get("properties")
         if isinstance(properties, Mapping) and properties:
             out["properties"] = {
