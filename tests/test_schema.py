@@ -133,6 +133,52 @@ def test_recursive_schema_does_not_loop() -> None:
     assert params[0].name == "root" and params[0].type == "object"
 
 
+def _count(parameters: Any) -> int:
+    return sum(
+        1 + _count((p.properties or {}).values()) + _count([p.items] if p.items else [])
+        for p in parameters
+    )
+
+
+def test_schema_referring_to_itself_twice_expands_each_ref_once_per_path() -> None:
+    # Expanding the recursion down to the depth limit took 2**32 steps (Optional["Tree"] twice).
+    tree = {"anyOf": [{"$ref": "#/$defs/Tree"}, {"type": "null"}]}
+    schema = {
+        "type": "object",
+        "$defs": {
+            "Tree": {
+                "type": "object",
+                "description": "A tree",
+                "properties": {"left": tree, "right": tree, "label": {"type": "string"}},
+            }
+        },
+        "properties": {"root": {"$ref": "#/$defs/Tree"}},
+    }
+    [root] = schema_to_parameters(schema)
+    assert root.properties is not None and list(root.properties) == ["left", "right", "label"]
+    left = root.properties["left"]
+    # The recursive point: an object, described, but not nested again.
+    assert (left.type, left.description, left.properties) == ("object", "A tree", None)
+    assert not is_lossless(schema)
+
+
+def test_shared_refs_that_fan_out_stay_bounded() -> None:
+    # Twelve definitions, each referring to all of them: every simple path is a distinct
+    # expansion (12! of them) unless conversion stops expanding refs after a budget.
+    names = [f"D{i}" for i in range(12)]
+    schema = {
+        "type": "object",
+        "$defs": {
+            n: {"type": "object", "properties": {m: {"$ref": f"#/$defs/{m}"} for m in names}}
+            for n in names
+        },
+        "properties": {"root": {"$ref": "#/$defs/D0"}},
+    }
+    [root] = schema_to_parameters(schema)
+    assert root.properties is not None and len(root.properties) == 12
+    assert _count([root]) < 20_000
+
+
 def test_bad_ref_is_a_schema_error() -> None:
     with pytest.raises(SchemaError, match="does not point"):
         schema_to_parameters({"type": "object", "properties": {"x": {"$ref": "#/$defs/Missing"}}})

@@ -100,39 +100,72 @@ def _enum_text(value: Any) -> str:
 
 def schema_to_parameters(schema: Mapping[str, Any]) -> list[ToolParameter]:
     """The parameters of an object schema (``$ref``s to its own ``$defs`` resolved)."""
-    resolver = _Resolver(schema)
-    root = resolver.resolve(schema)
+    walk = _Walk(_Resolver(schema))
+    root = walk.resolver.resolve(schema)
     properties = root.get("properties") or {}
     required = set(root.get("required") or ())
     return [
-        _to_parameter(name, prop, name in required, resolver, depth=0)
+        _to_parameter(name, prop, name in required, walk, frozenset(), depth=0)
         for name, prop in properties.items()
     ]
 
 
-_MAX_DEPTH = 32  # recursive schemas stop here; the exact schema still travels beside
+_MAX_DEPTH = 32  # deep schemas stop nesting here; the exact schema still travels beside
+# Parameters built inside $ref expansions, per schema. Cycles are cut on their own, but shared
+# $defs can still fan out (a def used twice, whose defs are used twice, ...: 2**depth copies);
+# past this budget $refs are not expanded any more, so conversion stays roughly linear.
+_MAX_EXPANDED = 10_000
+
+
+class _Walk:
+    """The state of one ``schema_to_parameters`` call."""
+
+    __slots__ = ("budget", "resolver")
+
+    def __init__(self, resolver: _Resolver) -> None:
+        self.resolver = resolver
+        self.budget = _MAX_EXPANDED
 
 
 def _to_parameter(
-    name: str, raw: Any, required: bool, resolver: _Resolver, *, depth: int
+    name: str,
+    raw: Any,
+    required: bool,
+    walk: _Walk,
+    expanding: frozenset[str],
+    *,
+    depth: int,
 ) -> ToolParameter:
-    schema = resolver.resolve(raw) if isinstance(raw, Mapping) else {}
-    schema = _collapse(schema, resolver)
+    """``expanding`` holds the ``$ref``s being expanded above this point. Meeting one of them
+    again is a cycle: the parameter is then left unnested (an object without properties, say),
+    as at the depth limit, instead of expanding the recursion down to that limit."""
+    followed: set[str] = set()
+    resolver = walk.resolver
+    schema = resolver.resolve(raw, followed) if isinstance(raw, Mapping) else {}
+    schema = _collapse(schema, resolver, followed)
+    if expanding:
+        walk.budget -= 1
+    nest = depth < _MAX_DEPTH
+    if followed:
+        nest = nest and walk.budget > 0 and followed.isdisjoint(expanding)
+        expanding = expanding | followed
     type_name = _type_of(schema)
     enum = schema.get("enum")
     if enum is None and "const" in schema:
         enum = [schema["const"]]
     properties: dict[str, ToolParameter] | None = None
     items: ToolParameter | None = None
-    if depth < _MAX_DEPTH:
+    if nest:
         if "properties" in schema:
             nested_required = set(schema.get("required") or ())
             properties = {
-                key: _to_parameter(key, value, key in nested_required, resolver, depth=depth + 1)
+                key: _to_parameter(
+                    key, value, key in nested_required, walk, expanding, depth=depth + 1
+                )
                 for key, value in schema["properties"].items()
             }
         if isinstance(schema.get("items"), Mapping):
-            items = _to_parameter("items", schema["items"], False, resolver, depth=depth + 1)
+            items = _to_parameter("items", schema["items"], False, walk, expanding, depth=depth + 1)
     return ToolParameter(
         name=name,
         type=type_name,
@@ -144,22 +177,26 @@ def _to_parameter(
     )
 
 
-def _collapse(schema: Mapping[str, Any], resolver: _Resolver) -> Mapping[str, Any]:
+def _collapse(
+    schema: Mapping[str, Any], resolver: _Resolver, followed: set[str]
+) -> Mapping[str, Any]:
     """Reduce ``Optional[X]`` style unions and single-branch ``allOf`` to the branch itself."""
     if "anyOf" not in schema and "oneOf" not in schema and "allOf" not in schema:
         return schema  # the common case, kept cheap: registration walks every parameter
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if isinstance(branches, list):
-            resolved = [resolver.resolve(b) for b in branches if isinstance(b, Mapping)]
-            concrete = [b for b in resolved if b.get("type") != "null"]
-            if concrete:
-                merged = {k: v for k, v in schema.items() if k != key}
-                return {**_collapse(concrete[0], resolver), **merged}
+            for branch in branches:
+                refs: set[str] = set()  # only the chosen branch's refs count
+                resolved = resolver.resolve(branch, refs) if isinstance(branch, Mapping) else None
+                if resolved is not None and resolved.get("type") != "null":
+                    followed |= refs
+                    merged = {k: v for k, v in schema.items() if k != key}
+                    return {**_collapse(resolved, resolver, followed), **merged}
     all_of = schema.get("allOf")
     if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
         merged = {k: v for k, v in schema.items() if k != "allOf"}
-        return {**_collapse(resolver.resolve(all_of[0]), resolver), **merged}
+        return {**_collapse(resolver.resolve(all_of[0], followed), resolver, followed), **merged}
     return schema
 
 
@@ -186,12 +223,17 @@ class _Resolver:
     def __init__(self, root: Mapping[str, Any]) -> None:
         self._root = root
 
-    def resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    def resolve(
+        self, schema: Mapping[str, Any], followed: set[str] | None = None
+    ) -> Mapping[str, Any]:
+        """``schema`` with its ``$ref`` chain followed; the refs go into ``followed``."""
         seen: set[str] = set()
         while isinstance(ref := schema.get("$ref"), str):
             if ref in seen or not ref.startswith("#/"):
                 return {k: v for k, v in schema.items() if k != "$ref"}
             seen.add(ref)
+            if followed is not None:
+                followed.add(ref)
             target: Any = self._root
             for part in ref[2:].split("/"):
                 part = part.replace("~1", "/").replace("~0", "~")

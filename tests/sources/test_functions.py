@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Annotated, Any, Literal, Optional, TypedDict
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated, Any, Literal, NotRequired, Optional, Required, TypedDict
 
 import pytest
 from pydantic import BaseModel, Field
@@ -368,3 +369,132 @@ def test_tools_of_one_shape_share_parameters_but_not_names() -> None:
     assert first.definition.input_parameters == second.definition.input_parameters
     assert (first.name, second.name) == ("tool_1", "tool_2")
     assert first.input_schema == second.input_schema
+
+
+class Tree(BaseModel):
+    left: Optional[Tree] = None  # noqa: UP045 - the spelling QA found hanging
+    right: Optional[Tree] = None  # noqa: UP045
+    label: str = ""
+
+
+class Node(BaseModel):
+    name: str
+    parent: Node | None = None
+    kids: list[Node] = []
+
+
+def _depth(tree: Tree | None) -> int:
+    return 0 if tree is None else 1 + max(_depth(tree.left), _depth(tree.right))
+
+
+async def test_models_referring_to_themselves_twice_make_tools() -> None:
+    # Each used to expand its recursion to the depth limit: 2**32 steps, a hang in @tool.
+    @tool
+    def grow(tree: Tree) -> int:
+        """Grow a tree."""
+        return _depth(tree)
+
+    @tool
+    def family(node: Node) -> list[str]:
+        """Walk a family."""
+        return [node.name, *(kid.name for kid in node.kids)]
+
+    [tree] = grow.definition.input_parameters
+    assert tree.properties is not None and set(tree.properties) == {"left", "right", "label"}
+    assert tree.properties["left"].type == "object"  # where the recursion is cut
+    [node] = family.definition.input_parameters
+    assert node.properties is not None and node.properties["kids"].type == "array"
+    # The exact schema, recursion and all, is what calls are validated and exported with.
+    assert grow.input_schema["properties"]["tree"] == {"$ref": "#/$defs/Tree"}
+    assert grow.definition.input_schema == grow.input_schema
+
+    kit = Toolkit(grow, family)
+    three = {"left": {"right": {"label": "leaf"}}, "right": {}}
+    assert (await kit.execute("grow", {"tree": three})).data == 3
+    bad = await kit.execute("grow", {"tree": {"left": {"right": {"label": 5}}}})
+    assert bad.error_code == ToolErrorCode.INVALID_ARGUMENTS  # validated all the way down
+    assert bad.metadata["path"] == "$.tree.left"
+    kin = {"name": "a", "parent": {"name": "p"}, "kids": [{"name": "b", "kids": [{"name": "c"}]}]}
+    assert (await kit.execute("family", {"node": kin})).data == ["a", "b"]
+
+
+async def test_omitted_positional_only_parameters_take_their_defaults() -> None:
+    @tool
+    def posonly(a: int = 1, b: int = 2, /, c: int = 3) -> str:
+        """Positional-only parameters."""
+        return f"a={a} b={b} c={c}"
+
+    @tool
+    def with_context(ctx: ToolContext, /, word: str = "hi") -> str:
+        """The context may be positional-only too."""
+        return f"{ctx.tool_name}:{word}"
+
+    kit = Toolkit(posonly, with_context)
+    assert (await kit.execute("posonly", {"b": 5})).data == "a=1 b=5 c=3"
+    assert (await kit.execute("posonly", {"a": 4, "c": 6})).data == "a=4 b=2 c=6"
+    assert (await kit.execute("posonly", {})).data == "a=1 b=2 c=3"
+    assert (await kit.execute("with_context", {})).data == "with_context:hi"
+
+
+class Partial(TypedDict):
+    x: int
+    y: NotRequired[str]
+    note: NotRequired[Annotated[str, "A note"]]
+
+
+class Sparse(TypedDict, total=False):
+    x: Required[int]
+    y: str
+
+
+async def test_typed_dict_required_and_not_required_items() -> None:
+    @tool
+    def both(partial: Partial, sparse: Sparse) -> str:
+        """TypedDicts with marked items."""
+        return ",".join(sorted({**partial, **sparse}))
+
+    props = both.input_schema["properties"]
+    assert props["partial"] == {
+        "type": "object",
+        "properties": {
+            "x": {"type": "integer"},
+            "y": {"type": "string"},
+            "note": {"type": "string", "description": "A note"},
+        },
+        "required": ["x"],
+    }
+    assert props["sparse"]["required"] == ["x"]
+    kit = Toolkit(both)
+    assert (await kit.execute("both", {"partial": {"x": 1}, "sparse": {"x": 2}})).data == "x"
+    missing = await kit.execute("both", {"partial": {"x": 1}, "sparse": {"y": "s"}})
+    assert missing.error_code == ToolErrorCode.INVALID_ARGUMENTS
+
+
+async def test_generator_items_become_a_list() -> None:
+    closed: list[str] = []
+
+    @tool
+    def count(n: int) -> Iterator[int]:
+        """Count."""
+        yield from range(n)
+
+    @tool
+    async def acount(n: int) -> AsyncIterator[int]:
+        """Count, asynchronously."""
+        for i in range(n):
+            yield i
+
+    @tool
+    async def abroken() -> AsyncIterator[int]:
+        """Fail half way."""
+        try:
+            yield 1
+            raise ValueError("half way")
+        finally:
+            closed.append("abroken")
+
+    kit = Toolkit(count, acount, abroken)
+    assert (await kit.execute("count", {"n": 3})).data == [0, 1, 2]
+    assert (await kit.execute("acount", {"n": 3})).data == [0, 1, 2]
+    failed = await kit.execute("abroken")
+    assert failed.error == "ValueError: half way" and closed == ["abroken"]

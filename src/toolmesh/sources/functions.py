@@ -9,12 +9,14 @@ Google, NumPy or Sphinx parameter sections for the parameters, ``Annotated[T, "t
 
 A parameter annotated ``ToolContext`` (or named ``ctx``) receives the call's context and is left
 out of the schema. Async functions are awaited; plain functions run on a worker thread so they
-cannot block the event loop. Return values become results: str as is, models and dicts as JSON
+cannot block the event loop. The items of a generator (drawn on a worker thread) or of an async
+generator become a list. Return values become results: str as is, models and dicts as JSON
 data, ``Output`` and ``ToolResult`` passed through; an exception becomes an error result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -24,6 +26,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
+import typing_extensions
 from pydantic import TypeAdapter
 from pydantic.fields import FieldInfo
 
@@ -218,7 +221,8 @@ class _Plan:
     context_param: str | None
     extra_kwargs: bool
     returns: Any
-    is_async: bool
+    kind: Literal["sync", "async", "generator", "async_generator"]
+    positional: list[tuple[str, Any]]  # the positional-only parameters, context too, and defaults
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -240,8 +244,11 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
     params: list[_Param] = []
     context_param = None
     extra_kwargs = False
+    positional: list[tuple[str, Any]] = []
     for param in signature.parameters.values():
         annotation = hints.get(param.name, Any)
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            positional.append((param.name, param.default))
         if _is_context(param.name, annotation):
             context_param = param.name
             continue
@@ -256,8 +263,19 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
         context_param=context_param,
         extra_kwargs=extra_kwargs,
         returns=hints.get("return", inspect.Signature.empty),
-        is_async=inspect.iscoroutinefunction(fn),
+        kind=_kind(fn),
+        positional=positional,
     )
+
+
+def _kind(fn: Callable[..., Any]) -> Literal["sync", "async", "generator", "async_generator"]:
+    if inspect.iscoroutinefunction(fn):
+        return "async"
+    if inspect.isasyncgenfunction(fn):
+        return "async_generator"
+    if inspect.isgeneratorfunction(fn):
+        return "generator"
+    return "sync"
 
 
 def _is_context(name: str, annotation: Any) -> bool:
@@ -424,11 +442,17 @@ class _SchemaBuilder:
     def _typed_dict(self, tp: Any) -> JsonSchema:
         # By hand: pydantic accepts only typing_extensions.TypedDict before Python 3.12.
         hints = typing.get_type_hints(tp, include_extras=True)
-        required = [key for key in hints if key in getattr(tp, "__required_keys__", hints)]
-        schema: JsonSchema = {
-            "type": "object",
-            "properties": {key: self.schema(hint) for key, hint in hints.items()},
-        }
+        totals = getattr(tp, "__required_keys__", hints)
+        properties: JsonSchema = {}
+        required: list[str] = []
+        for key, hint in hints.items():
+            hint, marked = _typed_dict_item(hint)
+            # An explicit Required/NotRequired wins: under string annotations (PEP 563) Python
+            # 3.11 cannot see it and counts the key by the class's totality alone.
+            if marked if marked is not None else key in totals:
+                required.append(key)
+            properties[key] = self.schema(hint)
+        schema: JsonSchema = {"type": "object", "properties": properties}
         if required:
             schema["required"] = required
         return schema
@@ -465,6 +489,25 @@ class _SchemaBuilder:
         if not _needs_instances(base):
             return None
         return _adapter(annotation).validate_python
+
+
+_ITEM_QUALIFIERS: dict[Any, bool | None] = {
+    typing.Required: True,
+    typing.NotRequired: False,
+    typing_extensions.ReadOnly: None,  # says nothing about presence
+}
+
+
+def _typed_dict_item(hint: Any) -> tuple[Any, bool | None]:
+    """A TypedDict item's type without its ``Required``/``NotRequired``/``ReadOnly`` wrappers
+    (also inside ``Annotated``), and whether it was marked required (None: not marked)."""
+    base, extras = _strip_annotated(hint)
+    marked: bool | None = None
+    while (origin := typing.get_origin(base)) in _ITEM_QUALIFIERS:
+        marked = _ITEM_QUALIFIERS[origin] if marked is None else marked
+        base, more = _strip_annotated(typing.get_args(base)[0])
+        extras += more
+    return (typing.Annotated[base, *extras] if extras else base), marked
 
 
 def _needs_pydantic(tp: Any, extras: list[Any]) -> bool:
@@ -515,10 +558,9 @@ def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
 
 
 def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
-    positional = tuple(p.name for p in plan.params if p.kind is inspect.Parameter.POSITIONAL_ONLY)
     coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
-    runner = _AsyncRunner if plan.is_async else _ThreadRunner
-    return runner(fn, positional, coercers or None, plan.context_param)
+    runner = _RUNNERS[plan.kind]
+    return runner(fn, tuple(plan.positional), coercers or None, plan.context_param)
 
 
 class _Runner:
@@ -530,7 +572,7 @@ class _Runner:
     def __init__(
         self,
         fn: Callable[..., Any],
-        positional: tuple[str, ...],
+        positional: tuple[tuple[str, Any], ...],
         coercers: dict[str, Callable[[Any], Any]] | None,
         context_param: str | None,
     ) -> None:
@@ -547,8 +589,18 @@ class _Runner:
                     kwargs[key] = coerce(kwargs[key])
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
-        args = [kwargs.pop(name) for name in self.positional if name in kwargs]
+        args: list[Any] = []
+        for name, default in self.positional:
+            if name in kwargs:
+                args.append(kwargs.pop(name))
+            elif default is not inspect.Parameter.empty:
+                args.append(default)  # keeps the later ones in their places
+            else:
+                break  # a required one missing: validation has refused the call already
         return args, kwargs
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        raise NotImplementedError  # one subclass per kind of function, see _RUNNERS
 
 
 class _AsyncRunner(_Runner):
@@ -565,6 +617,47 @@ class _ThreadRunner(_Runner):
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         args, kwargs = self.bind(arguments, ctx)
         return await run_blocking(functools.partial(self.fn, *args, **kwargs))
+
+
+class _GeneratorRunner(_Runner):
+    """A generator's items become a list, drawn on the worker thread like a plain call."""
+
+    __slots__ = ()
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        return await run_blocking(functools.partial(_drain, self.fn, *args, **kwargs))
+
+
+class _AsyncGeneratorRunner(_Runner):
+    """An async generator's items become a list, as a generator's do."""
+
+    __slots__ = ()
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        args, kwargs = self.bind(arguments, ctx)
+        items = self.fn(*args, **kwargs)
+        if not inspect.isasyncgen(items):  # a decorator around it returned something else
+            return await items if inspect.isawaitable(items) else items
+        # aclosing: a cancelled or failed call runs the generator's cleanup now, not at GC.
+        async with contextlib.aclosing(items):
+            return [item async for item in items]
+
+
+def _drain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    items = fn(*args, **kwargs)
+    if not inspect.isgenerator(items):  # a decorator around it returned something else
+        return items
+    with contextlib.closing(items):
+        return list(items)
+
+
+_RUNNERS: dict[str, type[_Runner]] = {
+    "sync": _ThreadRunner,
+    "async": _AsyncRunner,
+    "generator": _GeneratorRunner,
+    "async_generator": _AsyncGeneratorRunner,
+}
 
 
 def tools_of(items: Sequence[Any], *, name: str = "functions") -> ToolSet:
