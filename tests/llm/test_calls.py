@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import pytest
 from anthropic.types import Message, TextBlock, ToolUseBlock, Usage
@@ -10,9 +11,10 @@ from google.genai import types as genai
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from openai.types.chat.chat_completion_message_function_tool_call import Function
 from openai.types.responses import ResponseFunctionToolCall
+from pydantic import BaseModel
 
 from tests.llm.catalogue import CATALOGUE, search
-from toolmesh import ToolCallParseError, Toolkit
+from toolmesh import ToolCallParseError, Toolkit, tool
 from toolmesh.llm import ToolCall, parse_tool_call, parse_tool_calls, to_openai
 
 
@@ -163,3 +165,37 @@ def test_unknown_names_are_refused_with_a_suggestion() -> None:
     with pytest.raises(ToolCallParseError, match="unknown tool 'nothing_like_it'"):
         parse_tool_call(openai_chat_call("nothing_like_it", "{}"), CATALOGUE)
     assert parse_tool_call(openai_chat_call("fs_read", "{}"), CATALOGUE).name == "fs.read"
+
+
+class Email(BaseModel):
+    kind: Literal["email"] = "email"
+    to: str
+    cc: str = ""  # optional, and null is not a string
+
+
+class Sms(BaseModel):
+    kind: Literal["sms"] = "sms"
+    phone: str
+    sender: str = "me"
+
+
+@tool
+def notify(channel: Email | Sms) -> str:
+    """Notify someone."""
+    return type(channel).__name__
+
+
+async def test_added_nulls_are_dropped_inside_a_union_of_objects() -> None:
+    async with Toolkit(notify) as kit:
+        for sent, expected in [
+            ({"to": "a@b.c", "cc": None, "kind": None}, ("Email", {"to": "a@b.c"})),
+            (
+                {"phone": "123", "sender": None, "kind": "sms"},
+                ("Sms", {"phone": "123", "kind": "sms"}),
+            ),
+        ]:
+            arguments = json.dumps({"channel": sent})
+            call = parse_tool_call(openai_chat_call("notify", arguments), kit)
+            assert call.arguments == {"channel": expected[1]}
+            result = await kit.execute(call.name, call.arguments)
+            assert result.success and result.data == expected[0], result

@@ -217,12 +217,34 @@ def _descend(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> 
     ]
     if len(branches) == 1:
         schema = branches[0]
+    elif branches and isinstance(value, dict):
+        # A union of objects (Email | Sms): the nulls to drop are those of the branch the
+        # value is an instance of.
+        schema = next((b for b in branches if _fits(value, b)), schema)
     if isinstance(value, dict):
         return _drop_added_nulls(value, schema, root)
     items = schema.get("items")
     if isinstance(value, list) and isinstance(items, Mapping):
         return [_descend(v, _deref(items, root), root) for v in value]
     return value
+
+
+def _fits(value: dict[str, Any], branch: Mapping[str, Any]) -> bool:
+    """Whether ``value`` (nulls aside) can be an instance of the object schema ``branch``: its
+    keys are the branch's, its required keys are there, its constants (a discriminator) match."""
+    properties = branch.get("properties")
+    if not isinstance(properties, Mapping):
+        return False
+    given = {key for key, item in value.items() if item is not None}
+    if not given <= set(properties) or not set(branch.get("required") or ()) <= given:
+        return False
+    for key in given:
+        prop = properties[key]
+        if isinstance(prop, Mapping):
+            fixed = prop["const"] if "const" in prop else prop.get("enum", [value[key]])
+            if value[key] != fixed and not (isinstance(fixed, list) and value[key] in fixed):
+                return False
+    return True
 
 
 def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
