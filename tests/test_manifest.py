@@ -3,6 +3,7 @@ error naming its place for every mistake."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -349,3 +350,71 @@ def test_search_and_deferral_settings(tmp_path: Path) -> None:
         manifest.write_text(f"[toolkit]\n{bad}\n")
         with pytest.raises(ConfigError, match=where):
             load_manifest(manifest)
+
+
+def test_a_typo_in_policy_is_located_not_ignored(tmp_path: Path) -> None:
+    # `defualt = "deny"` used to be ignored, leaving every call allowed.
+    path = write(tmp_path, '[policy]\ndefualt = "deny"\n', name="typo.toml")
+    with pytest.raises(ConfigError, match=r"typo\.toml: policy: unknown key 'defualt'"):
+        load_manifest(path)
+    path = write(
+        tmp_path,
+        '[[policy.rules]]\nname = "r"\neffect = "deny"\nwhen = { argument = "a", eq = 5 }\n',
+        name="cond.toml",
+    )
+    with pytest.raises(
+        ConfigError, match=r"cond\.toml: policy\.rules\[0\]\.when: unknown key 'eq'"
+    ):
+        load_manifest(path)
+
+
+PLUGINS = """
+from toolmesh import ToolPlugin
+
+
+class NeedsArg(ToolPlugin):
+    def __init__(self, x):
+        self.x = x
+
+    def _list_tools(self):
+        return []
+
+    def _execute_tool(self, name, args):
+        return None
+
+
+class BadList(ToolPlugin):
+    def _list_tools(self):
+        raise RuntimeError("cannot list")
+
+    def _execute_tool(self, name, args):
+        return None
+"""
+
+
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [
+        ("NeedsArg", r"TypeError: .*missing 1 required positional argument"),
+        ("BadList", r"RuntimeError: cannot list"),
+    ],
+)
+def test_a_plugin_that_fails_to_load_is_located(tmp_path: Path, attr: str, message: str) -> None:
+    (tmp_path / "failing_plugins_manifest.py").write_text(PLUGINS)
+    path = write(
+        tmp_path, f'[[tools]]\nkind = "python"\nmodule = "failing_plugins_manifest:{attr}"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_manifest(path)
+    assert str(caught.value).startswith(
+        f"{path}: tools[0] (kind \"python\"): cannot use 'failing_plugins_manifest:{attr}' as tools: "
+    )
+    assert re.search(message, str(caught.value))
+
+
+def test_python_entry_name_must_be_a_string(project: Path) -> None:
+    path = write(
+        project, '[[tools]]\nkind = "python"\nmodule = "mytools_manifest:TOOLS"\nname = 5\n'
+    )
+    with pytest.raises(ConfigError, match=r"tools\[0\] .*name must be a non-empty string"):
+        load_manifest(path)

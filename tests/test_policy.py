@@ -125,3 +125,59 @@ async def test_approve_rule_asks_before_running() -> None:
     assert result.success and asked[0].reason == "shell needs review"
     assert store.audit[-1].decision == "review-shell:approval:approved"
     assert result.events[0].kind == "approval" and result.events[0].seq == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"defualt": "deny"}, r"^policy: unknown key 'defualt' \(known: default, rules\)$"),
+        (
+            {"rules": [{"name": "r", "effect": "deny", "whn": {"argument": "a", "equals": 1}}]},
+            r"^policy\.rules\[0\]: unknown key 'whn' \(known: name, effect, tools, when, reason\)$",
+        ),
+        (
+            {"rules": [{"name": "r", "effect": "deny", "tool": ["slow"]}]},
+            r"^policy\.rules\[0\]: unknown key 'tool' ",
+        ),
+        (
+            {"rules": [{"name": "r", "effect": "deny", "when": [{"argument": "a", "eq": 5}]}]},
+            r"^policy\.rules\[0\]\.when\[0\]: unknown key 'eq' "
+            r"\(known: argument, matches, equals, one_of\)$",
+        ),
+    ],
+)
+def test_from_config_refuses_unknown_keys(table: dict[str, Any], message: str) -> None:
+    # A misspelt key used to be ignored, silently turning a deny rule or default off.
+    with pytest.raises(ConfigError, match=message):
+        Policy.from_config(table)
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ({"tools": 5}, r"^policy\.rules\[0\]\.tools: must be a tool name pattern"),
+        ({"tools": []}, r"^policy\.rules\[0\]\.tools: is empty"),
+        ({"when": "x"}, r"^policy\.rules\[0\]\.when: must be a condition table"),
+        ({"when": {"foo": 1}}, r"^policy\.rules\[0\]\.when: unknown key 'foo'"),
+        ({"when": [5]}, r"^policy\.rules\[0\]\.when\[0\]: a condition must be a table"),
+        ({"when": {"equals": 1}}, r"^policy\.rules\[0\]\.when: needs argument"),
+        ({"when": {"argument": "a", "matches": 1}}, r"\.when: matches must be a regex string"),
+        ({"when": {"argument": "a", "one_of": 1}}, r"\.when: one_of must be a list"),
+        ({"when": {"argument": "a"}}, r"^policy\.rules\[0\]\.when: .*exactly one of"),
+        ({"name": 5}, r"^policy\.rules\[0\]\.name: must be a string"),
+        ({"reason": ["x"]}, r"^policy\.rules\[0\]\.reason: must be a string"),
+    ],
+)
+def test_from_config_refuses_malformed_values(rule: dict[str, Any], message: str) -> None:
+    table = {"rules": [{"name": "r", "effect": "deny", **rule}]}
+    with pytest.raises(ConfigError, match=message):
+        Policy.from_config(table)
+
+
+def test_from_config_refuses_malformed_tables() -> None:
+    with pytest.raises(ConfigError, match=r"^policy\.rules: rules must be a list of tables"):
+        Policy.from_config({"rules": {"name": "r", "effect": "deny"}})
+    with pytest.raises(ConfigError, match=r"^policy\.rules\[1\]: a rule must be a table"):
+        Policy.from_config({"rules": [{"name": "r", "effect": "deny"}, "x"]})
+    with pytest.raises(ConfigError, match=r"^policy\.default: must be allow, deny or approve"):
+        Policy.from_config({"default": "nope"})

@@ -508,9 +508,16 @@ def python_sources(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
             target = getattr(target, part)
         except AttributeError:
             raise ConfigError(f"{module_name!r} has no attribute {attr_path!r}") from None
-    source = as_source(target)
+    try:
+        source = as_source(target)
+    except ConfigError:
+        raise
+    except Exception as exc:  # user code ran here: a plugin's constructor or its _list_tools
+        raise ConfigError(f"cannot use {spec!r} as tools: {type(exc).__name__}: {exc}") from exc
     name = entry.get("name")
-    if isinstance(name, str) and name:
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigError(f"name must be a non-empty string, not {name!r}")
+    if name:
         source.name = name
     elif source.name in ("tools", "source"):
         source.name = f"python:{spec}"

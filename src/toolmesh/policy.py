@@ -116,37 +116,98 @@ class Policy:
 
     @classmethod
     def from_config(cls, table: Mapping[str, Any], *, where: str = "policy") -> Policy:
-        """Build from a ``[policy]`` table: ``default`` and a list of ``rules``."""
-        rules = []
-        for index, raw in enumerate(table.get("rules") or []):
-            location = f"{where}.rules[{index}]"
-            if not isinstance(raw, Mapping):
-                raise ConfigError("a rule must be a table", location=location)
-            try:
-                rules.append(_rule_from_config(raw))
-            except ConfigError as exc:
-                raise ConfigError(str(exc), location=location) from None
+        """Build from a ``[policy]`` table: ``default`` and a list of ``rules``. Unknown keys
+        are errors: a misspelt key would otherwise switch a rule, or the policy, off."""
+        _known(table, _POLICY_KEYS, where)
+        raw_rules = table.get("rules", [])
+        if not isinstance(raw_rules, list | tuple):
+            raise ConfigError(
+                "rules must be a list of tables ([[policy.rules]])", location=f"{where}.rules"
+            )
+        rules = [
+            _rule_from_config(raw, f"{where}.rules[{index}]") for index, raw in enumerate(raw_rules)
+        ]
         default = table.get("default", "allow")
         if default not in ("allow", "deny", "approve"):
-            raise ConfigError("default must be allow, deny or approve", location=where)
+            raise ConfigError(
+                f"must be allow, deny or approve, not {default!r}", location=f"{where}.default"
+            )
         return cls(rules, default)
 
 
-def _rule_from_config(raw: Mapping[str, Any]) -> Rule:
+_POLICY_KEYS = ("default", "rules")
+_RULE_KEYS = ("name", "effect", "tools", "when", "reason")
+_CONDITION_KEYS = ("argument", "matches", "equals", "one_of")
+
+
+def _known(table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+    unknown = [key for key in table if key not in known]
+    if unknown:
+        keys = ", ".join(repr(key) for key in unknown)
+        raise ConfigError(
+            f"unknown key{'s' if len(unknown) > 1 else ''} {keys} (known: {', '.join(known)})",
+            location=where,
+        )
+
+
+def _rule_from_config(raw: Any, where: str) -> Rule:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("a rule must be a table", location=where)
+    _known(raw, _RULE_KEYS, where)
+    for key in ("name", "effect", "reason"):
+        if key in raw and not isinstance(raw[key], str):
+            raise ConfigError(f"must be a string, not {raw[key]!r}", location=f"{where}.{key}")
     tools = raw.get("tools", ["*"])
     if isinstance(tools, str):
         tools = [tools]
-    conditions = raw.get("when") or []
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
+        raise ConfigError(
+            f"must be a tool name pattern or a list of them, not {tools!r}",
+            location=f"{where}.tools",
+        )
+    if not tools:  # a rule for no tool never applies: surely not what was meant
+        raise ConfigError("is empty: the rule would apply to no tool", location=f"{where}.tools")
+    conditions = raw.get("when", [])
     if isinstance(conditions, Mapping):
+        places = [f"{where}.when"]
         conditions = [conditions]
-    when = [ArgumentCondition(**dict(c)) for c in conditions]
-    return Rule(
-        name=str(raw.get("name", "")),
-        effect=raw.get("effect", ""),
-        tools=list(tools),
-        when=when,
-        reason=str(raw.get("reason", "")),
-    )
+    elif isinstance(conditions, list | tuple):
+        places = [f"{where}.when[{index}]" for index in range(len(conditions))]
+    else:
+        raise ConfigError(
+            f"must be a condition table or a list of them, not {conditions!r}",
+            location=f"{where}.when",
+        )
+    when = [_condition_from_config(c, place) for c, place in zip(conditions, places, strict=True)]
+    try:
+        return Rule(
+            name=raw.get("name", ""),
+            effect=raw.get("effect", ""),
+            tools=list(tools),
+            when=when,
+            reason=raw.get("reason", ""),
+        )
+    except ConfigError as exc:
+        raise ConfigError(str(exc), location=where) from None
+
+
+def _condition_from_config(raw: Any, where: str) -> ArgumentCondition:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"a condition must be a table, not {raw!r}", location=where)
+    _known(raw, _CONDITION_KEYS, where)
+    argument = raw.get("argument")
+    if not isinstance(argument, str) or not argument:
+        raise ConfigError("needs argument = the argument's name (or dotted path)", location=where)
+    if "matches" in raw and not isinstance(raw["matches"], str):
+        raise ConfigError(f"matches must be a regex string, not {raw['matches']!r}", location=where)
+    if "one_of" in raw and not isinstance(raw["one_of"], list | tuple):
+        raise ConfigError(f"one_of must be a list, not {raw['one_of']!r}", location=where)
+    try:
+        return ArgumentCondition(
+            argument, matches=raw.get("matches"), equals=raw.get("equals"), one_of=raw.get("one_of")
+        )
+    except ConfigError as exc:
+        raise ConfigError(str(exc), location=where) from None
 
 
 def _decision(effect: Effect, rule: str, reason: str, tool: str) -> Decision:

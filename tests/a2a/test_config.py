@@ -98,3 +98,8 @@ async def test_agents_in_the_manifest(tmp_path: Path) -> None:
             await handle.stop()
             await served.close()
     assert result.output == "hi"
+
+
+def test_agents_that_is_not_a_table_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"^agents: must be a table of agents, not 5$"):
+        parse_agents_config({"agents": 5})

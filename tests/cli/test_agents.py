@@ -4,6 +4,7 @@ run them, against a served agent whose model is a local stub."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from tests.cli.test_cli import run
 from tests.conftest import REPO, toolmesh_command
 from tests.fixtures.llm_stub import StubLLM, openai_text
+from toolmesh.cli import main
 
 pytestmark = [pytest.mark.network_server]
 
@@ -138,3 +140,84 @@ def test_help() -> None:
         cwd=REPO,
     )
     assert shown.returncode == 0 and "CARD_URL" in shown.stdout
+
+
+def test_agents_add_a_dotted_name_round_trips(agent_url: str, tmp_path: Path) -> None:
+    # `[agents.a.b]` would nest b inside a; the key is quoted instead.
+    manifest = tmp_path / "toolmesh.toml"
+    added = run("agents", "add", agent_url, "--name", "a.b", "--config", str(manifest))
+    assert added.returncode == 0, added.stderr
+    assert '[agents."a.b"]' in added.stdout
+    parsed = tomllib.loads(manifest.read_text())
+    assert list(parsed["agents"]) == ["a.b"]
+    assert parsed["agents"]["a.b"]["card"] == agent_url + "/.well-known/agent-card.json"
+    listed = run("agents", "list", "--config", str(manifest))
+    assert listed.stdout.split()[0] == "a.b"
+    again = run("agents", "add", agent_url, "--name", "a.b", "--config", str(manifest))
+    assert again.returncode == 2 and 'already has [agents."a.b"]' in again.stderr
+
+
+@pytest.mark.parametrize("action", [["list"], ["add", "http://127.0.0.1:9"]])
+def test_agents_that_is_not_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+) -> None:
+    manifest = tmp_path / "a1.toml"
+    manifest.write_text("agents = 5\n")
+    assert main(["agents", *action, "--config", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"toolmesh: error: {manifest}: agents: must be a table of agents ([agents.KEY])\n"
+    assert manifest.read_text() == "agents = 5\n"
+
+
+def test_agents_add_refuses_an_empty_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    assert (
+        main(["agents", "add", "http://127.0.0.1:9", "--name", "", "--config", str(manifest)]) == 2
+    )
+    assert "--name must not be empty" in capsys.readouterr().err
+    assert not manifest.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"), [([], "from-manifest.db"), (["--audit", "given.db"], "given.db")]
+)
+def test_serve_a2a_uses_the_manifests_audit(
+    tmp_path: Path, extra: list[str], expected: str
+) -> None:
+    # `serve --a2a --config` used to ignore [toolkit] audit and write ./toolmesh-audit.db.
+    (tmp_path / "toolmesh.toml").write_text('[toolkit]\naudit = "from-manifest.db"\n')
+    environment = {k: v for k, v in os.environ.items() if k != "TOOLMESH_AUDIT"}
+    environment["PYTHONPATH"] = str(REPO)
+    with StubLLM(lambda body, i: openai_text("unused")) as llm:
+        process = subprocess.Popen(
+            toolmesh_command(
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--a2a",
+                "desk",
+                "--llm",
+                llm.base_url,
+                "--model",
+                "m",
+                "--config",
+                "toolmesh.toml",
+                *extra,
+            ),
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().strip()  # printed once the store is open
+            assert url.startswith("http://127.0.0.1:"), process.stderr
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
+    made = {p.name for p in tmp_path.iterdir()} - {"toolmesh.toml"}
+    assert expected in made and "toolmesh-audit.db" not in made

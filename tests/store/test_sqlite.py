@@ -108,3 +108,40 @@ async def test_a2a_tasks(tmp_path: Path, kind: str) -> None:
     replaced = await store.load_a2a_task("t2")
     assert replaced is not None and replaced.state == "completed"
     await store.close()
+
+
+@pytest.mark.parametrize(
+    ("schema", "tables"),
+    [
+        ("CREATE TABLE audit (id INTEGER PRIMARY KEY, who, what)", "audit"),
+        ("CREATE TABLE users (id INTEGER PRIMARY KEY); CREATE VIEW v AS SELECT 1", "users, v"),
+    ],
+)
+async def test_a_foreign_database_is_refused_and_left_untouched(
+    tmp_path: Path, schema: str, tables: str
+) -> None:
+    path = tmp_path / "theirs.db"
+    foreign = sqlite3.connect(path)
+    foreign.executescript(schema)
+    foreign.close()
+    before = path.read_bytes()
+    with pytest.raises(
+        ConfigError, match=rf"is not a toolmesh database \(it has tables: {tables}\)"
+    ):
+        await SqliteStore(path).open()
+    # No WAL switch, no schema_version, no toolmesh tables: the file is exactly as it was.
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]
+
+
+async def test_an_empty_file_or_our_own_database_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
+    again = SqliteStore(path)  # now it has schema_version: ours
+    await again.open()
+    await again.append_audit(AuditEntry(tool_name="t", success=True))
+    assert [e.tool_name for e in await again.recent_audit()] == ["t"]
+    await again.close()

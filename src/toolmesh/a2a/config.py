@@ -40,6 +40,8 @@ def parse_agents_config(cfg: Mapping[str, Any]) -> list[Agent]:
     table = cfg.get("agents")
     if isinstance(table, Mapping) and "card" not in table:
         cfg = table
+    elif "agents" in cfg and not isinstance(table, Mapping):  # `agents = 5`: not one agent
+        raise ConfigError(f"must be a table of agents, not {table!r}", location="agents")
     agents = []
     for key, entry in cfg.items():
         if not isinstance(entry, Mapping) or not isinstance(entry.get("card"), str):

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -66,23 +67,26 @@ def run_add(args: argparse.Namespace) -> int:
     from toolmesh.a2a.config import expand_variables
     from toolmesh.toolkit import sanitize_name
 
+    if args.name is not None and not args.name.strip():
+        raise ConfigError("--name must not be empty")
+    path = Path(args.config)
+    existing = _agents_table(_read_manifest(path), path)  # a broken manifest: before fetching
     headers = dict(_header(h) for h in args.header)
     resolved = {k: expand_variables(v, f"--header {k}") for k, v in headers.items()}
     described = agent(args.card, resolved, args.timeout or 300.0)
     tools, card = asyncio.run(_fetch_tools(described))
     key = args.name or sanitize_name(str(card["name"])).lower()
-    path = Path(args.config)
-    document = _read_manifest(path)
-    if key in (document.get("agents") or {}):
-        raise ConfigError(f"{path} already has [agents.{key}]; choose another --name")
-    entry = [f"[agents.{key}]", f"card = {json.dumps(described.card_url)}"]
+    table = f"[agents.{_toml_key(key)}]"
+    if key in existing:
+        raise ConfigError(f"{path} already has {table}; choose another --name")
+    entry = [table, f"card = {json.dumps(described.card_url)}"]
     if headers:
         pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items())
         entry.append(f"headers = {{ {pairs} }}")
     if args.timeout:
         entry.append(f"timeout = {args.timeout:g}")
-    _append_checked(path, "\n".join(entry) + "\n")
-    print(f"added [agents.{key}] to {path}: {card['name']!r} with {len(tools)} tools")
+    _append_checked(path, "\n".join(entry) + "\n", key, described.card_url)
+    print(f"added {table} to {path}: {card['name']!r} with {len(tools)} tools")
     for tool in tools:
         print(f"  {tool.name}  {tool.description}")
     return 0
@@ -92,8 +96,11 @@ def run_list(args: argparse.Namespace) -> int:
     from toolmesh.a2a import parse_agents_config
 
     path = Path(args.config)
-    table = _read_manifest(path).get("agents") or {}
-    enabled = {a.name for a in parse_agents_config({"agents": table})}
+    table = _agents_table(_read_manifest(path), path)
+    try:
+        enabled = {a.name for a in parse_agents_config({"agents": table})}
+    except ConfigError as exc:
+        raise ConfigError(str(exc), location=str(path)) from None
     for key, entry in table.items():
         card = entry.get("card", "?") if isinstance(entry, dict) else "?"
         print(f"{key}  {card}{'' if key in enabled else '  (disabled)'}")
@@ -130,17 +137,35 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
 
 
-def _append_checked(path: Path, block: str) -> None:
-    """Append ``block``, writing the file only if the result still parses."""
+def _agents_table(document: dict[str, Any], path: Path) -> dict[str, Any]:
+    table = document.get("agents", {})
+    if not isinstance(table, dict):
+        raise ConfigError("must be a table of agents ([agents.KEY])", location=f"{path}: agents")
+    return table
+
+
+def _toml_key(key: str) -> str:
+    """``key`` as one TOML key: bare when it can be, else quoted (``a.b`` bare would nest)."""
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        return key
+    return json.dumps(key)  # a JSON string is a TOML basic string
+
+
+def _append_checked(path: Path, block: str, key: str, card_url: str) -> None:
+    """Append ``block``, writing the file only if the result still parses and reads back as
+    ``[agents.KEY]`` with this card."""
     import tomllib
 
     before = path.read_text(encoding="utf-8") if path.exists() else ""
     separator = "" if not before else "\n" if before.endswith("\n") else "\n\n"
     after = before + separator + block
     try:
-        tomllib.loads(after)
+        parsed = tomllib.loads(after)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"cannot add the entry to {path} without breaking it: {exc}") from exc
+    entry = parsed.get("agents", {}).get(key)
+    if not isinstance(entry, dict) or entry.get("card") != card_url:
+        raise ConfigError(f"cannot add [agents] entry {key!r} to {path}: it would not read back")
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(after, encoding="utf-8")
     temporary.replace(path)
@@ -202,6 +227,23 @@ def serve_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_audit() -> str:
+    from toolmesh.cli.loading import DEFAULT_AUDIT
+
+    return os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
+
+
+def _audit_chosen(args: argparse.Namespace) -> str | None:
+    """The store --audit/--store chose, or None. ``serve`` may hand over its default in
+    ``args.audit`` (None, or the default path itself): that is no choice, the manifest wins."""
+    audit: str | None = getattr(args, "audit", None)
+    if getattr(args, "store", None):
+        return audit or args.store  # `serve` copies --store into args.audit
+    if audit is None or audit == _default_audit():
+        return None
+    return audit
+
+
 async def _serve_agent(args: argparse.Namespace) -> None:
     from toolmesh.cli.loading import load_sources
     from toolmesh.llm import create_client
@@ -209,20 +251,46 @@ async def _serve_agent(args: argparse.Namespace) -> None:
 
     names = API_KEY_VARIABLES[args.llm_style]
     api_key = next((os.environ[n] for n in names if os.environ.get(n)), None)
-    client = create_client(args.llm, args.llm_style, args.model, api_key)
-    default = not (args.tools or args.config or args.skills)  # as `serve`: the built-ins
-    toolkit = await create_toolkit(
-        tools=load_sources(args.tools),
-        builtins=default,
-        workspace=args.workspace if default else None,
-        skills_dir=args.skills,
-        config=args.config,
-        audit=args.audit,
-        capabilities=args.capability,
-        capability_policy=args.capability_policy or "locked",
-        name=args.a2a,
-    )
+    audit = _audit_chosen(args)
+    if args.config:
+        # As plain `serve --config`: the manifest's audit unless --audit/--store chose one.
+        from toolmesh.manifest import load_manifest
+        from toolmesh.sources.skills import SkillsSource
+
+        manifest = load_manifest(args.config)
+        extra = load_sources(args.tools)
+        if args.skills:
+            extra.append(SkillsSource(args.skills))
+        toolkit = await manifest.toolkit(
+            *extra,
+            name=args.a2a,
+            capabilities=args.capability,
+            capability_policy=args.capability_policy,
+            audit=audit or manifest.store or manifest.audit or _default_audit(),
+        ).start()
+    else:
+        default = not (args.tools or args.skills)  # as `serve`: the built-ins
+        toolkit = await create_toolkit(
+            tools=load_sources(args.tools),
+            builtins=default,
+            workspace=args.workspace if default else None,
+            skills_dir=args.skills,
+            audit=audit or _default_audit(),
+            capabilities=args.capability,
+            capability_policy=args.capability_policy or "locked",
+            name=args.a2a,
+        )
     try:
+        client = create_client(args.llm, args.llm_style, args.model, api_key)
+    except BaseException:
+        await toolkit.close()
+        raise
+    try:
+        # Handlers first: whoever reads the URL may signal at once.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         handle = await toolkit.serve(
             args.http or "127.0.0.1:8765",
             client=client,
@@ -236,10 +304,6 @@ async def _serve_agent(args: argparse.Namespace) -> None:
             file=sys.stderr,
             flush=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
         waiting = asyncio.ensure_future(handle.wait())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)

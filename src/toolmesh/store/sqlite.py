@@ -140,12 +140,21 @@ class SqliteStore(Store):
                 raise ConfigError(f"audit database folder {parent} does not exist")
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            _migrate(db)
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"cannot use {self.path} as a toolmesh database: {exc}") from exc
+        try:
+            db.execute("PRAGMA busy_timeout=5000")
+            # Look before touching: WAL mode and the migrations would change someone else's file.
+            _check_ours(db, self.path)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            _migrate(db)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise ConfigError(f"cannot use {self.path} as a toolmesh database: {exc}") from exc
+        except BaseException:
+            db.close()
+            raise
         return db
 
     async def close(self) -> None:
@@ -316,6 +325,23 @@ class SqliteStore(Store):
 
 def _task_record(row: tuple[Any, ...]) -> A2ATaskRecord:
     return A2ATaskRecord(row[0], row[1], row[2], row[3], json.loads(row[4]))
+
+
+def _check_ours(db: sqlite3.Connection, path: str) -> None:
+    """Refuse a database that has tables but no ``schema_version``: it belongs to someone else.
+    An empty one (a new file) is fine. Only reads, so a refused file is left as it was."""
+    names = [
+        row[0]
+        for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+        )
+    ]
+    if names and "schema_version" not in names:
+        raise ConfigError(
+            f"{path} is not a toolmesh database (it has tables: {', '.join(names)}); "
+            "give a new or toolmesh-made file"
+        )
 
 
 def _migrate(db: sqlite3.Connection) -> None:
