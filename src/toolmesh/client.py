@@ -22,8 +22,15 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
-from toolmesh.errors import CallTimeout, HandshakeError, ProtocolError, TransportError
+from toolmesh.errors import (
+    CallTimeout,
+    ConfigError,
+    HandshakeError,
+    ProtocolError,
+    TransportError,
+)
 from toolmesh.host import Connection, Host
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, local_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec
@@ -565,6 +572,7 @@ async def connect_async(
     elif isinstance(target, str) and target.startswith(("http://", "https://")):
         from toolmesh.transports.http import HttpChannel
 
+        check_url(target)
         channel = HttpChannel(target, auth_token=auth_token, headers=headers)
         client = AsyncClient(channel, **options)
     elif isinstance(target, list | tuple) and target and all(isinstance(x, str) for x in target):
@@ -602,6 +610,19 @@ def connect(
             on_approval=on_approval,
         )
     )
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL neither HTTP client can use, naming it: urlsplit raises a bare ValueError
+    for a bad port (``:99999``, ``:abc``) only when the port is first read, deep in a client."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - read for its ValueError
+    except ValueError as exc:
+        reason = str(exc)
+        raise ConfigError(f"cannot connect to {url!r}: {reason[:1].lower()}{reason[1:]}") from None
+    if not parts.hostname:
+        raise ConfigError(f"cannot connect to {url!r}: the URL names no host")
 
 
 def _drop(_message: Any) -> None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.cli.test_cli import run
 from tests.conftest import toolmesh_command
 from toolmesh import connect_async
+from toolmesh.cli import main
+from toolmesh.cli.loading import DEFAULT_AUDIT
 from toolmesh.sources.builtins import BUILTIN_NAMES
 
 
@@ -35,3 +42,81 @@ async def test_serving_the_default_toolkit_over_stdio(tmp_path: Path) -> None:
     assert (tmp_path / "ws" / "hi.txt").read_text() == "hello"
     rows = sqlite3.connect(audit).execute("SELECT tool_name, success FROM audit").fetchall()
     assert rows == [("write_file", 1), ("read_file", 0)]
+
+
+DEMO = "tests.fixtures.demo_tools:TOOLS"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--audit", "{tmp}/afile"], "cannot use {tmp}/afile as a toolmesh database"),
+        (["--audit", "{tmp}/nodir/a.db"], "audit database folder {tmp}/nodir does not exist"),
+        (["--http", "256.1.1.1:80", "--auth-token", "x"], "'256.1.1.1' is not an IP address"),
+        (["--http", "127.0.0.1:99999"], "port from 0 to 65535"),
+        (["--http", "127.0.0.1:²"], "port from 0 to 65535"),
+        (["--http", "127.0.0.1:{taken}"], "cannot listen on 127.0.0.1:{taken}: address "),
+    ],
+)
+def test_serve_http_startup_failures_are_one_line(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "afile").write_text("hi\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        given = {"tmp": str(tmp_path), "taken": str(taken.getsockname()[1])}
+        argv = ["serve", "--http", "127.0.0.1:0", "--tools", DEMO, "--audit", ":memory:"]
+        assert main(argv + [word.format(**given) for word in extra]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("toolmesh: error: "), lines
+    assert message.format(**given) in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-message-bytes", "0", "wants a whole number above 0, not '0'"),
+        ("--max-message-bytes", "-1", "wants a whole number above 0, not '-1'"),
+        ("--max-parallel", "0", "wants a whole number above 0, not '0'"),
+        ("--approval-timeout", "nan", "wants a number of seconds above 0, not 'nan'"),
+        ("--mcp-defer-over", "-1", "wants a whole number, 0 or more, not '-1'"),
+    ],
+)
+def test_serve_refuses_numbers_that_would_refuse_everything(
+    option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--stdio", "--tools", DEMO, option, value])
+    assert exited.value.code == 2
+    assert f"argument {option}: {message}" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("flag", ["--mcp-stdio", "--mcp"])
+def test_serve_refuses_a2a_with_an_mcp_flag_it_would_ignore(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", flag, "--a2a", "desk", "--llm", "http://127.0.0.1:9", "--model", "m"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"toolmesh: error: --a2a serves over HTTP and cannot be combined with {flag}"
+    )
+
+
+def test_serve_audit_wins_over_the_manifest_even_at_the_default(tmp_path: Path) -> None:
+    (tmp_path / "toolmesh.toml").write_text('[toolkit]\naudit = "from-manifest.db"\n')
+    environment = {k: v for k, v in os.environ.items() if k != "TOOLMESH_AUDIT"}
+    for given, written in [([], "from-manifest.db"), (["--audit", DEFAULT_AUDIT], DEFAULT_AUDIT)]:
+        served = subprocess.run(
+            toolmesh_command("serve", "--stdio", "--config", "toolmesh.toml", *given),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=environment,
+            timeout=60,
+            check=False,
+        )
+        assert served.returncode == 0, served.stderr
+        assert sorted(p.name for p in tmp_path.glob("*.db")) == [written]
+        (tmp_path / written).unlink()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -271,3 +272,59 @@ async def _sse_messages_async(lines: AsyncIterator[str]) -> AsyncIterator[dict[s
         elif line == "" and data:
             yield json.loads("\n".join(data))
             data = []
+
+
+@pytest.mark.parametrize(
+    "bind",
+    ["127.0.0.1:65536", "127.0.0.1:99999", "127.0.0.1:²", "127.0.0.1:٣", "127.0.0.1:" + "9" * 5000],
+)
+def test_check_bind_wants_an_ascii_port_up_to_65535(bind: str) -> None:
+    with pytest.raises(ConfigError, match="port from 0 to 65535") as refused:
+        check_bind(bind, None)
+    assert repr(bind)[:40] in str(refused.value)
+
+
+def test_check_bind_refuses_what_can_only_be_a_mistyped_address() -> None:
+    assert check_bind("127.0.0.1:65535", None) == ("127.0.0.1", 65535)
+    for host in ("256.1.1.1", "1.2.3", "::g"):
+        with pytest.raises(ConfigError, match=f"'{host}' is not an IP address"):
+            check_bind(f"[{host}]:80", "tok")
+
+
+async def test_start_on_a_taken_port_raises_one_clear_error(tmp_path: Path) -> None:
+    host = demo_host(tmp_path / "a.db")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        running = HttpServer(host, f"127.0.0.1:{port}")
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}: address "):
+            await running.start()
+    await running.stop()
+    await host.close()
+
+
+async def test_start_raises_the_store_error_before_listening(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("hi\n")
+    for audit, message in [
+        (tmp_path / "afile", "not a database"),
+        (tmp_path / "nodir" / "a.db", "does not exist"),
+    ]:
+        host = demo_host(audit)
+        with pytest.raises(ConfigError, match=message):
+            await HttpServer(host, "127.0.0.1:0").start()
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:99999", "port out of range"),
+        ("http://127.0.0.1:abc", "could not be cast"),
+        ("https://127.0.0.1:abc/", "could not be cast"),
+        ("http://", "names no host"),
+    ],
+)
+async def test_connect_names_an_unusable_url(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason) as refused:
+        await connect_async(url)
+    assert f"cannot connect to {url!r}" in str(refused.value)

@@ -256,3 +256,10 @@ def test_which_urls_the_lean_client_can_carry(monkeypatch: pytest.MonkeyPatch) -
     assert not lean_suits("http://models.internal:8000")  # httpx goes through the proxy
     monkeypatch.setenv("NO_PROXY", "models.internal")
     assert lean_suits("http://models.internal:8000")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:abc"])
+def test_a_bad_port_is_named(url: str) -> None:
+    with pytest.raises(ValueError, match="is not a usable URL") as refused:
+        LeanClient(url)
+    assert repr(url) in str(refused.value)

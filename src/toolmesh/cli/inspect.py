@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolmesh import strictjson
 from toolmesh.cli.loading import parse_target
-from toolmesh.cli.serve import add_source_options, build_host
+from toolmesh.cli.serve import add_source_options, build_host, positive_float
 from toolmesh.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ def add_parsers(commands: Any) -> None:
     call.add_argument("name", help="the tool's name")
     call.add_argument("--args", default="{}", metavar="JSON", help="arguments as a JSON object")
     call.add_argument("--stream", action="store_true", help="show events as they arrive")
-    call.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+    call.add_argument(
+        "--timeout", type=positive_float, default=30.0, help="deadline in seconds (default 30)"
+    )
     add_target_options(call)
     call.set_defaults(run=run_call)
 
@@ -58,10 +60,12 @@ async def _client(args: argparse.Namespace) -> AsyncClient:
     from toolmesh.cli.agents import agent_toolkit, looks_like_card
     from toolmesh.client import connect_async
 
-    if args.target and looks_like_card(args.target):  # a remote A2A agent's skills
-        target: Any = await agent_toolkit(args.target)
-    else:
-        target = parse_target(args.target) if args.target else build_host(args, audit=None)
+    if args.target is None:
+        target: Any = build_host(args, audit=None)
+    else:  # an empty --target is an error, not "no target"
+        target = parse_target(args.target)
+        if isinstance(target, str) and looks_like_card(target):  # a remote A2A agent's skills
+            target = await agent_toolkit(target)
     return await connect_async(target, agent_id="toolmesh-cli", auth_token=args.auth_token)
 
 

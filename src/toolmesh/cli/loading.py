@@ -31,6 +31,8 @@ def load_attr(spec: str) -> Any:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # the module's own code failed (or called exit)
+        raise ConfigError(f"importing {module_name!r} failed: {_named(exc)}") from exc
     for part in attr_path.split("."):
         try:
             target = getattr(target, part)
@@ -41,15 +43,49 @@ def load_attr(spec: str) -> Any:
 
 def load_sources(specs: Sequence[str]) -> list[Any]:
     """The objects named by ``--tools`` specs, each a plugin, toolkit, tool, function or list."""
-    return [load_attr(spec) for spec in specs]
+    return [_plugged(spec, load_attr(spec)) for spec in specs]
+
+
+def _plugged(spec: str, found: Any) -> Any:
+    """``found`` with its plugins made and their tools listed now, so that a plugin that
+    fails says which spec it came from (the toolkit would otherwise fail with a traceback)."""
+    from toolmesh.sources.plugin import PluginSource, ToolPlugin
+
+    if isinstance(found, list | tuple):
+        return [_plugged(spec, item) for item in found]
+    if isinstance(found, type) and issubclass(found, ToolPlugin):
+        try:
+            found = found()
+        except Exception as exc:
+            raise ConfigError(f"cannot make a plugin of {spec}: {_named(exc)}") from exc
+    if isinstance(found, ToolPlugin):
+        try:
+            return PluginSource(found)
+        except Exception as exc:
+            raise ConfigError(f"{spec} could not list its tools: {_named(exc)}") from exc
+    return found
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def parse_target(target: str) -> Any:
     """A ``--target``: an http(s) URL, a MODULE:ATTR to serve in-process, or a command line."""
     if target.startswith(("http://", "https://")):
+        from toolmesh.client import check_url
+
+        check_url(target)
         return target
     if _MODULE_ATTR.match(target):
-        return load_attr(target)
+        from toolmesh.host import Host
+        from toolmesh.toolkit import Toolkit
+
+        found = load_attr(target)
+        if isinstance(found, Host | Toolkit):
+            return found
+        # Anything --tools takes (a plugin, @tool function, list...): served as --tools would be
+        return Host(_plugged(target, found))
     words = shlex.split(target)
     if not words:
         raise ConfigError("--target is empty")

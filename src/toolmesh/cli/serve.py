@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -45,8 +46,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--audit",
         metavar="PATH",
-        default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
-        help=f"SQLite file for the audit log (default {DEFAULT_AUDIT}; ':memory:' keeps none); "
+        default=None,  # not given: the manifest's, else TOOLMESH_AUDIT, else DEFAULT_AUDIT
+        help=f"SQLite file for the audit log (default: the manifest's, else env "
+        f"TOOLMESH_AUDIT, else {DEFAULT_AUDIT}; ':memory:' keeps none); "
         "shorthand for --store sqlite:///PATH",
     )
     parser.add_argument(
@@ -78,17 +80,20 @@ def add_parser(commands: Any) -> None:
         "else locked)",
     )
     parser.add_argument(
-        "--max-parallel", type=int, default=8, help="calls one session may run at once (default 8)"
+        "--max-parallel",
+        type=positive_int,
+        default=8,
+        help="calls one session may run at once (default 8)",
     )
     parser.add_argument(
         "--approval-timeout",
-        type=float,
+        type=positive_float,
         default=300.0,
         help="seconds a call needing approval waits for an answer (default 300)",
     )
     parser.add_argument(
         "--max-message-bytes",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help=f"largest message accepted (default {DEFAULT_MAX_MESSAGE_BYTES})",
     )
@@ -123,13 +128,50 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mcp-defer-over",
-        type=int,
+        type=non_negative_int,
         metavar="N",
         help="defer the tools of an MCP server with more than N of them (found by search)",
     )
 
 
-def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0 (0 or less would refuse everything)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"wants a whole number above 0, not {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"wants a whole number, 0 or more, not {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: seconds above 0; 0, negative, nan and inf would mean no deadline."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"wants a number of seconds above 0, not {text!r}")
+    return value
+
+
+def build_host(
+    args: argparse.Namespace, *, audit: str | None, default_audit: str | None = None
+) -> Host:
+    """The host the options describe. ``audit`` is the store the command line chose (None: not
+    chosen); then the manifest's applies, else ``default_audit`` (None: the toolkit's own)."""
     sources = load_sources(args.tools)
     if getattr(args, "skills", None):
         from toolmesh.sources.skills import SkillsSource
@@ -143,7 +185,11 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
         for path in args.mcp_config:
             sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
     if args.config:
-        return _manifest_host(args, sources, audit=audit)
+        return _manifest_host(args, sources, audit=audit, default_audit=default_audit)
+    if audit is None:
+        audit = default_audit
+        if default_audit is not None:
+            args.audit = audit  # for the banner
     if not sources:  # the default toolkit: the built-in tools, confined to the workspace
         from toolmesh.sources.builtins import builtin_source
 
@@ -160,17 +206,21 @@ def build_host(args: argparse.Namespace, *, audit: str | None) -> Host:
     )
 
 
-def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str | None) -> Host:
+def _manifest_host(
+    args: argparse.Namespace,
+    sources: list[Any],
+    *,
+    audit: str | None,
+    default_audit: str | None,
+) -> Host:
     """A host of the manifest's toolkit (``--tools`` sources after its own). The manifest gives
     the audit file, the capabilities and the policy unless the command line does."""
     from toolmesh.manifest import load_manifest
 
     manifest = load_manifest(args.config)
-    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
-    chosen = manifest.store or manifest.audit
-    if chosen is not None and audit == default_audit and not getattr(args, "store", None):
-        audit = chosen
-        args.audit = audit
+    if audit is None and default_audit is not None:  # serve without --audit/--store
+        audit = manifest.store or manifest.audit or default_audit
+        args.audit = audit  # for the banner
     toolkit = manifest.toolkit(
         *sources,
         capabilities=getattr(args, "capability", None),
@@ -190,11 +240,18 @@ def _manifest_host(args: argparse.Namespace, sources: list[Any], *, audit: str |
 def run(args: argparse.Namespace) -> int:
     if args.store:
         args.audit = args.store
+    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
     if args.a2a:
         from toolmesh.cli.agents import serve_agent
 
+        # serve_agent would serve A2E and A2A over HTTP and quietly drop these
+        for flag, given in (("--mcp-stdio", args.mcp_stdio), ("--mcp", args.mcp)):
+            if given:
+                raise ConfigError(f"--a2a serves over HTTP and cannot be combined with {flag}")
+        if args.audit is None:
+            args.audit = default_audit
         return serve_agent(args)
-    host = build_host(args, audit=args.audit)
+    host = build_host(args, audit=args.audit, default_audit=default_audit)
     if args.mcp and not args.http:
         raise ConfigError("--mcp serves MCP beside A2E over HTTP: give --http HOST:PORT too")
     if args.mcp_stdio:
@@ -288,4 +345,9 @@ async def _until_stopped(serving: Any, host: Host) -> None:
     except asyncio.CancelledError:
         pass
     finally:
-        await host.close()
+        try:
+            await host.close()
+        finally:  # uvloop leaves them installed past the loop's end (main() may run again)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signum)

@@ -22,6 +22,8 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
@@ -123,15 +125,38 @@ class _Sessions:
 def check_bind(bind: str, auth_token: str | None) -> tuple[str, int]:
     """Parse ``HOST:PORT``; refuse a non-loopback address without a bearer token."""
     host, sep, port_text = bind.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ConfigError(f"--http wants HOST:PORT (for example 127.0.0.1:8765), not {bind!r}")
+    # isdigit() alone takes "²" and other non-ASCII digits int() refuses; five digits at most
+    # keeps int() away from huge strings.
+    if (
+        not sep
+        or not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5)
+        or int(port_text) > 65535
+    ):
+        raise ConfigError(
+            "--http wants HOST:PORT with a port from 0 to 65535 (for example 127.0.0.1:8765), "
+            f"not {bind!r}"
+        )
     host = host.strip("[]") or "127.0.0.1"
+    if not _plausible_host(host):
+        raise ConfigError(f"--http {bind!r}: {host!r} is not an IP address")
     if not _is_loopback(host) and not auth_token:
         raise ConfigError(
             f"refusing to listen on {host} without authentication: set an auth token "
             "(--auth-token or TOOLMESH_AUTH_TOKEN), or bind 127.0.0.1"
         )
     return host, int(port_text)
+
+
+def _plausible_host(host: str) -> bool:
+    """False for what can only be a mistyped IP address (``256.1.1.1``, ``::g``): the resolver
+    would otherwise look it up as a host name (slowly, when there is no DNS)."""
+    if ":" not in host and not re.fullmatch(r"[\d.]+", host):
+        return True  # a host name
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_loopback(host: str) -> bool:
@@ -441,7 +466,8 @@ class HttpServer:
     ) -> None:
         import uvicorn
 
-        self.bind_host, port = check_bind(bind, auth_token)
+        self.bind_host, self._port = check_bind(bind, auth_token)
+        self._host = host
         app = build_app(
             host,
             auth_token=auth_token,
@@ -452,7 +478,7 @@ class HttpServer:
         config = uvicorn.Config(
             app,
             host=self.bind_host,
-            port=port,
+            port=self._port,
             log_level="warning",
             access_log=False,
             # Nothing here reads the client's address, so X-Forwarded-* needs no processing.
@@ -466,17 +492,32 @@ class HttpServer:
         self.url = ""
 
     async def start(self) -> str:
-        self._task = asyncio.ensure_future(self._server.serve())
+        """Start the host, listen, and return the URL. A store that cannot open raises its
+        ConfigError here (as over stdio) and a port that cannot be listened on a ConfigError
+        saying why, rather than uvicorn logging it and raising SystemExit."""
+        await self._host.start()  # before uvicorn: its lifespan hook would swallow the error
+        sockets = await _listen(self.bind_host, self._port, self._server.config.backlog)
+        self._task = asyncio.ensure_future(self._serve(sockets))
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises the startup error
                 raise TransportError("the HTTP server stopped during startup")
             await asyncio.sleep(0.005)
-        sockets = [s for server in self._server.servers for s in server.sockets]
-        address = sockets[0].getsockname()
+        listening = [s for server in self._server.servers for s in server.sockets]
+        address = listening[0].getsockname()
         shown = f"[{address[0]}]" if ":" in address[0] else address[0]
         self.url = f"http://{shown}:{address[1]}"
         return self.url
+
+    async def _serve(self, sockets: list[socket.socket]) -> None:
+        try:
+            await self._server.serve(sockets=sockets)
+        except SystemExit:  # uvicorn's report of a failed startup (it logged the cause)
+            raise TransportError("the HTTP server failed to start") from None
+        finally:
+            if not self._server.started:  # else uvicorn's shutdown closed them
+                for sock in sockets:
+                    sock.close()
 
     async def stop(self) -> None:
         if self._task is None:
@@ -492,6 +533,33 @@ class HttpServer:
         gracefully: lifespan shutdown, streams closed)."""
         if self._task is not None:
             await asyncio.shield(self._task)
+
+
+async def _listen(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets on every address ``host`` resolves to (as asyncio's create_server
+    makes them), for uvicorn to serve on: bound here, a failure is one clear ConfigError."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sockets: list[socket.socket] = []
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, proto, _name, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)  # here, not in uvicorn: a taken port fails at bind or here
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"cannot listen on {where}: {reason[:1].lower()}{reason[1:]}") from None
+    if not sockets:
+        raise ConfigError(f"cannot listen on {where}: it resolves to no address")
+    return sockets
 
 
 async def serve_http(

@@ -88,7 +88,11 @@ class LeanClient:
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"LeanClient speaks plain http:// only, not {base_url!r}")
-        self._address = (parts.hostname, parts.port or 80)
+        try:
+            port = parts.port
+        except ValueError as exc:  # a port out of range or not a number
+            raise ValueError(f"{base_url!r} is not a usable URL: {exc}") from None
+        self._address = (parts.hostname, port or 80)
         host = parts.netloc.rpartition("@")[2]
         fields = {"host": ("Host", host), "accept-encoding": ("Accept-Encoding", "identity")}
         fields.update(_fields(headers))

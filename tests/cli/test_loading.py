@@ -1,0 +1,115 @@
+"""``--tools``/``--target MODULE:ATTR``: modules and plugins that fail say so in one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from toolmesh.cli import main
+
+PLUGINS = """
+from toolmesh import ToolPlugin
+
+class NeedsArg(ToolPlugin):
+    def __init__(self, x):
+        self.x = x
+    def _list_tools(self):
+        return []
+    def _execute_tool(self, name, args):
+        return None
+
+class BadList(ToolPlugin):
+    def _list_tools(self):
+        raise RuntimeError("cannot list")
+    def _execute_tool(self, name, args):
+        return None
+
+IN_A_LIST = [NeedsArg]
+"""
+
+TOOLS = '''
+from toolmesh import tool
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+@tool
+def neg(a: int) -> int:
+    """Negate."""
+    return -a
+
+TOOLS = [add, neg]
+'''
+
+_numbers = itertools.count()
+Write = Callable[[str], str]
+
+
+@pytest.fixture
+def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Write]:
+    """Writes a module into the current folder; its name is new each time, so that one test's
+    import does not answer for another's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names: list[str] = []
+
+    def write(source: str) -> str:
+        name = f"qa_module_{next(_numbers)}"
+        (tmp_path / f"{name}.py").write_text(source)
+        names.append(name)
+        return name
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("toolmesh: error: "), lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("option", ["--tools", "--target"])
+@pytest.mark.parametrize(
+    ("source", "attr", "message"),
+    [
+        ('raise RuntimeError("blew up")', "x", "importing '{m}' failed: RuntimeError: blew up"),
+        ("def f(:\n", "x", "importing '{m}' failed: SyntaxError: "),
+        ("import sys; sys.exit(3)", "x", "importing '{m}' failed: SystemExit: 3"),
+        (PLUGINS, "NeedsArg", "cannot make a plugin of {m}:NeedsArg: TypeError: "),
+        (PLUGINS, "IN_A_LIST", "cannot make a plugin of {m}:IN_A_LIST: TypeError: "),
+        (PLUGINS, "BadList", "{m}:BadList could not list its tools: RuntimeError: cannot list"),
+    ],
+)
+def test_a_failing_module_or_plugin_is_one_line(
+    option: str,
+    source: str,
+    attr: str,
+    message: str,
+    write_module: Write,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = write_module(source)
+    line = one_error_line(["tools", option, f"{name}:{attr}"], capsys)
+    assert message.format(m=name) in line
+
+
+@pytest.mark.parametrize(("attr", "names"), [("TOOLS", ["add", "neg"]), ("add", ["add"])])
+def test_target_takes_what_tools_takes(
+    attr: str, names: list[str], write_module: Write, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write_module(TOOLS)
+    assert main(["tools", "--target", f"{name}:{attr}", "--json"]) == 0
+    assert [d["name"] for d in json.loads(capsys.readouterr().out)] == names
+    argv = ["call", "add", "--args", '{"a": 2, "b": 3}', "--target", f"{name}:{attr}"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == "5"
