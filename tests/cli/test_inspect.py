@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.cli.test_loading import one_error_line
@@ -38,3 +40,43 @@ def test_a_target_url_with_a_bad_port_is_named(
 ) -> None:
     line = one_error_line(["tools", "--target", target], capsys)
     assert f"cannot connect to {target!r}: {reason}" in line
+
+
+MARKED = '''
+from pathlib import Path
+
+from toolmesh import tool
+from toolmesh.sources.base import ToolSet
+
+
+@tool
+def ping() -> str:
+    """Pong."""
+    return "pong"
+
+
+class Marked(ToolSet):
+    async def close(self) -> None:
+        Path(__file__).with_name("closed.txt").write_text("closed")
+        await super().close()
+
+
+TOOLS = Marked([ping], name="marked")
+'''
+
+
+@pytest.mark.parametrize("how", ["--tools", "--target"])
+@pytest.mark.parametrize("command", [["tools"], ["call", "ping"]])
+def test_the_host_made_for_a_command_is_closed(
+    how: str,
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = f"marked_{tmp_path.name}"  # a module of its own for each case
+    (tmp_path / f"{module}.py").write_text(MARKED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main([*command, how, f"{module}:TOOLS"]) == 0
+    assert "pong" in capsys.readouterr().out or command == ["tools"]
+    assert (tmp_path / "closed.txt").read_text() == "closed"  # its sources were closed

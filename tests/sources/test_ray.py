@@ -117,3 +117,58 @@ def test_placement_settings_are_checked(tmp_path: Path) -> None:
         load_manifest(manifest)
     with pytest.raises(ConfigError, match="unknown Ray option"):
         OnRay(Toolkit(), gpus=1)  # type: ignore[arg-type]
+
+
+STARTS_ITS_OWN = """
+import asyncio, os, shutil, sys, tempfile
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # stay on 127.0.0.1
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+import ray
+from tests.fixtures import ray_tools
+from toolmesh import Toolkit
+from toolmesh.sources.functions import tools_of
+from toolmesh.sources.ray import OnRay
+
+TEMP = tempfile.mkdtemp(prefix="tm-ray-")
+
+async def main() -> None:
+    options = {
+        "num_cpus": 1,
+        "include_dashboard": False,
+        "object_store_memory": 100 * 1024 * 1024,
+        "_temp_dir": TEMP,  # short: Ray's socket paths must fit in 107 bytes
+        "_node_ip_address": "127.0.0.1",
+    }
+    kit = Toolkit(OnRay(tools_of(ray_tools.TOOLS), address="local", init_options=options))
+    await kit.start()
+    result = await kit.execute("where", {"steps": 1})
+    assert result.success, result
+    await kit.close()
+    print("initialized after close:", ray.is_initialized())
+
+try:
+    asyncio.run(main())
+finally:
+    shutil.rmtree(TEMP, ignore_errors=True)
+"""
+
+
+def test_a_ray_it_started_is_stopped_when_it_closes() -> None:
+    """A host that started Ray itself (no cluster was running) stops it when its last Ray
+    source closes: the local cluster's processes must not outlive it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", STARTS_ITS_OWN],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialized after close: False" in done.stdout

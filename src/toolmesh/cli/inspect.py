@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from toolmesh import strictjson
@@ -56,9 +58,14 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
     add_source_options(parser)
 
 
-async def _client(args: argparse.Namespace) -> AsyncClient:
+@contextlib.asynccontextmanager
+async def _client(args: argparse.Namespace) -> AsyncIterator[AsyncClient]:
+    """A client of the target; a host or toolkit made here is closed with it (its sources'
+    processes, a Ray cluster it started, its audit rows)."""
     from toolmesh.cli.agents import agent_toolkit, looks_like_card
     from toolmesh.client import connect_async
+    from toolmesh.host import Host
+    from toolmesh.toolkit import Toolkit
 
     if args.target is None:
         target: Any = build_host(args, audit=None)
@@ -66,19 +73,25 @@ async def _client(args: argparse.Namespace) -> AsyncClient:
         target = parse_target(args.target)
         if isinstance(target, str) and looks_like_card(target):  # a remote A2A agent's skills
             target = await agent_toolkit(target)
-    return await connect_async(target, agent_id="toolmesh-cli", auth_token=args.auth_token)
+    local = target if isinstance(target, Host | Toolkit) else None
+    try:
+        client = await connect_async(target, agent_id="toolmesh-cli", auth_token=args.auth_token)
+        try:
+            yield client
+        finally:
+            await client.close()
+    finally:
+        if local is not None:
+            await local.close()
 
 
 def run_tools(args: argparse.Namespace) -> int:
     async def main() -> int:
-        client = await _client(args)
-        try:
+        async with _client(args) as client:
             if args.search:
                 found = await client.list_tools(args.search, include_deferred=True)
             else:
                 found = await client.list_tools()
-        finally:
-            await client.close()
         if args.json:
             print(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
             return 0
@@ -106,8 +119,7 @@ def run_call(args: argparse.Namespace) -> int:
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "a.txt"}\'')
 
     async def main() -> int:
-        client = await _client(args)
-        try:
+        async with _client(args) as client:
             result = await client.call_tool(
                 args.name,
                 arguments,
@@ -115,8 +127,6 @@ def run_call(args: argparse.Namespace) -> int:
                 on_event=_show_event if args.stream else None,
                 timeout=args.timeout,
             )
-        finally:
-            await client.close()
         if args.stream:
             print(file=sys.stderr)
         shown = {**result.model_dump(mode="json"), "output": result.output}

@@ -44,6 +44,8 @@ TASK_OPTIONS = frozenset({"num_cpus", "num_gpus", "memory", "resources", "runtim
 """The Ray task options a placement may set (manifest: ``ray = {num_cpus = 2}``)."""
 
 _connect_lock = threading.Lock()
+_users: set[int] = set()  # the OnRay sources connected through the Ray this process started
+_started_here = False  # whether an OnRay started Ray (then the last one to close stops it)
 
 
 class OnRay(WrapperSource):
@@ -90,13 +92,36 @@ class OnRay(WrapperSource):
     def _connect(self) -> None:
         import ray
 
+        global _started_here
         with _connect_lock:
             if not ray.is_initialized():
                 options = {"log_to_driver": False, **self.init_options}
                 ray.init(address=self.address or os.environ.get("RAY_ADDRESS"), **options)
+                _started_here = True
+            if _started_here:
+                _users.add(id(self))
         self._remote = ray.remote(_run_on_worker).options(
             num_returns="streaming", **self.task_options
         )
+
+    async def close(self) -> None:
+        await super().close()
+        await asyncio.to_thread(self._disconnect)
+
+    def _disconnect(self) -> None:
+        """Stop the Ray this process started once no source uses it: a local cluster's
+        processes (raylet, dashboard agent, ...) would otherwise outlive the host."""
+        global _started_here
+        with _connect_lock:
+            if id(self) not in _users:
+                return
+            _users.discard(id(self))
+            if _users or not _started_here:
+                return
+            _started_here = False
+            import ray
+
+            ray.shutdown()
 
     def function_ref(self, tool: Tool) -> tuple[str, bytes]:
         """The tool's code, pickled once, and the key workers cache it under."""
