@@ -20,8 +20,16 @@ from openai.types.responses import FunctionToolParam
 
 from tests.llm.catalogue import CATALOGUE, FREE_FORM, RECURSIVE, add, count_nodes, metadata
 from tests.llm.checks import assert_openai_strict, check_typed_dict, walk_keys
-from toolmesh import SchemaError, Toolkit
-from toolmesh.llm import gemini_schema, openai_strict_schema, to_anthropic, to_gemini, to_openai
+from toolmesh import SchemaError, ToolDefinition, Toolkit
+from toolmesh.llm import (
+    gemini_schema,
+    openai_strict_schema,
+    parse_tool_call,
+    to_anthropic,
+    to_gemini,
+    to_openai,
+)
+from toolmesh.llm.keys import ANTHROPIC_KEY, GEMINI_KEY
 
 NAMES = [t.name for t in CATALOGUE]
 
@@ -278,3 +286,71 @@ def test_a_tools_provider_form_is_made_once_and_its_failure_each_time() -> None:
     for _ in range(2):  # a remembered failure is raised again, naming the tool each time
         with pytest.raises(SchemaError, match="cannot be strict"):
             to_openai([metadata], strict=True)
+
+
+ODD_KEYS = ToolDefinition(
+    name="list_items",
+    description="An OpenAPI operation's parameters.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "filter[name]": {"type": "string"},
+            "$top": {"type": "integer"},
+            "X-Request-ID": {"type": "string"},
+            "page": {
+                "type": "object",
+                "properties": {"@odata.next": {"type": "string"}, "size": {"type": "integer"}},
+                "required": ["@odata.next"],
+            },
+        },
+        "required": ["$top"],
+    },
+)
+
+
+def test_property_keys_a_provider_refuses_are_renamed_and_mapped_back() -> None:
+    (anthropic,) = to_anthropic([ODD_KEYS])
+    schema = anthropic["input_schema"]
+    assert list(schema["properties"]) == ["filter_name_", "_top", "X-Request-ID", "page"]
+    assert schema["required"] == ["_top"]
+    assert list(schema["properties"]["page"]["properties"]) == ["_odata.next", "size"]
+    assert all(ANTHROPIC_KEY.fullmatch(k) for k in walk_property_keys(schema))
+    (gemini,) = to_gemini([ODD_KEYS])
+    parameters = gemini["function_declarations"][0]["parameters"]
+    assert list(parameters["properties"]) == ["filter_name_", "_top", "X_Request_ID", "page"]
+    assert all(GEMINI_KEY.fullmatch(k) for k in walk_property_keys(parameters))
+    genai.Schema.model_validate(parameters)
+
+    sent = {"filter_name_": "a", "_top": 5, "X_Request_ID": "r1", "page": {"_odata.next": "n"}}
+    call = parse_tool_call(
+        {"type": "tool_use", "id": "t", "name": "list_items", "input": sent}, [ODD_KEYS]
+    )
+    assert call.arguments == {
+        "filter[name]": "a",
+        "$top": 5,
+        "X-Request-ID": "r1",
+        "page": {"@odata.next": "n"},
+    }
+
+
+def test_keys_that_are_legal_already_leave_the_schema_as_it_is() -> None:
+    tool = add.replace(name="plain")
+    (entry,) = to_anthropic([tool])
+    assert entry["input_schema"] is to_anthropic([tool])[0]["input_schema"]  # made once
+    assert list(entry["input_schema"]["properties"]) == list(tool.input_schema["properties"])
+
+
+def walk_property_keys(node: Any) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                found += list(value)
+                for child in value.values():
+                    found += walk_property_keys(child)
+            else:
+                found += walk_property_keys(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += walk_property_keys(item)
+    return found

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh import strictjson
 from toolmesh.errors import ToolCallParseError
+from toolmesh.llm.keys import restore_keys
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema
 from toolmesh.tools import Tool
@@ -196,16 +197,23 @@ def _drop_added_nulls(
     if not isinstance(properties, Mapping):
         return arguments
     required = set(schema.get("required") or ())
+
+    def handle(value: Any, prop: Any) -> Any:
+        return _descend(value, _deref(prop, root), root) if isinstance(prop, Mapping) else value
+
+    # keys a provider form renamed ("filter[name]" -> "filter_name_") get their own names back
+    restored = restore_keys(arguments, properties, handle)
     out: dict[str, Any] = {}
-    for key, value in arguments.items():
+    for key, value in restored.items():
         prop = properties.get(key)
-        if not isinstance(prop, Mapping):
-            out[key] = value
+        if (
+            value is None
+            and key not in required
+            and isinstance(prop, Mapping)
+            and not _allows_null(_deref(prop, root), root)
+        ):
             continue
-        prop = _deref(prop, root)
-        if value is None and key not in required and not _allows_null(prop, root):
-            continue
-        out[key] = _descend(value, prop, root)
+        out[key] = value
     return out
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh.errors import SchemaError
+from toolmesh.llm.keys import ANTHROPIC_KEY, GEMINI_KEY, legal_keys
 from toolmesh.llm.schemas import gemini_schema, openai_strict_schema
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema
@@ -68,6 +69,7 @@ def tool_entries(
 # sound key; the schema itself is kept beside its form, so an id cannot be reused meanwhile.
 _ROOTED: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
 _STRICT: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
+_ANTHROPIC: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
 _REMEMBER_LIMIT = 50_000
 
 
@@ -142,11 +144,21 @@ def to_openai(
 
 
 def to_anthropic(tools: Toolkit | Iterable[Tool | ToolDefinition]) -> list[dict[str, Any]]:
-    """Anthropic Messages API tools (JSON Schema as it is: Anthropic follows ``$ref``s)."""
+    """Anthropic Messages API tools (JSON Schema as it is: Anthropic follows ``$ref``s), with
+    property keys Anthropic refuses renamed (``parse_tool_call`` maps them back)."""
     return [
-        {"name": name, "description": text, "input_schema": schema}
+        {
+            "name": name,
+            "description": text,
+            "input_schema": _remembered(_ANTHROPIC, schema, _anthropic_keys),
+        }
         for name, text, schema in tool_entries(tools)
     ]
+
+
+def _anthropic_keys(schema: JsonSchema) -> JsonSchema:
+    legal: JsonSchema = legal_keys(schema, ANTHROPIC_KEY)
+    return legal
 
 
 def to_gemini(tools: Toolkit | Iterable[Tool | ToolDefinition]) -> list[dict[str, Any]]:
@@ -160,7 +172,7 @@ def to_gemini(tools: Toolkit | Iterable[Tool | ToolDefinition]) -> list[dict[str
         declaration: dict[str, Any] = {"name": name, "description": text}
         if schema.get("properties"):
             try:
-                declaration["parameters"] = gemini_schema(schema)
+                declaration["parameters"] = gemini_schema(legal_keys(schema, GEMINI_KEY))
             except SchemaError as exc:
                 raise SchemaError(f"tool {name!r}: {exc}") from exc
         declarations.append(declaration)
