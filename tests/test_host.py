@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import MAX_PARALLEL, Served
-from toolmesh import ToolErrorCode, ToolEvent
+from tests.fixtures.demo_tools import TOOLS
+from toolmesh import ConfigError, Host, ToolErrorCode, ToolEvent, connect_async
 
 
 async def test_handshake_negotiates_tools_and_limits(served: Served) -> None:
@@ -194,3 +198,17 @@ async def test_a_cancelled_waiting_call_gives_up_its_turn(served: Served) -> Non
     after = await client.call_tool("add", {"a": 2, "b": 2})
     assert after.data == 4 and all(r.data == "held" for r in await asyncio.gather(*running))
     assert waiting.cancelled()
+
+
+async def test_a_start_that_failed_can_be_tried_again(tmp_path: Path) -> None:
+    folder = tmp_path / "not-yet"
+    host = Host(*TOOLS, audit=folder / "audit.db")
+    with pytest.raises(ConfigError, match="does not exist"):
+        await host.start()
+    folder.mkdir()
+    await host.start()  # not taken for started by the failed attempt
+    client = await connect_async(host)
+    assert (await client.call_tool("echo", {"text": "now"})).success
+    await client.close()
+    await host.close()
+    assert (folder / "audit.db").exists()

@@ -135,17 +135,23 @@ class Host:
         self._agui: AguiStream | None = None
         self._connections: set[Connection] = set()
         self._started = False
+        self._start_lock = asyncio.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> Host:
-        if not self._started:
-            self._started = True
-            await self.store.open()
-            if self._owns_toolkit:
-                await self.toolkit.start()
-            elif self.store is not self.toolkit.store:
-                await self.toolkit.store.open()
+        if self._started:
+            return self
+        async with self._start_lock:  # callers at once (a server's lifespan and its owner)
+            if not self._started:
+                # marked started only once it is: a store that cannot open raises, and a later
+                # start tries again
+                await self.store.open()
+                if self._owns_toolkit:
+                    await self.toolkit.start()
+                elif self.store is not self.toolkit.store:
+                    await self.toolkit.store.open()
+                self._started = True
         return self
 
     async def close(self) -> None:
