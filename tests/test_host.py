@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MAX_PARALLEL, Served
-from tests.fixtures.demo_tools import TOOLS
+from tests.fixtures.demo_tools import echo
 from toolmesh import ConfigError, Host, ToolErrorCode, ToolEvent, connect_async
+from toolmesh.sources.base import ToolSet
 
 
 async def test_handshake_negotiates_tools_and_limits(served: Served) -> None:
@@ -201,12 +202,21 @@ async def test_a_cancelled_waiting_call_gives_up_its_turn(served: Served) -> Non
 
 
 async def test_a_start_that_failed_can_be_tried_again(tmp_path: Path) -> None:
+    opened: list[str] = []
+
+    class Recorded(ToolSet):
+        async def open(self) -> None:
+            opened.append(self.name)
+            await super().open()
+
     folder = tmp_path / "not-yet"
-    host = Host(*TOOLS, audit=folder / "audit.db")
+    host = Host(Recorded([echo], name="demo"), audit=folder / "audit.db")
     with pytest.raises(ConfigError, match="does not exist"):
         await host.start()
+    assert opened == []  # the store failed first
     folder.mkdir()
     await host.start()  # not taken for started by the failed attempt
+    assert opened == ["demo"]
     client = await connect_async(host)
     assert (await client.call_tool("echo", {"text": "now"})).success
     await client.close()
