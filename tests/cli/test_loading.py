@@ -88,6 +88,7 @@ def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (PLUGINS, "NeedsArg", "cannot make a plugin of {m}:NeedsArg: TypeError: "),
         (PLUGINS, "IN_A_LIST", "cannot make a plugin of {m}:IN_A_LIST: TypeError: "),
         (PLUGINS, "BadList", "{m}:BadList could not list its tools: RuntimeError: cannot list"),
+        ("X = 42", "X", "{m}:X: cannot serve 42: expected a ToolPlugin"),
     ],
 )
 def test_a_failing_module_or_plugin_is_one_line(

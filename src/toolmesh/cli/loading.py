@@ -63,7 +63,12 @@ def _plugged(spec: str, found: Any) -> Any:
             return PluginSource(found)
         except Exception as exc:
             raise ConfigError(f"{spec} could not list its tools: {_named(exc)}") from exc
-    return found
+    from toolmesh.toolkit import as_source
+
+    try:
+        return as_source(found)  # as the toolkit would, but an object it cannot serve is named
+    except ConfigError as exc:
+        raise ConfigError(f"{spec}: {exc}") from None
 
 
 def _named(exc: BaseException) -> str:
