@@ -418,3 +418,10 @@ def test_python_entry_name_must_be_a_string(project: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"tools\[0\] .*name must be a non-empty string"):
         load_manifest(path)
+
+
+def test_an_audit_file_in_a_missing_folder_is_located(tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text('[toolkit]\naudit = "nowhere/audit.db"\n')
+    with pytest.raises(ConfigError, match=r"toolmesh.toml: toolkit.audit: the folder of .*nowhere"):
+        load_manifest(manifest)

@@ -243,6 +243,11 @@ class _Loader:
             audit = self._string(table, "audit", "toolkit.audit")
             keep = audit in (":memory:", "memory", "memory://") or "://" in audit
             manifest.audit = audit if keep else str(self.base_dir / Path(audit).expanduser())
+            if not keep and not Path(manifest.audit).parent.is_dir():
+                raise ConfigError(
+                    f"the folder of {manifest.audit} does not exist",
+                    location=self.at("toolkit.audit"),
+                )
         if "store" in table:
             if "audit" in table:
                 raise ConfigError(

@@ -150,4 +150,4 @@ def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[S
     """The ``[builtins]`` table of toolmesh.toml (``enabled = false`` switches all off)."""
     if entry.get("enabled", True) is False:
         return []
-    return [builtin_source(entry, base_dir=base_dir, where="toolmesh.toml: builtins")]
+    return [builtin_source(entry, base_dir=base_dir, where="builtins")]
