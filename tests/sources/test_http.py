@@ -245,6 +245,10 @@ async def test_unreachable_host_is_an_error_result() -> None:
         ({"name": "x", "url": "http://h", "result": "xml"}, "result must be"),
         ({"url": "http://h"}, "needs 'name'"),
         ({"name": "x", "url": "http://h", "required": ["ghost"]}, "'ghost' is no parameter"),
+        (
+            {"name": "x", "url": "http://h/{c}", "parameters": {"c": {"type": "nonsense"}}},
+            "schema is broken",
+        ),
     ],
 )
 def test_bad_declarations_are_config_errors(spec: dict[str, object], message: str) -> None:

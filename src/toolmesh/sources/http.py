@@ -32,8 +32,9 @@ from urllib.parse import quote
 import httpx
 
 from toolmesh.capabilities import check_tag
-from toolmesh.errors import ConfigError
+from toolmesh.errors import ConfigError, SchemaError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
+from toolmesh.schema import compile_validator
 from toolmesh.sources.base import Source
 from toolmesh.tools import Output, Tool, ToolContext
 
@@ -524,6 +525,10 @@ def endpoint_of(spec: Mapping[str, Any], *, base_url: str = "") -> HttpEndpoint:
         schema = _schema_of(endpoint, _mapping(spec, "parameters", name), spec.get("required", []))
     elif not isinstance(schema, Mapping) or schema.get("type") != "object":
         raise ConfigError(f"http tool {name!r}: input_schema must be an object schema")
+    try:
+        compile_validator(schema)  # a schema that cannot check arguments fails here, not per call
+    except SchemaError as exc:
+        raise ConfigError(f"http tool {name!r}: its parameters' schema is broken: {exc}") from None
     return _with_schema(endpoint, dict(schema))
 
 
