@@ -234,3 +234,14 @@ def test_remote_refs_are_never_fetched() -> None:
         compile_validator(
             {"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/schema.json"}}}
         )({"x": 1})
+
+
+def test_enum_text_that_would_be_nan_or_infinity_stays_text() -> None:
+    import json
+
+    numbers = ToolParameter(
+        name="x", type="number", description="d", enum=["nan", "inf", "-inf", "1.5"]
+    )
+    schema = parameters_to_schema([numbers])
+    json.dumps(schema, allow_nan=False)  # valid JSON
+    assert schema["properties"]["x"]["enum"] == ["nan", "inf", "-inf", 1.5]

@@ -1,7 +1,9 @@
 """ToolParameter lists <-> JSON Schema, and compiled argument validators.
 
 The seed's ``ToolParameter`` says less than JSON Schema can (no ``anyOf``, no ``$ref``, no
-numeric bounds). Conversion from parameters to a schema and back is lossless; from a schema to
+numeric bounds). Conversion from parameters to a schema and back is lossless for what a schema
+can carry (an array's ``items`` keeps no name or ``required`` of its own, and a nested
+parameter is named by its key in ``properties``); from a schema to
 parameters it keeps what the parameter model can say, and ``is_lossless`` tells whether anything
 was dropped, so the exact schema can travel beside the parameters when it was.
 
@@ -76,8 +78,8 @@ def _typed_enum_value(value: str, type_name: str) -> Any:
                 parsed = parse(value)
             except ValueError:
                 continue
-            if _enum_text(parsed) == value:
-                return parsed
+            if _enum_text(parsed) == value and parsed == parsed and abs(parsed) != float("inf"):
+                return parsed  # NaN and Infinity are no JSON numbers: they stay text
     if type_name == "boolean" and value in ("true", "false"):
         return value == "true"
     return value
