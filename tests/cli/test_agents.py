@@ -221,3 +221,47 @@ def test_serve_a2a_uses_the_manifests_audit(
             assert process.wait(timeout=20) == 0
     made = {p.name for p in tmp_path.iterdir()} - {"toolmesh.toml"}
     assert expected in made and "toolmesh-audit.db" not in made
+
+
+def test_serve_a2a_with_mcp_serves_both(tmp_path: Path) -> None:
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    with StubLLM(lambda body, i: openai_text("unused")) as llm:
+        process = subprocess.Popen(
+            toolmesh_command(
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--a2a",
+                "desk",
+                "--llm",
+                llm.base_url,
+                "--model",
+                "m",
+                "--mcp",
+                "--audit",
+                str(tmp_path / "a.db"),
+            ),
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:"), process.stderr
+            card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10)
+            assert card.status_code == 200 and card.json()["name"] == "desk"
+            hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            hello["clientInfo"] = {"name": "t", "version": "1"}
+            answer = httpx.post(
+                f"{url}/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+                headers={"Accept": "application/json, text/event-stream"},
+                timeout=10,
+            )
+            assert answer.status_code == 200 and "mcp-session-id" in answer.headers
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0

@@ -92,14 +92,11 @@ def test_serve_refuses_numbers_that_would_refuse_everything(
     assert f"argument {option}: {message}" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("flag", ["--mcp-stdio", "--mcp"])
-def test_serve_refuses_a2a_with_an_mcp_flag_it_would_ignore(
-    flag: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["serve", flag, "--a2a", "desk", "--llm", "http://127.0.0.1:9", "--model", "m"]
+def test_serve_refuses_a2a_over_mcp_stdio(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["serve", "--mcp-stdio", "--a2a", "desk", "--llm", "http://127.0.0.1:9", "--model", "m"]
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == (
-        f"toolmesh: error: --a2a serves over HTTP and cannot be combined with {flag}"
+        "toolmesh: error: --a2a serves over HTTP and cannot be combined with --mcp-stdio"
     )
 
 

@@ -295,12 +295,14 @@ async def _serve_agent(args: argparse.Namespace) -> None:
             args.http or "127.0.0.1:8765",
             client=client,
             a2a={"name": args.a2a, "description": args.a2a_description},
+            mcp=True if getattr(args, "mcp", False) else None,
             auth_token=args.auth_token,
         )
         print(handle.url, flush=True)
+        also = f", MCP at {handle.url}/mcp" if getattr(args, "mcp", False) else ""
         print(
             f"toolmesh: serving {len(toolkit)} tools and the A2A agent {args.a2a!r} "
-            f"(card: {handle.url}/.well-known/agent-card.json); Ctrl-C stops",
+            f"(card: {handle.url}/.well-known/agent-card.json{also}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )

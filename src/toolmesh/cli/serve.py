@@ -244,10 +244,8 @@ def run(args: argparse.Namespace) -> int:
     if args.a2a:
         from toolmesh.cli.agents import serve_agent
 
-        # serve_agent would serve A2E and A2A over HTTP and quietly drop these
-        for flag, given in (("--mcp-stdio", args.mcp_stdio), ("--mcp", args.mcp)):
-            if given:
-                raise ConfigError(f"--a2a serves over HTTP and cannot be combined with {flag}")
+        if args.mcp_stdio:  # the agent is served over HTTP (with --mcp, MCP at /mcp beside it)
+            raise ConfigError("--a2a serves over HTTP and cannot be combined with --mcp-stdio")
         if args.audit is None:
             args.audit = default_audit
         return serve_agent(args)
