@@ -36,6 +36,7 @@ from tests.conftest import REPO
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
 from toolmesh import ConfigError, Toolkit, create_client, create_toolkit, tool
 from toolmesh.serving import ServeHandle
+from toolmesh.store import SqliteStore
 
 pytestmark = [pytest.mark.network_server]
 
@@ -452,6 +453,73 @@ async def test_a_call_needing_approval_waits_in_input_required() -> None:
     rows = [(e.tool_name, e.error_code, e.decision) for e in await kit.store.recent_audit()]
     assert ("transfer", None, "approval:approved") in rows
     assert ("transfer", "tool_denied", "approval:denied") in rows
+
+
+@tool(requires_approval=True)
+def deploy(target: str) -> str:
+    """Deploy (a person approves each call)."""
+    return f"deployed {target}"
+
+
+async def test_a_stream_ends_where_the_task_waits_for_approval() -> None:
+    answers = [openai_calls(("c1", "deploy", {"target": "prod"})), openai_text("deployed")]
+    with StubLLM(lambda body, i: answers[min(i, 1)]) as stub:
+        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
+        client = await a2a_client(handle.url, ClientConfig(streaming=True))
+        try:
+            request = SendMessageRequest(message=user_message("deploy prod"))
+            first = [e async for e in client.send_message(request)]  # ends: it waits for us
+            states = [e.status_update.status.state for e in first if e.HasField("status_update")]
+            assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+            waiting = first[-1].status_update
+            approve = user_message(
+                "approve", task_id=waiting.task_id, context_id=waiting.context_id
+            )
+            rest = [e async for e in client.send_message(SendMessageRequest(message=approve))]
+            final = [e.status_update.status.state for e in rest if e.HasField("status_update")]
+            assert final[-1] == TaskState.TASK_STATE_COMPLETED
+        finally:
+            await client.close()
+            await handle.stop()
+            await kit.close()
+
+
+async def test_an_approval_lost_with_its_server_fails_the_task(tmp_path: Path) -> None:
+    """What a killed server leaves in its store (a task waiting for approval) is failed when a
+    new server reads it: a reply can no longer reach the call it was for."""
+    with StubLLM(lambda body, i: openai_calls(("c1", "deploy", {"target": "prod"}))) as stub:
+        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS, audit=tmp_path / "a.db")
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
+        answer = await rpc(handle.url + "/a2a", "SendMessage", {"message": _wire_message("go")})
+        task = answer["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        left = await kit.store.load_a2a_task(task["id"])  # as a kill would leave it
+        assert left is not None
+        await handle.stop()
+        await kit.close()
+    crashed = SqliteStore(tmp_path / "b.db")
+    await crashed.save_a2a_task(left)
+    await crashed.close()
+    with StubLLM(lambda body, i: openai_text("a new run")) as stub:
+        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS, audit=tmp_path / "b.db")
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
+        try:
+            got = await rpc(handle.url + "/a2a", "GetTask", {"id": task["id"]})
+            status = got["result"]["status"]
+            assert status["state"] == "TASK_STATE_FAILED"
+            assert "'deploy' was waiting for approval" in status["message"]["parts"][0]["text"]
+            reply = _wire_message("approve", taskId=task["id"], contextId=task["contextId"])
+            refused = await rpc(handle.url + "/a2a", "SendMessage", {"message": reply})
+            assert "error" in refused and "failed" in refused["error"]["message"]
+            assert stub.requests == []  # no new run was started from the reply
+        finally:
+            await handle.stop()
+            await kit.close()
+
+
+def _wire_message(text: str, **fields: Any) -> dict[str, Any]:
+    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **fields}
 
 
 @pytest.mark.parametrize("policy", ["locked", "extensible"])

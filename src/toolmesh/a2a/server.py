@@ -31,7 +31,7 @@ from starlette.routing import BaseRoute, Route
 
 from toolmesh.a2a import wire
 from toolmesh.a2a.card import WELL_KNOWN_CARD
-from toolmesh.a2a.tasks import RunningTask, TaskBoard
+from toolmesh.a2a.tasks import RunningTask, TaskBoard, approval_of
 from toolmesh.capabilities import CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError
@@ -369,6 +369,12 @@ class A2AServer:
                     f"task {task_id!r} is {wire.task_state(doc)}; send a new message with its "
                     "contextId to continue the conversation",
                 )
+            if approval_of(doc) is not None:  # its approval waits in another host's job
+                raise wire.RpcError(
+                    wire.INVALID_REQUEST,
+                    f"task {task_id!r} waits for an approval on the host that runs it; send "
+                    "the reply there",
+                )
             running = RunningTask(doc, prompt, history=_chat(doc.get("history") or []))
         else:
             context_id = message.get("contextId")
@@ -674,6 +680,8 @@ def _event_stream(
             while item:
                 shown = wire.stream_item_to_v03(item) if legacy else item
                 yield encode_event(_dumps({"jsonrpc": "2.0", "id": request_id, "result": shown}))
+                if _interrupts(item):
+                    break  # the task waits for its caller: the stream ends, as A2A's servers do
                 item = await queue.get()
         finally:
             with contextlib.suppress(ValueError):
@@ -684,6 +692,12 @@ def _event_stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def _interrupts(item: JsonObject) -> bool:
+    """Whether a stream item moves the task to a state where it waits for its caller."""
+    update = item.get("statusUpdate")
+    return isinstance(update, dict) and wire.task_state(update) in wire.INTERRUPTED
 
 
 class _AsgiEndpoint:

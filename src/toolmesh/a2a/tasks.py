@@ -99,6 +99,15 @@ class RunningTask:
         return status
 
 
+def approval_of(doc: JsonObject) -> JsonObject | None:
+    """The approval an input-required task's status asks for, if that is what it waits for."""
+    status = doc.get("status")
+    message = status.get("message") if isinstance(status, dict) else None
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    approval = metadata.get("approval") if isinstance(metadata, dict) else None
+    return approval if isinstance(approval, dict) else None
+
+
 class TaskBoard:
     """Finds, creates and records the tasks of one served agent."""
 
@@ -126,12 +135,20 @@ class TaskBoard:
         with a shared store: another host may be running it)."""
         if self.store.shared:
             return doc
-        if wire.task_state(doc) not in wire.TERMINAL | wire.INTERRUPTED:
+        state = wire.task_state(doc)
+        approval = approval_of(doc) if state in wire.INTERRUPTED else None
+        if state not in wire.TERMINAL | wire.INTERRUPTED or approval is not None:
+            # An approval's answer went to the job that asked, which is gone with its server:
+            # a reply now could only start a new run, without the call it was meant for.
+            text = RESTARTED
+            if approval is not None:
+                tool = approval.get("toolName", "a tool")
+                text += f" (the call of {tool!r} was waiting for approval)"
             doc["status"] = {
                 "state": wire.state_name("failed"),
                 "timestamp": wire.timestamp(),
                 "message": wire.message(
-                    "agent", RESTARTED, context_id=doc.get("contextId", ""), task_id=doc["id"]
+                    "agent", text, context_id=doc.get("contextId", ""), task_id=doc["id"]
                 ),
             }
             await self.save(doc)
