@@ -518,6 +518,32 @@ async def test_an_approval_lost_with_its_server_fails_the_task(tmp_path: Path) -
             await kit.close()
 
 
+@pytest.mark.parametrize(
+    ("method", "params", "says"),
+    [
+        ("SendMessage", {"message": "M", "configuration": "blocking"}, "configuration must be"),
+        ("SendMessage", {"message": "M", "metadata": [1, 2]}, "metadata must be an object"),
+        ("SendMessage", {"message": "M+", "metadata": {}}, "message.metadata must be"),
+        ("ListTasks", {"pageToken": "9" * 30}, "unknown pageToken"),
+        ("message/send", {"message": "V03"}, "file must be an object"),
+    ],
+)
+async def test_params_of_the_wrong_type_are_invalid_params(
+    served: Served, method: str, params: dict[str, Any], says: str
+) -> None:
+    message = _wire_message("hello")
+    if params.get("message") == "M+":
+        message["metadata"] = "abc"
+    if params.get("message") == "V03":
+        message = {"messageId": "m", "role": "user", "kind": "message"}
+        message["parts"] = [{"kind": "file", "file": "x"}]
+    if "message" in params:
+        params = {**params, "message": message}
+    answer = await rpc(served.rpc, method, params)
+    assert answer["error"]["code"] == -32602, answer
+    assert says in answer["error"]["message"]
+
+
 def _wire_message(text: str, **fields: Any) -> dict[str, Any]:
     return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **fields}
 

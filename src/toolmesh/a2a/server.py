@@ -221,7 +221,7 @@ class A2AServer:
     # -- methods -----------------------------------------------------------------------------------
 
     async def _send_message(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
-        config = params.get("configuration") or {}
+        config = _object(params, "configuration")
         waits = not config.get("returnImmediately", False)
         running = await self._start(params, creator_waits=waits)
         if running.job is not None and waits:
@@ -289,7 +289,8 @@ class A2AServer:
             raise wire.RpcError(wire.INVALID_PARAMS, "pageSize must be a positive integer")
         size = min(size, MAX_PAGE)
         token = params.get("pageToken") or "0"
-        if not isinstance(token, str) or not token.isdigit():
+        # the tokens this server gives out are offsets: digits, and nowhere near 2**63
+        if not isinstance(token, str) or not token.isdigit() or len(token) > 15:
             raise wire.RpcError(wire.INVALID_PARAMS, f"unknown pageToken {token!r}")
         state = params.get("status") or ""
         docs, total = await self.board.page(
@@ -325,7 +326,7 @@ class A2AServer:
         prompt = wire.text_of(message["parts"]).strip()
         if not prompt:
             raise wire.RpcError(wire.INVALID_PARAMS, "the message has no text")
-        metadata = {**(params.get("metadata") or {}), **(message.get("metadata") or {})}
+        metadata = {**_object(params, "metadata"), **_object(message, "message.metadata")}
         held = self._capabilities(metadata.get(OVERRIDE_KEY))
         running = await self._task_for(message, prompt)
         running.capabilities = held
@@ -692,6 +693,16 @@ def _event_stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def _object(params: JsonObject, key: str) -> JsonObject:
+    """An optional object field of the request (``a.b`` names a nested one in the error)."""
+    value = params.get(key.rpartition(".")[2])
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise wire.RpcError(wire.INVALID_PARAMS, f"{key} must be an object, not {value!r}"[:200])
+    return value
 
 
 def _interrupts(item: JsonObject) -> bool:

@@ -187,6 +187,10 @@ def _part_from_v03(part: Any) -> JsonObject:
         out = {"data": part.get("data")}
     elif kind == "file":
         file = part.get("file") or {}
+        if not isinstance(file, dict):
+            raise RpcError(
+                INVALID_PARAMS, f"a file part's file must be an object, not {file!r}"[:200]
+            )
         out = {}
         if file.get("uri"):
             out["url"] = file["uri"]
