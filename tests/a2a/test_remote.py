@@ -176,3 +176,74 @@ async def test_add_agent_registers_after_existing_tools(polled_peer: PeerProcess
         source = await kit.add_agent(polled_peer.url)  # a bare origin finds the well-known card
         assert source.status.state == "connected"
         assert SCRIPT in kit.names()
+
+
+def _misbehaving_agents() -> Any:
+    """Agents that answer wrongly, one per path: /MODE/.well-known/agent-card.json, /MODE/rpc."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    release = asyncio.Event()
+
+    async def card(request: Request) -> Response:
+        mode = request.path_params["mode"]
+        if mode == "slowcard":
+            await release.wait()
+        rpc = str(request.url).replace("/.well-known/agent-card.json", "/rpc")
+        interface = {"url": rpc, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        return JSONResponse(
+            {
+                "name": mode,
+                "description": "misbehaves",
+                "version": "1",
+                "supportedInterfaces": [interface],
+                "capabilities": {"streaming": False},
+                "skills": [{"id": "go", "name": "go", "description": "go", "tags": []}],
+            }
+        )
+
+    async def rpc(request: Request) -> Response:
+        mode = request.path_params["mode"]
+        body = await request.json()
+        if mode == "refuses":
+            return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
+        working = {"id": "t1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
+        if body["method"] == "SendMessage":
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {"task": working}})
+        return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {}})  # not a task
+
+    routes = [
+        Route("/{mode}/.well-known/agent-card.json", card),
+        Route("/{mode}/rpc", rpc, methods=["POST"]),
+    ]
+    return Starlette(routes=routes), release
+
+
+async def test_an_agent_that_answers_wrongly_is_a_clear_error_at_once() -> None:
+    from tests.fixtures.web import serve_app
+
+    app, release = _misbehaving_agents()
+    async with serve_app(app) as base:
+        kit = await create_toolkit(
+            agents=[
+                agent(f"{base}/notatask/.well-known/agent-card.json", timeout=30, poll_every=0.01),
+                agent(f"{base}/refuses/.well-known/agent-card.json", timeout=30),
+            ]
+        )
+        async with kit:
+            polled = await kit.execute("notatask_go", {"task": "x"})
+            assert polled.error_code == "tool_error", polled  # not a 30 s wait for a timeout
+            assert "not a task" in (polled.error or "")
+            refused = await kit.execute("refuses_go", {"task": "x"})
+            assert refused.error is not None
+            assert "answered 401: missing or wrong bearer token" in refused.error
+        slow = await create_toolkit(
+            agents=[agent(f"{base}/slowcard/.well-known/agent-card.json", timeout=0.2)]
+        )
+        async with slow:
+            (source,) = [s for s in slow.sources if isinstance(s, AgentSource)]
+            assert source.status.state == "failed"
+            assert source.status.reason.rstrip().endswith("ReadTimeout")  # not an empty reason
+        release.set()

@@ -42,7 +42,8 @@ async def fetch_card(card_url: str, headers: Mapping[str, str], timeout_s: float
         async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=True) as http:
             response = await http.get(card_url, headers=dict(headers))
     except httpx.HTTPError as exc:
-        raise TransportError(f"cannot fetch the agent card {card_url}: {exc}") from exc
+        reason = str(exc) or type(exc).__name__  # httpx's timeouts have no message
+        raise TransportError(f"cannot fetch the agent card {card_url}: {reason}") from exc
     if response.status_code != 200:
         raise TransportError(
             f"the agent card {card_url} answered {response.status_code}: {response.text[:200]}"

@@ -242,6 +242,10 @@ def _answer(response: httpx.Response, url: str) -> dict[str, Any]:
     if response.status_code >= 400 and "json" not in response.headers.get("content-type", ""):
         raise TransportError(f"{url} answered {response.status_code}: {response.text[:200]}")
     payload = _decode(response.text, url)
+    if response.status_code >= 400 and not isinstance(payload.get("error"), dict):
+        # an HTTP refusal with a JSON body (401 {"error": "missing or wrong bearer token"})
+        detail = payload.get("error") or payload.get("message") or response.text[:200]
+        raise TransportError(f"{url} answered {response.status_code}: {detail}")
     if "error" in payload:
         raise _rpc_error(payload["error"])
     if "result" not in payload:
@@ -285,8 +289,10 @@ class _Progress:
     messages: list[dict[str, Any]] = field(default_factory=list)  # agent messages, in order
 
     def take_task(self, task: Any) -> None:
-        if not isinstance(task, dict):
+        if not isinstance(task, dict) or not isinstance(task.get("status"), dict):
             raise TransportError("the agent answered with something that is not a task")
+        if not (task.get("id") or self.task_id):
+            raise TransportError("the agent answered with a task that has no id")
         self.task_id = str(task.get("id") or self.task_id)
         self.context_id = str(task.get("contextId") or self.context_id)
         self.state = wire.task_state(task)
@@ -355,14 +361,14 @@ class SkillCall:
                     else:
                         await self._polled(http, message, progress, ctx)
             except TimeoutError:
-                await self._cancel(http, progress)
+                asked = await self._cancel(http, progress)
                 return self._result(
                     ctx,
                     progress,
                     started,
                     ToolErrorCode.TIMEOUT,
-                    f"the agent {self.agent_name!r} did not finish within {budget:.3g}s; "
-                    "its task was cancelled",
+                    f"the agent {self.agent_name!r} did not finish within {budget:.3g}s"
+                    + ("; its task was cancelled" if asked else ""),
                 )
             except asyncio.CancelledError:
                 await self._cancel_in_background(progress)
@@ -449,15 +455,18 @@ class SkillCall:
                 final=bool(item["artifactUpdate"].get("lastChunk", True)),
             )
 
-    async def _cancel(self, http: httpx.AsyncClient, progress: _Progress) -> None:
+    async def _cancel(self, http: httpx.AsyncClient, progress: _Progress) -> bool:
+        """Ask the agent to cancel the call's task; whether it did."""
         if not progress.task_id or progress.state in wire.TERMINAL:
-            return
+            return False
         try:
             async with asyncio.timeout(CANCEL_TIMEOUT):
                 task = await self.peer.call(http, "CancelTask", {"id": progress.task_id})
             progress.take_task(task)
         except Exception as exc:  # the call's outcome stands; the agent may not cancel
             logger.info("CancelTask for %s at %s failed: %s", progress.task_id, self.peer.url, exc)
+            return False
+        return True
 
     async def _cancel_in_background(self, progress: _Progress) -> None:
         """Cancel the remote task although this call is being cancelled itself (with a client
