@@ -265,3 +265,18 @@ def test_serve_a2a_with_mcp_serves_both(tmp_path: Path) -> None:
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=20) == 0
+
+
+def test_agents_list_shows_every_entry_though_one_needs_a_secret(tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        '[agents.open]\ncard = "http://127.0.0.1:9/.well-known/agent-card.json"\n'
+        '[agents.locked]\ncard = "http://127.0.0.1:8/.well-known/agent-card.json"\n'
+        'headers = { Authorization = "Bearer ${QA_UNSET_TOKEN}" }\n'
+    )
+    listed = run("agents", "list", "--config", str(manifest))
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0] == "open  http://127.0.0.1:9/.well-known/agent-card.json"
+    assert lines[1].startswith("locked  http://127.0.0.1:8/.well-known/agent-card.json  (not")
+    assert "QA_UNSET_TOKEN is not set" in lines[1]

@@ -97,13 +97,14 @@ def run_list(args: argparse.Namespace) -> int:
 
     path = Path(args.config)
     table = _agents_table(_read_manifest(path), path)
-    try:
-        enabled = {a.name for a in parse_agents_config({"agents": table})}
-    except ConfigError as exc:
-        raise ConfigError(str(exc), location=str(path)) from None
     for key, entry in table.items():
         card = entry.get("card", "?") if isinstance(entry, dict) else "?"
-        print(f"{key}  {card}{'' if key in enabled else '  (disabled)'}")
+        try:  # each on its own: one entry's unset ${VARIABLE} must not hide the others
+            enabled = bool(parse_agents_config({"agents": {key: entry}}))
+        except ConfigError as exc:
+            print(f"{key}  {card}  (not usable here: {exc})")
+            continue
+        print(f"{key}  {card}{'' if enabled else '  (disabled)'}")
     if not table:
         print(f"no agents in {path}", file=sys.stderr)
     return 0
