@@ -366,20 +366,35 @@ class Toolkit(ToolResolver):
             return _visible(definition, held, kind, tags, include_deferred)
 
         self._catch_up_index()
-        custom = [s for s in self._sources if s.search(query, tags) is not None]
+        # Each source is asked once; one whose own search fails is ranked by the index.
+        custom: list[tuple[int, list[str]]] = []
+        for source in self._sources:
+            try:
+                found_names = source.search(query, tags)
+                names = None if found_names is None else list(found_names)
+            except Exception as exc:
+                logger.warning(
+                    "source %s: search failed (%s: %s); using the toolkit's ranking",
+                    getattr(source, "name", source),
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if names is not None:
+                custom.append((id(source), names))
         if not custom:
             found = self._index.search(query, limit=limit, accept=accept)
             return [self._entries[name].tool for name, _score in found]
-        custom_names = {id(s) for s in custom}
+        custom_names = {source_id for source_id, _names in custom}
         ranked = [
             name
             for name, _score in self._index.search(query, accept=accept)
             if id(self._entries[name].source) not in custom_names
         ]
-        for source in custom:
+        for _source_id, names in custom:
             ranked = _interleave(
                 ranked,
-                [n for n in source.search(query, tags) or [] if n in self._entries and accept(n)],
+                [n for n in names if isinstance(n, str) and n in self._entries and accept(n)],
             )
         tools = [self._entries[name].tool for name in ranked]
         return tools[:limit] if limit is not None else tools

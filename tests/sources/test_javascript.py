@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -163,3 +164,99 @@ def test_manifest_entries(tmp_path: Path) -> None:
         sources_from_manifest({"kind": "javascript"}, base_dir=tmp_path)
     with pytest.raises(ConfigError, match="unknown setting 'colour'"):
         sources_from_manifest({"kind": "javascript", "path": "x", "colour": 1}, base_dir=tmp_path)
+
+
+GATED = """
+let release;
+const gate = new Promise((resolve) => { release = resolve; });
+const none = { type: "object", properties: {} };
+export default [
+  { name: "wait_gate", description: "Answers once the gate opens.", parameters: none,
+    async execute() { await gate; return { output: process.pid }; } },
+  { name: "open_gate", description: "Opens the gate.", parameters: none,
+    execute() { release(); return { output: process.pid }; } },
+  { name: "pid", description: "The worker's pid.", parameters: none,
+    execute() { return { output: process.pid }; } },
+  { name: "hang", description: "Never answers.", parameters: none,
+    execute() { return new Promise(() => {}); } },
+  { name: "huge", description: "Answers more than the 32 MiB a message may have.",
+    parameters: none, execute() { return { output: "y".repeat(33 * 1024 * 1024) }; } },
+];
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_timed_out_call_leaves_the_other_calls_on_the_worker_running(
+    tmp_path: Path,
+) -> None:
+    source = JavaScriptSource(package(tmp_path / "gated", GATED))
+    async with await create_toolkit(tools=[source]) as kit:
+        waiting = asyncio.ensure_future(kit.execute("wait_gate", {}, timeout=60))
+        pid = (await kit.execute("pid", {})).data  # meanwhile wait_gate reached the worker
+        hung = await kit.execute("hang", {}, timeout=0.5)
+        assert hung.error_code == "timeout", hung
+        opened = await kit.execute("open_gate", {})
+        assert opened.success and opened.data == pid  # the same worker, still running
+        waited = await waiting
+        assert waited.success and waited.data == pid, waited
+        # Idle now, and still owing the abandoned call: it was replaced.
+        assert _gone(pid)
+        again = await kit.execute("pid", {})
+        assert again.success and again.data != pid
+
+
+async def test_an_oversize_answer_fails_its_call_at_once(tmp_path: Path) -> None:
+    source = JavaScriptSource(package(tmp_path / "gated", GATED))
+    async with await create_toolkit(tools=[source]) as kit:
+        waiting = asyncio.ensure_future(kit.execute("wait_gate", {}, timeout=60))
+        pid = (await kit.execute("pid", {})).data
+        huge = await kit.execute("huge", {}, timeout=60)
+        assert huge.error_code == "tool_error", huge
+        assert "too large" in (huge.error or "") and "32 MiB" in (huge.error or "")
+        # The message was skipped, not the worker: the other call and later ones go on.
+        assert (await kit.execute("open_gate", {})).data == pid
+        assert (await waiting).data == pid
+        assert (await kit.execute("pid", {})).data == pid
+
+
+async def test_a_rejected_tool_list_leaves_no_worker_running(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    source = JavaScriptSource(
+        package(
+            tmp_path / "badparams",
+            'import fs from "node:fs";\n'
+            "fs.writeFileSync(process.env.PID_FILE, String(process.pid));\n"
+            'export default { name: "bp", description: "", parameters: "notaschema",\n'
+            "  execute() { return { output: 1 }; } };\n",
+        ),
+        allow_write=[str(out)],
+        env={"PID_FILE": str(out / "pid")},
+    )
+    async with await create_toolkit(tools=[source]) as kit:
+        assert len(kit) == 0
+        assert source.status.state == "failed" and "'parameters'" in source.status.reason
+        pid = int((out / "pid").read_text())
+        assert _gone(pid)
+    assert _gone(pid)
+
+
+async def test_a_package_json_that_is_not_an_object_fails_only_its_source(
+    tmp_path: Path,
+) -> None:
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "package.json").write_text("[1, 2]")
+    broken = JavaScriptSource(listed)
+    counter = JavaScriptSource(package(tmp_path / "counter", COUNTER))
+    async with await create_toolkit(tools=[broken, counter]) as kit:
+        assert broken.status.state == "failed"
+        assert "must hold a JSON object, not list" in broken.status.reason
+        assert (await kit.execute("counter", {"by": 1})).data == {"count": 1}

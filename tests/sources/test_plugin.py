@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.conftest import toolmesh_command
 from tests.fixtures.demo_tools import SeedPlugin
 from toolmesh import (
+    AsyncToolAPI,
     Host,
     ToolDefinition,
     ToolErrorCode,
@@ -104,3 +110,98 @@ async def test_toolresult_shaped_dicts_are_taken_as_results() -> None:
 
     result = await Toolkit(Legacy()).execute("old")
     assert result.success is False and result.error == "legacy failure"
+
+
+class FlakySearch(ToolPlugin):
+    """A plugin whose own search raises ("boom") or returns names, not definitions ("bad")."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.searches: list[str] = []
+
+    def _list_tools(self) -> list[ToolDefinition]:
+        return [
+            ToolDefinition(name="alpha_tool", description="alpha boom"),
+            ToolDefinition(name="beta_tool", description="beta bad"),
+        ]
+
+    def _execute_tool(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"tool": tool_name}
+
+    def _search_tools(
+        self,
+        query: str,
+        filter_tags: list[str] | None = None,
+        tools: list[ToolDefinition] | None = None,
+    ) -> list[ToolDefinition]:
+        self.searches.append(query)
+        if query == "boom":
+            raise RuntimeError("search broke")
+        if query == "bad":
+            return ["beta_tool"]  # type: ignore[list-item]
+        return list(reversed(self._list_tools()))
+
+
+FLAKY_SEARCH = FlakySearch()
+
+
+async def test_a_failing_plugin_search_falls_back_to_toolmesh_ranking(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plugin = FlakySearch()
+    async with Host(plugin) as host:
+        client = await connect_async(host)
+        api = AsyncToolAPI(client)
+        with caplog.at_level(logging.WARNING, logger="toolmesh.plugin"):
+            assert [t.name for t in await api.list(query="boom")] == ["alpha_tool"]
+            assert [t.name for t in await api.list(query="bad")] == ["beta_tool"]
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("flaky" in w and "RuntimeError: search broke" in w for w in warnings)
+        assert any("flaky" in w and "'beta_tool'" in w and "ToolDefinition" in w for w in warnings)
+        # The plugin's own ranking still serves a query it answers properly.
+        assert [t.name for t in await api.list(query="tool")] == ["beta_tool", "alpha_tool"]
+        assert (await api.call("alpha_tool", {})).success
+        await client.close()
+    assert plugin.searches == ["boom", "bad", "tool"]  # asked once per query
+
+
+async def test_a_failing_plugin_search_keeps_a_stdio_host_serving(tmp_path: Path) -> None:
+    command = toolmesh_command(
+        "serve",
+        "--stdio",
+        "--tools",
+        "tests.sources.test_plugin:FLAKY_SEARCH",
+        "--audit",
+        str(tmp_path / "audit.db"),
+    )
+    client = await connect_async(command, agent_id="tester")
+    try:
+        assert [t.name for t in await client.list_tools("boom")] == ["alpha_tool"]
+        assert [t.name for t in await client.list_tools("bad")] == ["beta_tool"]
+        assert (await client.call_tool("beta_tool", {})).success
+    finally:
+        await client.close()
+
+
+async def test_the_event_callback_gets_each_event_as_recorded() -> None:
+    class Steps(ToolPlugin):
+        name = "steps"
+
+        def _list_tools(self) -> list[ToolDefinition]:
+            return [ToolDefinition(name="steps", description="emits three statuses")]
+
+        def _execute_tool(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            for message in ("first", "second", "third"):
+                self.emit("status", {"message": message})
+            return {"done": True}
+
+    plugin = Steps()
+    seen: list[ToolEvent] = []
+    plugin.set_event_callback(seen.append)
+    result = await Toolkit(plugin).execute("steps")
+    recorded = [(e.seq, e.data["message"]) for e in result.events]
+    assert recorded == [(0, "first"), (1, "second"), (2, "third")]
+    assert [(e.seq, e.data["message"]) for e in seen] == recorded
+    assert seen == result.events

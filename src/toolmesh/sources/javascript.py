@@ -84,7 +84,14 @@ class JavaScriptSource(WorkerSource):
         manifest = self.folder / "package.json"
         if not manifest.is_file():
             raise WorkerError(f"{self.name}: {self.folder} has no package.json")
-        package = json.loads(manifest.read_text(encoding="utf-8"))
+        try:
+            package = json.loads(manifest.read_text(encoding="utf-8"))
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise WorkerError(f"{self.name}: {manifest} is not valid JSON: {exc}") from None
+        if not isinstance(package, dict):
+            raise WorkerError(
+                f"{self.name}: {manifest} must hold a JSON object, not {type(package).__name__}"
+            )
         node = shutil.which(self.node)
         if node is None:
             raise WorkerError(f"{self.name}: Node.js ({self.node!r}) is not installed; {NODE_HINT}")

@@ -8,22 +8,28 @@ run at once (the call is tracked per thread context, not in the plugin-wide call
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import inspect
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolmesh.errors import ConfigError
-from toolmesh.models import ToolDefinition, ToolEvent, ToolResult
+from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, check_event_data
 from toolmesh.search import SearchIndex
 from toolmesh.sources.base import Source
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
 __all__ = ["PluginSource", "ToolPlugin"]
 
-_current_call: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
-    "toolmesh_plugin_call", default=None
+logger = logging.getLogger("toolmesh.plugin")
+
+# The call being run (its context and the event loop it belongs to), per thread context.
+_current_call: contextvars.ContextVar[tuple[ToolContext, asyncio.AbstractEventLoop] | None] = (
+    contextvars.ContextVar("toolmesh_plugin_call", default=None)
 )
 
 
@@ -64,19 +70,39 @@ class ToolPlugin(ABC):
         return [by_name[name] for name, _score in index.search(query)]
 
     def set_event_callback(self, fn: Callable[[ToolEvent], None]) -> None:
-        """Register a callback that also receives every emitted event."""
+        """Register a callback that also receives every emitted event: the very event the
+        call records (same ``seq`` and data), in order. During a call it runs on the event
+        loop's thread, right after the event is recorded."""
         self._event_cb = fn
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         """Emit a streaming event during ``_execute_tool``."""
-        ctx = _current_call.get()
-        if ctx is not None:
-            ctx.emit(kind, data)
-            event = ctx.events[-1] if ctx.events else ToolEvent(kind=kind, data=data)
+        current = _current_call.get()
+        if current is None:
+            if self._event_cb is not None:
+                self._event_cb(ToolEvent(kind=kind, data=data))
+            return
+        ctx, loop = current
+        payload = dict(data or {})
+        check_event_data(kind, payload)  # a bad event fails in the tool, as ctx.emit does
+        if _on_loop(loop):
+            self._record(ctx, kind, payload)
         else:
-            event = ToolEvent(kind=kind, data=data)
-        if self._event_cb is not None:
-            self._event_cb(event)
+            # The event is recorded on the loop's thread; the callback must follow it there
+            # (reading ctx.events from here would see the previous event, or none).
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the call is over
+                loop.call_soon_threadsafe(self._record, ctx, kind, payload)
+
+    def _record(self, ctx: ToolContext, kind: str, data: dict[str, Any]) -> None:
+        """On the loop's thread: record the event, then hand that same event to the callback."""
+        before = len(ctx.events)
+        ctx.emit(kind, data)
+        if self._event_cb is None or len(ctx.events) <= before:
+            return  # no callback, or the call is over and the event was dropped
+        try:
+            self._event_cb(ctx.events[before])
+        except Exception:
+            logger.exception("plugin %s: the event callback failed", self.name)
 
 
 class PluginSource(Source):
@@ -109,31 +135,60 @@ class PluginSource(Source):
             self.changed()
 
     def search(self, query: str, filter_tags: Sequence[str] = ()) -> list[str] | None:
+        """The plugin's own ranking, when it has one. A ``_search_tools`` that raises or
+        returns anything but ToolDefinitions is logged and ignored: the toolkit ranks this
+        source's tools itself (None), so listing keeps working."""
         if not self._custom_search:
             return None
-        found = self.plugin._search_tools(query, list(filter_tags) or None, None)
+        try:
+            found: Any = self.plugin._search_tools(query, list(filter_tags) or None, None)
+            if isinstance(found, str | bytes | dict):
+                raise TypeError(f"returned {type(found).__name__}, not a list")
+            found = list(found)
+            wrong = next((d for d in found if not isinstance(d, ToolDefinition)), None)
+            if wrong is not None:
+                raise TypeError(f"returned {wrong!r} instead of a ToolDefinition"[:200])
+        except Exception as exc:
+            logger.warning(
+                "plugin %s: _search_tools(%r) failed (%s: %s); using toolmesh's own ranking",
+                self.plugin.name,
+                query,
+                type(exc).__name__,
+                exc,
+            )
+            return None
         return [d.name for d in found]
 
     def _runner(self, tool_name: str) -> Callable[[dict[str, Any], ToolContext], Any]:
         plugin = self.plugin
         is_async = inspect.iscoroutinefunction(plugin._execute_tool)
 
-        def execute(arguments: dict[str, Any], ctx: ToolContext) -> Any:
-            _current_call.set(ctx)
+        def execute(
+            arguments: dict[str, Any], ctx: ToolContext, loop: asyncio.AbstractEventLoop
+        ) -> Any:
+            _current_call.set((ctx, loop))
             return plugin._execute_tool(tool_name, arguments)
 
         async def run(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+            loop = asyncio.get_running_loop()
             if is_async:
-                token = _current_call.set(ctx)
+                token = _current_call.set((ctx, loop))
                 try:
                     raw = await plugin._execute_tool(tool_name, arguments)  # type: ignore[misc]
                 finally:
                     _current_call.reset(token)
             else:
-                raw = await run_blocking(execute, arguments, ctx)
+                raw = await run_blocking(execute, arguments, ctx, loop)
             return _plugin_result(tool_name, raw)
 
         return run
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _plugin_result(tool_name: str, raw: Any) -> Any:

@@ -13,7 +13,10 @@ goes to stderr (the runners see to that), which toolmesh keeps (bounded) to expl
 The tool contract (seed 003) is the same in every language: ``execute(input)`` receives
 ``{args, state}`` (plus ``emit(kind, data)`` and ``activity(type, patch)``) and returns
 ``{output, state_update?}``. A call that runs past its deadline cannot be interrupted inside the
-worker, so the worker is killed and starts again on the next call.
+worker, so it is abandoned (whatever it still sends is ignored) and the worker is killed as soon
+as no other call runs on it (it may be stuck); the next call starts a fresh one. Calls running
+beside the abandoned one go on undisturbed. A message over ``LINE_LIMIT`` is skipped, and the
+call it answers fails (all pending calls, when it cannot be told which one).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,9 @@ logger = logging.getLogger("toolmesh.worker")
 
 LINE_LIMIT = 32 * 1024 * 1024
 STDERR_LINES = 40
+_HEAD = 256  # bytes kept from the start of an oversize message, to tell whose it is
+_TYPE_RE = re.compile(rb'"type"\s*:\s*"(\w+)"')
+_ID_RE = re.compile(rb'"id"\s*:\s*"?([^",}\s]+)')
 
 
 class WorkerError(ToolmeshError):
@@ -58,6 +65,7 @@ class Worker:
         self.specs: list[dict[str, Any]] = []
         self.stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self._calls: dict[str, tuple[asyncio.Future[dict[str, Any]], ToolContext]] = {}
+        self._abandoned: set[str] = set()  # cancelled calls the worker has not answered yet
         self._ready: asyncio.Future[list[dict[str, Any]]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._next = 0
@@ -98,6 +106,16 @@ class Worker:
     def alive(self) -> bool:
         return not self._closing and self.process is not None and self.process.returncode is None
 
+    @property
+    def busy(self) -> bool:
+        """Some call is waiting for the worker's answer."""
+        return bool(self._calls)
+
+    @property
+    def stale(self) -> bool:
+        """A cancelled call has not been answered: the worker may be stuck in it."""
+        return bool(self._abandoned)
+
     async def call(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run one call; the worker's answer (result or error message)."""
         process = self.process
@@ -114,6 +132,12 @@ class Worker:
             return await future
         except (BrokenPipeError, ConnectionResetError):
             raise WorkerError(f"{self.label}: the worker went away{self._tail()}") from None
+        except asyncio.CancelledError:
+            # Cancelling the task cancelled the future too; an answer would have set it.
+            answered = future.done() and not future.cancelled()
+            if not answered and self.alive:
+                self._abandoned.add(call_id)
+            raise
         finally:
             self._calls.pop(call_id, None)
 
@@ -140,11 +164,11 @@ class Worker:
         stream = self.process.stdout if self.process is not None else None
         if stream is None:
             return
-        try:
-            while line := await stream.readline():
+        async for line, oversize in _lines(stream):
+            if oversize:
+                self._oversize(line)
+            else:
                 self._dispatch(line)
-        except (ValueError, asyncio.LimitOverrunError):
-            logger.warning("%s: a message longer than %d bytes; stopping", self.label, LINE_LIMIT)
         if self.process is not None:
             await self.process.wait()
         self._fail_all(WorkerError(f"{self.label}: the worker exited{self._tail()}"))
@@ -153,9 +177,39 @@ class Worker:
         stream = self.process.stderr if self.process is not None else None
         if stream is None:
             return
-        with contextlib.suppress(ValueError, asyncio.LimitOverrunError):
-            while line := await stream.readline():
-                self.stderr.append(line.decode("utf-8", "replace").rstrip())
+        # Read on past an overlong line: a worker whose stderr is not read blocks writing it.
+        async for line, oversize in _lines(stream):
+            text = line.decode("utf-8", "replace").rstrip()
+            self.stderr.append(text + (" [... cut: longer than the limit]" if oversize else ""))
+
+    def _oversize(self, head: bytes) -> None:
+        """A message over LINE_LIMIT was skipped: fail the call it answered (or dropped an
+        event of), or every pending call when it does not say whose it is."""
+        kind = _TYPE_RE.search(head)
+        call = _ID_RE.search(head)
+        kind_name = kind.group(1).decode() if kind else "?"
+        call_id = call.group(1).decode("utf-8", "replace") if call else None
+        limit = f"{LINE_LIMIT // (1024 * 1024)} MiB"
+        logger.warning(
+            "%s: skipped a %r message over %s (call %s)", self.label, kind_name, limit, call_id
+        )
+        error = WorkerError(
+            f"{self.label}: the tool's output is too large: the worker's message was longer "
+            f"than the {limit} limit"
+        )
+        if call_id is None:  # whose is it? fail whatever waits rather than let it hang
+            if kind_name != "event":
+                self._fail_all(error)
+            return
+        if kind_name in ("result", "error"):
+            self._abandoned.discard(call_id)
+        waiting = self._calls.get(call_id)
+        if waiting is None:
+            return
+        if kind_name == "event":
+            waiting[1].log(f"dropped an event from the tool larger than {limit}", level="warning")
+        elif not waiting[0].done():
+            waiting[0].set_exception(error)
 
     def _dispatch(self, line: bytes) -> None:
         try:
@@ -173,6 +227,7 @@ class Worker:
         elif kind == "fatal" and self._ready is not None and not self._ready.done():
             self._ready.set_exception(WorkerError(f"{self.label}: {message.get('message')}"))
         elif kind in ("result", "error"):
+            self._abandoned.discard(str(message.get("id")))
             waiting = self._calls.get(str(message.get("id")))
             if waiting is not None and not waiting[0].done():
                 waiting[0].set_result(message)
@@ -191,6 +246,31 @@ class Worker:
     def _tail(self) -> str:
         lines = [line for line in self.stderr if line.strip()]
         return ("; its last output:\n" + "\n".join(lines[-10:])) if lines else ""
+
+
+async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, bool]]:
+    """The stream's lines as ``(line, False)``; a line over the stream's limit is read past
+    and given as ``(its first bytes, True)``; the last line may lack its newline."""
+    while True:
+        try:
+            line = await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                yield exc.partial, False
+            return
+        except asyncio.LimitOverrunError as exc:
+            head = await stream.read(max(exc.consumed, 1))
+            while True:  # drop the rest of the line, at most a limit's worth at a time
+                try:
+                    await stream.readuntil(b"\n")
+                    break
+                except asyncio.IncompleteReadError:
+                    break
+                except asyncio.LimitOverrunError as more:
+                    await stream.read(max(more.consumed, 1))
+            yield head[:_HEAD], True
+            continue
+        yield line, False
 
 
 def cache_root() -> Path:
@@ -239,11 +319,13 @@ class WorkerSource(Source):
         try:
             await self.prepare()
             worker = await self._start()
-        except (WorkerError, OSError, ValueError) as exc:
+            tools = [self._tool(spec) for spec in worker.specs]
+        except (WorkerError, OSError, ValueError, TypeError) as exc:
+            await self.close()
             self.status = SourceStatus("failed", str(exc))
             logger.warning("source %s failed: %s", self.name, exc)
             return
-        self._tools = [self._tool(spec) for spec in worker.specs]
+        self._tools = tools
         self.status = SourceStatus("connected")
         self.changed()
 
@@ -256,10 +338,20 @@ class WorkerSource(Source):
         argv, cwd, env = self.command()
         worker = Worker(argv, cwd=cwd, env=env, label=self.name)
         specs = await worker.start(self.start_timeout)
-        for spec in specs:
-            _check_spec(spec, self.name)
+        try:
+            for spec in specs:
+                _check_spec(spec, self.name)
+        except WorkerError:
+            await worker.close()  # a rejected tool list must not leave the process running
+            raise
         self._worker = worker
         return worker
+
+    async def _retire(self, worker: Worker) -> None:
+        """Kill ``worker``; the next call starts a fresh one."""
+        if self._worker is worker:
+            self._worker = None
+        await worker.close()
 
     async def _running(self) -> Worker:
         if self._lock is None:
@@ -280,13 +372,12 @@ class WorkerSource(Source):
             worker = await self._running()
             try:
                 answer = await worker.call(name, args, ctx)
-            except asyncio.CancelledError:
-                # It may be stuck in the call. Forget it now, before closing it, so the next
-                # call starts a fresh worker instead of catching this one as it dies.
-                if self._worker is worker:
-                    self._worker = None
-                await worker.close()
-                raise
+            finally:
+                # A cancelled call is abandoned, not killed: other calls on the worker go on.
+                # Once none is left, a worker still owing an abandoned call may be stuck in it,
+                # so it goes (forgotten first, so no new call catches it as it dies).
+                if worker.stale and not worker.busy:
+                    await self._retire(worker)
             if answer.get("type") == "error":
                 raise WorkerError(str(answer.get("message") or "the tool failed"))
             output = answer.get("output")
@@ -310,6 +401,11 @@ def _check_spec(spec: Any, label: str) -> None:
         raise WorkerError(f"{label}: a tool without a name: {spec!r}"[:300])
     if not isinstance(spec.get("parameters"), dict):
         raise WorkerError(f"{label}: tool {spec['name']!r} has no JSON Schema 'parameters' object")
+    capabilities = spec.get("capabilities")
+    if capabilities is not None and not (
+        isinstance(capabilities, list) and all(isinstance(c, str) for c in capabilities)
+    ):
+        raise WorkerError(f"{label}: tool {spec['name']!r}: 'capabilities' must be a list of names")
 
 
 _LOADER_KEYS = frozenset({"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"})
