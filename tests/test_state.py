@@ -105,3 +105,54 @@ async def test_a_failing_test_op_leaves_the_state_alone() -> None:
     assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
     assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
     assert demo_host  # the module also uses the demo host
+
+
+@tool
+def rawpatch(patch: list[dict[str, object]]) -> Output:
+    """Return the given patch as the state update."""
+    return Output("ok", state_update=patch)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        {"op": "replace", "path": "/context", "value": "clobbered"},
+        {"op": "remove", "path": "/context"},
+        {"op": "add", "path": "/context", "value": {}},
+        {"op": "move", "from": "/context", "path": "/context/inner"},
+    ],
+)
+async def test_the_context_container_itself_cannot_be_replaced_or_removed(
+    op: dict[str, object],
+) -> None:
+    async with Toolkit(rawpatch) as toolkit:
+        await toolkit.execute(
+            "rawpatch", {"patch": [{"op": "add", "path": "/context/a", "value": 1}]}
+        )
+        refused = await toolkit.execute("rawpatch", {"patch": [op]})
+        assert refused.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert "'/context' is the container itself" in (refused.error or "")
+        later = await toolkit.execute(
+            "rawpatch", {"patch": [{"op": "add", "path": "/context/b", "value": 2}]}
+        )
+        assert later.success  # the document is still usable
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {"a": 1, "b": 2}}
+
+
+@pytest.mark.parametrize("prefix", ["/context/", "/context"])
+async def test_a_state_prefix_means_strictly_under_it_with_or_without_the_slash(
+    prefix: str,
+) -> None:
+    async with Toolkit(rawpatch, state_paths=[prefix]) as toolkit:
+        for path, allowed in [
+            ("/context/a", True),
+            ("/context", False),
+            ("/contextual", False),
+            ("/other", False),
+        ]:
+            op = {"op": "add", "path": path, "value": 1}
+            result = await toolkit.execute("rawpatch", {"patch": [op]})
+            assert result.success is allowed, (path, result.error)
+            if not allowed:
+                assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+                assert repr(path) in (result.error or "")

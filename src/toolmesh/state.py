@@ -113,14 +113,20 @@ class StateManager:
                     raise StateError(f"{where}: {key!r} must be a JSON Pointer string")
                 if not self._allowed(pointer):
                     allowed = ", ".join(self.allowed_prefixes)
-                    raise StateError(f"{where}: path {pointer!r} is outside {allowed}")
+                    if any(pointer == p.rstrip("/") for p in self.allowed_prefixes):
+                        raise StateError(
+                            f"{where}: {key} {pointer!r} is the container itself; an update "
+                            f"may change only what is under it ({allowed})"
+                        )
+                    raise StateError(f"{where}: {key} {pointer!r} is outside {allowed}")
             if op["op"] in ("add", "replace", "test") and "value" not in op:
                 raise StateError(f"{where}: {op['op']!r} needs a 'value'")
             operations.append(op)
         return operations
 
     def _allowed(self, pointer: str) -> bool:
-        return any(
-            pointer.startswith(prefix) or pointer == prefix.rstrip("/")
-            for prefix in self.allowed_prefixes
-        )
+        """Whether ``pointer`` lies strictly under an allowed prefix. A prefix names a
+        container, with or without its trailing slash (``/context/`` and ``/context`` mean the
+        same): its members may change, the container itself may not be replaced or removed,
+        and ``/contextual`` is not under ``/context``."""
+        return any(pointer.startswith(prefix.rstrip("/") + "/") for prefix in self.allowed_prefixes)
