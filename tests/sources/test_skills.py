@@ -99,3 +99,64 @@ async def test_skill_tool_and_prompt(tmp_path: Path) -> None:
     unknown = await kit.execute("skill", {"name": "nope"})
     assert unknown.error_code == ToolErrorCode.INVALID_ARGUMENTS
     await kit.close()
+
+
+def _problem_reasons(root: Path) -> dict[str, str]:
+    skills, problems = load_skills(root)
+    assert [s.name for s in skills] == ["good"]
+    return {path.parent.name: reason for path, reason in problems}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_named_skill_md_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "SKILL.md")  # no writer: reading it would block forever
+    write(tmp_path / "good", GOOD.format(name="good"))
+    assert _problem_reasons(tmp_path) == {"fifo": "not a regular file (a FIFO)"}
+
+
+def test_devices_and_oversize_skill_files_are_skipped(tmp_path: Path) -> None:
+    from toolmesh.sources.skills import MAX_SKILL_BYTES
+
+    (tmp_path / "zero").mkdir()
+    os.symlink(os.devnull, tmp_path / "zero" / "SKILL.md")  # followed: a character device
+    (tmp_path / "huge").mkdir()
+    with open(tmp_path / "huge" / "SKILL.md", "wb") as sparse:
+        sparse.write(GOOD.format(name="huge").encode())
+        sparse.truncate(MAX_SKILL_BYTES + 1)
+    write(tmp_path / "good", GOOD.format(name="good"))
+    assert _problem_reasons(tmp_path) == {
+        "zero": "not a regular file (a character device)",
+        "huge": f"larger than {MAX_SKILL_BYTES} bytes ({MAX_SKILL_BYTES + 1} bytes)",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (
+            "---\nname: 123\ndescription: d\n---\nbody",
+            "the front matter's 'name' must be a string, not int (123; quote it)",
+        ),
+        (
+            "---\nname: ok\ndescription: [a, b]\n---\nbody",
+            "the front matter's 'description' must be a string, not list (['a', 'b']; quote it)",
+        ),
+        ("---\nname: ''\ndescription: d\n---\nbody", "the front matter's 'name' is empty"),
+        ("---\n---\nbody", "the front matter is empty (it needs a 'name' and a 'description')"),
+        ("---\n\n---\nbody", "the front matter is empty (it needs a 'name' and a 'description')"),
+    ],
+)
+def test_front_matter_errors_say_what_is_wrong(tmp_path: Path, text: str, reason: str) -> None:
+    write(tmp_path / "bad", text)
+    write(tmp_path / "good", GOOD.format(name="good"))
+    assert _problem_reasons(tmp_path) == {"bad": reason}
+
+
+def test_a_utf8_bom_before_the_front_matter_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "bom").mkdir()
+    (tmp_path / "bom" / "SKILL.md").write_bytes(b"\xef\xbb\xbf" + GOOD.format(name="bom").encode())
+    skills, problems = load_skills(tmp_path)
+    assert problems == [] and [(s.name, s.instructions) for s in skills] == [
+        ("bom", "# bom\nStep one.")
+    ]

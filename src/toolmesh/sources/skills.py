@@ -1,8 +1,10 @@
 """Skills: folders with a ``SKILL.md`` (YAML front matter + instructions) that models can load.
 
 Every ``**/SKILL.md`` under the skills folder is one skill. Its front matter needs a ``name`` and a
-``description``; the body is the instructions. A file that cannot be read or parsed is skipped
-with a reason (``problems``; ``toolmesh skills`` shows them), never a crash. Symlinks are
+``description`` (strings); the body is the instructions. A file that cannot be read or parsed
+is skipped with a reason (``problems``; ``toolmesh skills`` shows them), never a crash or a hang:
+so is a ``SKILL.md`` that is not a regular file (a FIFO, a device) or is larger than
+``MAX_SKILL_BYTES`` (1 MiB). A leading UTF-8 BOM is ignored. Symlinks are
 followed, but a folder reached twice (a symlink loop) is walked once.
 
 The source serves one tool, ``skill``: given a skill's name it returns the instructions and the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +32,8 @@ __all__ = ["Skill", "SkillsSource", "load_skills"]
 SKILL_FILE = "SKILL.md"
 MAX_FILES = 200
 MAX_FILE_BYTES = 256 * 1024
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
+MAX_SKILL_BYTES = 1024 * 1024
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?:(.*?)\r?\n)?---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -102,22 +106,66 @@ def _skill_files(root: Path) -> list[Path]:
 def _parse(path: Path) -> Skill:
     import yaml
 
-    text = path.read_text(encoding="utf-8")
+    text = _read_skill_file(path).decode("utf-8-sig")  # a leading BOM is not content
     match = _FRONT_MATTER.match(text)
     if match is None:
         raise ValueError("no YAML front matter (the file must start with a '---' block)")
-    front = yaml.safe_load(match.group(1))
+    front = yaml.safe_load(match.group(1) or "")
+    if front is None:
+        raise ValueError("the front matter is empty (it needs a 'name' and a 'description')")
     if not isinstance(front, dict):
         raise ValueError("the front matter is not a YAML mapping")
-    name, description = front.get("name"), front.get("description")
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError("the front matter has no 'name'")
-    if not _NAME.match(name.strip()):
+    name = _text_field(front, "name")
+    if not _NAME.match(name):
         raise ValueError(f"name {name!r} must be letters, digits, '_', '.', '-' (at most 64)")
-    if not isinstance(description, str) or not description.strip():
-        raise ValueError("the front matter has no 'description'")
+    description = _text_field(front, "description")
     metadata = {k: v for k, v in front.items() if k not in ("name", "description")}
-    return Skill(name.strip(), description.strip(), path, match.group(2).strip(), metadata)
+    return Skill(name, description, path, match.group(2).strip(), metadata)
+
+
+def _read_skill_file(path: Path) -> bytes:
+    """The bytes of a regular file of at most ``MAX_SKILL_BYTES``; ``ValueError`` for anything
+    else (a FIFO, a device such as ``/dev/zero``, a folder, a huge file), without blocking."""
+    # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"not a regular file ({_file_kind(info.st_mode)})")
+        if info.st_size > MAX_SKILL_BYTES:
+            raise ValueError(f"larger than {MAX_SKILL_BYTES} bytes ({info.st_size} bytes)")
+        data = handle.read(MAX_SKILL_BYTES + 1)
+    if len(data) > MAX_SKILL_BYTES:  # it grew after the check
+        raise ValueError(f"larger than {MAX_SKILL_BYTES} bytes")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a plain file"
+
+
+def _text_field(front: dict[Any, Any], key: str) -> str:
+    """The front matter's ``key``: a non-empty string, or ``ValueError`` saying what it is."""
+    if key not in front or front[key] is None:
+        raise ValueError(f"the front matter has no {key!r}")
+    value = front[key]
+    if not isinstance(value, str):
+        raise ValueError(
+            f"the front matter's {key!r} must be a string, not {type(value).__name__} "
+            f"({value!r}; quote it)"
+        )
+    if not value.strip():
+        raise ValueError(f"the front matter's {key!r} is empty")
+    return value.strip()
 
 
 def _yaml_error() -> type[Exception]:
