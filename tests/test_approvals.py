@@ -124,3 +124,69 @@ async def test_in_process_without_an_approver_is_denied_at_once() -> None:
     await client.close()
     await host.close()
     assert json.dumps  # keep the import used for readers of failures
+
+
+@pytest.mark.parametrize("transport", ["inprocess", "stdio", "http"])
+async def test_a_raising_or_non_bool_approval_handler_denies_at_once(
+    transport: str, tmp_path: Path
+) -> None:
+    """Not the approval timeout: a handler that raises, or answers "no", is a denial now."""
+    audit = tmp_path / "audit.db"
+    answers: list[Any] = [ZeroDivisionError("boom"), "no", 1, True]
+
+    async def on_approval(event: ToolEvent) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    host: Host | None = None
+    server: HttpServer | None = None
+    target: Any
+    if transport == "stdio":
+        target = serve_stdio_command(audit)
+    else:
+        host = demo_host(audit)
+        if transport == "http":
+            server = HttpServer(host, "127.0.0.1:0")
+            target = await server.start()
+        else:
+            target = host
+    client = await connect_async(target, on_approval=on_approval)
+    results = [await client.call_tool("deploy", {"env": f"e{i}"}) for i in range(4)]
+    await client.close()
+    if server is not None:
+        await server.stop()
+    if host is not None:
+        await host.close()
+    assert [r.error_code for r in results] == [ToolErrorCode.TOOL_DENIED] * 3 + [None]
+    assert results[3].output == "deployed to e3"
+    rows = sqlite3.connect(audit).execute("SELECT tool_name, decision FROM audit").fetchall()
+    decisions = [d for name, d in rows if name == "deploy"]
+    # In-process the pipeline sees the failure itself; over the wire the client answers
+    # approved=false, failed=true with the reason, and the host records the same.
+    assert "ZeroDivisionError: boom" in (results[0].error or "")
+    assert "answered 'no' (str), not True or False" in (results[1].error or "")
+    assert decisions == ["approval:failed"] * 3 + ["approval:approved"]
+
+
+async def test_an_in_process_approver_must_answer_true_to_approve() -> None:
+    host = demo_host(None)
+    toolkit = host.toolkit
+    outcomes = []
+    for answer in ("no", "yes", 1, None, [], True, False):
+
+        async def approver(request: Any, answer: Any = answer) -> Any:
+            return answer
+
+        result = await toolkit.execute("deploy", {"env": "x"}, on_approval=approver)
+        outcomes.append((result.error_code, result.error))
+    await host.close()
+    assert [code for code, _ in outcomes] == [ToolErrorCode.TOOL_DENIED] * 5 + [
+        None,
+        ToolErrorCode.TOOL_DENIED,
+    ]
+    assert outcomes[0][1] == (
+        "approval failed: the approver answered 'no' (str), not True or False"
+    )
+    assert outcomes[6][1] == "the approver denied 'deploy'"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import demo_host, serve_stdio_command
 from toolmesh import (
+    AsyncClient,
     AsyncToolAPI,
     HandshakeError,
     Host,
@@ -18,6 +21,7 @@ from toolmesh import (
     connect_async,
 )
 from toolmesh.models import ToolEvent
+from toolmesh.protocol import ApprovalResponse, HandshakeRequest, HandshakeResponse
 from toolmesh.transports.http import HttpServer
 
 
@@ -95,3 +99,66 @@ def test_unreachable_targets_are_clear_errors() -> None:
 def test_host_process_that_dies_fails_pending_calls(tmp_path: Path) -> None:
     with pytest.raises((TransportError, HandshakeError)):
         connect(["python3", "-c", "import sys; sys.stdin.readline()"])
+
+
+class _RecordingChannel:
+    """A channel to a pretend host: accepts the handshake and records what the client sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+        self.answered = asyncio.Event()
+        self.deliver: Callable[[object], None] = lambda message: None
+
+    async def open(
+        self, on_message: Callable[[object], None], on_close: Callable[[str], None]
+    ) -> None:
+        self.deliver = on_message
+
+    async def send(self, message: object) -> None:
+        self.sent.append(message)
+        if isinstance(message, HandshakeRequest):
+            self.deliver(HandshakeResponse(req_id=message.id, session_id="s1"))
+        if isinstance(message, ApprovalResponse):
+            self.answered.set()
+
+    async def close(self) -> None:
+        pass
+
+
+async def _wire_answer(handler: Callable[[ToolEvent], object]) -> ApprovalResponse:
+    channel = _RecordingChannel()
+    client = await AsyncClient(channel, on_approval=handler).start()  # type: ignore[arg-type]
+    channel.deliver(ToolEvent(kind="approval", req_id="c1", data={"approval_id": "ap1"}))
+    await channel.answered.wait()
+    await client.close()
+    [answer] = [m for m in channel.sent if isinstance(m, ApprovalResponse)]
+    return answer
+
+
+async def _raises(event: ToolEvent) -> bool:
+    raise RuntimeError("approver is down")
+
+
+@pytest.mark.parametrize(
+    ("handler", "reason"),
+    [
+        (lambda e: 1 / 0, "the approval handler raised ZeroDivisionError: division by zero"),
+        (_raises, "the approval handler raised RuntimeError: approver is down"),
+        (lambda e: "no", "the approval handler answered 'no' (str), not True or False"),
+        (lambda e: None, "the approval handler answered None (NoneType), not True or False"),
+    ],
+)
+async def test_a_failing_wire_approval_handler_denies_at_once_with_the_reason(
+    handler: Callable[[ToolEvent], object], reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="toolmesh.client"):
+        answer = await _wire_answer(handler)
+    assert (answer.req_id, answer.approved, answer.reason) == ("ap1", False, reason)
+    assert reason in caplog.text
+
+
+async def test_a_wire_approval_handler_answering_true_or_false_is_sent_as_is() -> None:
+    approved = await _wire_answer(lambda e: True)
+    denied = await _wire_answer(lambda e: False)
+    assert (approved.approved, approved.reason) == (True, "")
+    assert (denied.approved, denied.reason) == (False, "")

@@ -17,6 +17,7 @@ import collections
 import concurrent.futures
 import contextlib
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -58,8 +59,28 @@ __all__ = ["AsyncClient", "AsyncToolAPI", "Client", "ToolAPI", "connect", "conne
 T = TypeVar("T")
 EventCallback = Callable[[ToolEvent], None]
 ApprovalHandler = Callable[[ToolEvent], "bool | Awaitable[bool]"]
-"""Answers an approval request (the call's `approval` event): True approves, False denies."""
+"""Answers an approval request (the call's `approval` event): only True approves; False, any
+other answer and an exception deny (the last two with the reason)."""
 RESPONSE_GRACE_SECONDS = 5.0
+logger = logging.getLogger("toolmesh.client")
+
+
+class ApprovalAnswerError(TypeError):
+    """An approval handler answered with something other than True or False."""
+
+
+def _brief(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = object.__repr__(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _describe_exception(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Channel(Protocol):
@@ -221,25 +242,55 @@ class AsyncClient:
             future.set_result(message)
 
     async def _decide(self, event: ToolEvent) -> bool:
-        """This client's approval handler's answer to an `approval` event."""
+        """This client's approval handler's answer to an `approval` event: only ``True``
+        approves, ``False`` denies; any other answer raises ``ApprovalAnswerError``, and so
+        does whatever the handler (or its awaitable) raises."""
         handler = self.on_approval
         if handler is None:
             return False
         answer = handler(event)
-        return bool(await answer if inspect.isawaitable(answer) else answer)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if not isinstance(answer, bool):
+            raise ApprovalAnswerError(
+                f"the approval handler answered {_brief(answer)}, not True or False"
+            )
+        return answer
 
     async def _decide_in_process(self, request: ApprovalRequest) -> bool:
         if self.on_approval is None:
             raise ProtocolError("approval_unavailable", "this client has no approval handler")
+        # The pipeline turns what this raises into a denial ("approval:failed").
         return await self._decide(request.event)
 
     async def _answer(self, event: ToolEvent) -> None:
-        if self.on_approval is None or self._channel is None:
+        """Answer an `approval` event over the wire. A handler that raises (or answers with
+        something other than True/False) denies at once, with the reason, instead of leaving
+        the call to the host's approval timeout."""
+        channel = self._channel
+        if self.on_approval is None or channel is None:
             return  # unanswered: the host's approval timeout decides
-        approved = await self._decide(event)
-        await self._channel.send(
-            ApprovalResponse(req_id=str(event.data.get("approval_id", "")), approved=approved)
-        )
+        approval_id = str(event.data.get("approval_id", ""))
+        reason = ""
+        try:
+            approved = await self._decide(event)
+        except ApprovalAnswerError as exc:
+            approved, reason = False, str(exc)
+        except Exception as exc:
+            approved = False
+            reason = f"the approval handler raised {_describe_exception(exc)}"
+        if reason:
+            logger.warning("approval %s denied: %s", approval_id, reason)
+        if self._channel is not channel:
+            return  # closed while the handler ran
+        try:
+            await channel.send(
+                ApprovalResponse(
+                    req_id=approval_id, approved=approved, reason=reason, failed=bool(reason)
+                )
+            )
+        except Exception as exc:  # a background task: never leave its exception unretrieved
+            logger.debug("approval %s: answer not sent: %s", approval_id, exc)
 
     async def get_state(self) -> tuple[dict[str, Any], int]:
         """The session's state document and its version."""

@@ -24,7 +24,14 @@ from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capab
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id, secret_id
-from toolmesh.pipeline import ApprovalRequest, CallSpec, Limits, Pipeline, PolicyHook
+from toolmesh.pipeline import (
+    ApprovalFailed,
+    ApprovalRequest,
+    CallSpec,
+    Limits,
+    Pipeline,
+    PolicyHook,
+)
 from toolmesh.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     ApprovalResponse,
@@ -528,11 +535,11 @@ class Connection:
 
     # -- approvals -------------------------------------------------------------------------------
 
-    async def _ask_approval(self, request: ApprovalRequest) -> bool:
+    async def _ask_approval(self, request: ApprovalRequest) -> Any:
         handler = self.approval_handler
-        if handler is not None:
+        if handler is not None:  # the pipeline judges the answer: only True approves
             answer = handler(request)
-            return bool(await answer if inspect.isawaitable(answer) else answer)
+            return await answer if inspect.isawaitable(answer) else answer
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._approvals[request.id] = future
         self._deliver(request.event)  # even for a non-streaming call: it needs an answer
@@ -551,6 +558,9 @@ class Connection:
                     message=f"no approval {response.req_id!r} is waiting for an answer",
                 )
             )
+            return
+        if response.failed and not response.approved:  # not someone's "no": a failure
+            future.set_exception(ApprovalFailed(response.reason or "the agent could not decide"))
             return
         future.set_result(response.approved)
 

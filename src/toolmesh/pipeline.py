@@ -76,6 +76,11 @@ class ApprovalPending(Exception):
     multi-round-trip calls): the call ends unanswered and unaudited, as nothing was decided."""
 
 
+class ApprovalFailed(Exception):
+    """Raised by an approver to deny because approving failed, not because someone said no
+    (a wire client whose handler raised answers so): audited as ``approval:failed``."""
+
+
 class CallObserver:
     """Sees every call of a pipeline: its start, its events and its result (for AG-UI)."""
 
@@ -282,7 +287,7 @@ class Pipeline:
         wait = self.limits.approval_timeout
         try:
             async with asyncio.timeout(wait):
-                approved = await approver(request)
+                approved: object = await approver(request)  # an approver may break its type
         except TimeoutError:
             return Decision(
                 False,
@@ -291,13 +296,27 @@ class Pipeline:
             )
         except ApprovalPending:
             raise
+        except ApprovalFailed as exc:
+            return Decision(False, f"approval failed: {exc}", rule=f"{rule}approval:failed")
         except Exception as exc:
             return Decision(
                 False, f"approval failed: {_describe(exc)}", rule=f"{rule}approval:failed"
             )
-        if not approved:
+        if approved is False:
             return Decision(
                 False, f"the approver denied {tool.name!r}", rule=f"{rule}approval:denied"
+            )
+        if approved is not True:  # only True approves: "no", None or 1 is no answer
+            try:
+                answer = repr(approved)
+            except Exception:
+                answer = object.__repr__(approved)
+            answer = answer if len(answer) <= 80 else answer[:77] + "..."
+            return Decision(
+                False,
+                f"approval failed: the approver answered {answer} "
+                f"({type(approved).__name__}), not True or False",
+                rule=f"{rule}approval:failed",
             )
         return Decision(True, verdict.reason, rule=f"{rule}approval:approved")
 

@@ -224,6 +224,9 @@ class ApprovalResponse(Envelope):
     req_id: str
     approved: bool
     reason: str = ""
+    failed: bool = False
+    """The agent could not decide (its handler raised, say): a denial audited as
+    ``approval:failed``, with ``reason`` saying why, rather than someone's "no"."""
 
 
 class StateRequest(Envelope):
