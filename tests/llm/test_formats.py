@@ -98,6 +98,19 @@ def test_strict_an_optional_enum_of_several_types_gains_null_too() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("given", "made"),
+    [
+        ({"type": ["string", "null"], "enum": ["a", "b"]}, ["a", "b", None]),  # type said null
+        ({"type": "string", "enum": ["a", None]}, ["a", None]),  # enum said null: kept once
+    ],
+)
+def test_strict_an_optional_enum_gains_null_once(given: dict[str, Any], made: list[Any]) -> None:
+    schema = openai_strict_schema({"type": "object", "properties": {"pick": given}})
+    assert schema["properties"]["pick"]["enum"] == made
+    assert schema["properties"]["pick"]["type"].count("null") == 1
+
+
 def test_strict_fixed_length_tuples_become_arrays_of_any_position() -> None:
     (entry,) = to_openai([t for t in CATALOGUE if t.name == "move"], strict=True)
     to = entry["function"]["parameters"]["properties"]["to"]

@@ -306,14 +306,14 @@ def _nullable(schema: JsonSchema) -> JsonSchema:
         return schema
     if isinstance(declared, str) and "anyOf" not in schema and "$ref" not in schema:
         out = {**schema, "type": [declared, "null"]}
-        if isinstance(out.get("enum"), list):
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
             out["enum"] = [*out["enum"], None]
         if "const" in out:
             out["enum"] = [out.pop("const"), None]
         return out
     if isinstance(declared, list):
-        out = {**schema, "type": [*declared, "null"]}
-        if isinstance(out.get("enum"), list):
+        out = {**schema, "type": declared if "null" in declared else [*declared, "null"]}
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
             out["enum"] = [*out["enum"], None]  # or null stays refused: the field is not optional
         return out
     if "anyOf" in schema and set(schema) <= {"anyOf", "description", "title"}:
@@ -325,6 +325,9 @@ def _nullable(schema: JsonSchema) -> JsonSchema:
 
 def _accepts_null(schema: Mapping[str, Any]) -> bool:
     declared = schema.get("type")
+    enum = schema.get("enum")
+    if isinstance(enum, list) and None not in enum:
+        return False  # whatever the type says, the enum refuses null
     if declared == "null" or (isinstance(declared, list) and "null" in declared):
         return True
     branches = schema.get("anyOf")
