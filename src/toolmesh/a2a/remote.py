@@ -466,7 +466,7 @@ class SkillCall:
         except Exception as exc:  # the call's outcome stands; the agent may not cancel
             logger.info("CancelTask for %s at %s failed: %s", progress.task_id, self.peer.url, exc)
             return False
-        return True
+        return progress.state == "canceled"  # what the agent says, not that it was asked
 
     async def _cancel_in_background(self, progress: _Progress) -> None:
         """Cancel the remote task although this call is being cancelled itself (with a client
