@@ -271,7 +271,7 @@ async def test_a_return_value_that_cannot_be_a_result_is_the_tools_failure() -> 
     store = MemoryStore()
     kit = Toolkit(raw_bytes, circular, circular_at_once, store=store)
     binary = await kit.execute("raw_bytes", {})
-    assert binary.success and binary.data == "_wA="  # base64, as JSON can carry bytes
+    assert binary.success and binary.data == "/wA="  # standard base64, as JSON can carry bytes
     for name in ("circular", "circular_at_once"):
         failed = await kit.execute(name, {})
         assert failed.error_code == ToolErrorCode.TOOL_ERROR

@@ -14,6 +14,7 @@ waiting at the deadline, cancels the tool, and answers with a timeout result at 
 from __future__ import annotations
 
 import asyncio
+import base64
 import difflib
 import inspect
 import logging
@@ -624,5 +625,17 @@ def jsonable(value: Any) -> Any:
         return value.model_dump(mode="json")
     try:
         return to_jsonable_python(value, fallback=str)
-    except UnicodeDecodeError:  # bytes that are not UTF-8 text
-        return to_jsonable_python(value, fallback=str, bytes_mode="base64")
+    except UnicodeDecodeError:  # bytes that are not UTF-8 text: standard base64
+        return to_jsonable_python(_base64_bytes(value), fallback=str)
+
+
+def _base64_bytes(value: Any) -> Any:
+    """``value`` with its bytes as standard base64 text (pydantic's own is the URL-safe kind,
+    which ``base64.b64decode`` would misread without a word)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {key: _base64_bytes(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_base64_bytes(item) for item in value]
+    return value
