@@ -109,3 +109,17 @@ async def test_the_bash_kind_of_a_manifest(tmp_path: Path) -> None:
         assert ok.data["stdout"] == "hi\n"
         refused = await kit.execute("sh", {"command": "ls"})
         assert refused.error_code == ToolErrorCode.TOOL_DENIED
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ({"workspace": 5}, r"builtins.workspace: expected a folder path, not 5"),
+        ({"roots": "docs"}, r"builtins.roots: expected a list of folder paths"),
+    ],
+)
+def test_workspace_and_roots_of_the_wrong_type_are_named(
+    table: dict[str, object], says: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match=says):
+        sources_from_manifest(table, base_dir=tmp_path)

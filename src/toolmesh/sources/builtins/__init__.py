@@ -113,13 +113,21 @@ def builtin_source(
             f"(built-ins: {', '.join(BUILTIN_NAMES)})"
         )
     base = base_dir or Path.cwd()
-    folder = Path(workspace or table.get("workspace") or DEFAULT_WORKSPACE).expanduser()
+    given = workspace or table.get("workspace") or DEFAULT_WORKSPACE
+    roots_given = table.get("roots", ())
+    if not isinstance(given, str | Path):
+        raise ConfigError(f"{where}.workspace: expected a folder path, not {given!r}")
+    if not isinstance(roots_given, list | tuple) or not all(
+        isinstance(p, str | Path) for p in roots_given
+    ):
+        raise ConfigError(f"{where}.roots: expected a list of folder paths, not {roots_given!r}")
+    folder = Path(given).expanduser()
     folder = folder if folder.is_absolute() else base / folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{where}: workspace {str(folder)!r} cannot be created: {exc}") from None
-    extra = [p if Path(p).is_absolute() else base / p for p in table.get("roots", ())]
+    extra = [p if Path(p).is_absolute() else base / p for p in roots_given]
     try:
         roots = Roots([folder, *extra], allow_hardlinks=bool(table.get("allow_hardlinks", False)))
     except ValueError as exc:
