@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import MAX_PARALLEL, Served
 from tests.fixtures.demo_tools import echo
-from toolmesh import ConfigError, Host, ToolErrorCode, ToolEvent, connect_async
+from toolmesh import ConfigError, HandshakeError, Host, ToolErrorCode, ToolEvent, connect_async
 from toolmesh.sources.base import ToolSet
 
 
@@ -222,3 +222,17 @@ async def test_a_start_that_failed_can_be_tried_again(tmp_path: Path) -> None:
     await client.close()
     await host.close()
     assert (folder / "audit.db").exists()
+
+
+async def test_a_handshake_with_text_that_is_not_unicode_is_refused(tmp_path: Path) -> None:
+    host = Host(_echo_tools(), audit=tmp_path / "audit.db")
+    with pytest.raises(HandshakeError, match="agent_id holds a lone surrogate"):
+        await connect_async(host, agent_id="me\ud800")  # the wire's parser refuses this
+    client = await connect_async(host, agent_id="fine")  # and the host goes on
+    assert (await client.call_tool("echo", {"text": "ok"})).success
+    await client.close()
+    await host.close()
+
+
+def _echo_tools() -> ToolSet:
+    return ToolSet([echo], name="demo")

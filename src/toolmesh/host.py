@@ -228,6 +228,14 @@ class Host:
 
     async def _open_session(self, request: HandshakeRequest, connection: Connection) -> Session:
         """A new (or resumed) session for a handshake, or CapabilityError/ProtocolError."""
+        for field in ("agent_id", "session_id", "auth_token"):
+            try:  # the wire's parser refuses these; an in-process caller can pass them
+                getattr(request, field).encode()
+            except UnicodeEncodeError:
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE,
+                    f"{field} holds a lone surrogate, which is not Unicode text",
+                ) from None
         if self.auth_token is not None and not hmac.compare_digest(
             request.auth_token.encode(), self.auth_token.encode()
         ):
