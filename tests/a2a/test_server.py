@@ -526,6 +526,7 @@ async def test_an_approval_lost_with_its_server_fails_the_task(tmp_path: Path) -
         ("SendMessage", {"message": "M+", "metadata": {}}, "message.metadata must be"),
         ("ListTasks", {"pageToken": "9" * 30}, "unknown pageToken"),
         ("message/send", {"message": "V03"}, "file must be an object"),
+        ("message/send", {"message": "V03ok", "configuration": "x"}, "configuration must be"),
     ],
 )
 async def test_params_of_the_wrong_type_are_invalid_params(
@@ -534,9 +535,11 @@ async def test_params_of_the_wrong_type_are_invalid_params(
     message = _wire_message("hello")
     if params.get("message") == "M+":
         message["metadata"] = "abc"
-    if params.get("message") == "V03":
+    if params.get("message") in ("V03", "V03ok"):
         message = {"messageId": "m", "role": "user", "kind": "message"}
         message["parts"] = [{"kind": "file", "file": "x"}]
+        if params["message"] == "V03ok":
+            message["parts"] = [{"kind": "text", "text": "hello"}]
     if "message" in params:
         params = {**params, "message": message}
     answer = await rpc(served.rpc, method, params)

@@ -374,6 +374,8 @@ def params_from_v03(method: str, params: JsonObject) -> JsonObject:
         if config.get("historyLength") is not None:
             converted["historyLength"] = config["historyLength"]
         out["configuration"] = converted
+    else:  # the 1.0 handler names it (as it does for a 1.0 request)
+        out["configuration"] = config
     if params.get("metadata"):
         out["metadata"] = params["metadata"]
     return out
