@@ -71,9 +71,11 @@ def _check_pattern(pattern: str) -> None:
 def _walk(
     top: str, settings: FileSettings, ctx: ToolContext, *, dirs: bool = False
 ) -> Iterator[tuple[str, bool]]:
-    """Relative paths under ``top`` (files, and folders when ``dirs``), symlinks not followed."""
+    """Relative paths under ``top`` (files, and folders when ``dirs``), symlinks not followed.
+    ``os.fwalk`` descends through opened descriptors: a folder swapped for a symlink while the
+    walk runs is not entered (``os.walk`` would list wherever the link points)."""
     ignore = set(settings.ignore)
-    for current, folders, files in os.walk(top):
+    for current, folders, files, _fd in os.fwalk(top, follow_symlinks=False):
         if ctx.cancelled:
             return
         folders[:] = sorted(f for f in folders if f not in ignore)
