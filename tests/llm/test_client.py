@@ -302,3 +302,46 @@ async def test_streamed_tool_calls_are_assembled_in_both_styles() -> None:
         results = [e.tool_result for e in events if e.kind == "tool_result"]
         assert results[0] is not None and results[0].data == 7
         assert events[-1].result is not None and events[-1].result.text == "7"
+
+
+@pytest.mark.parametrize(
+    ("style", "events"),
+    [
+        ("openai", [("", {"choices": [{"delta": {"content": "The answer is "}}]})]),
+        (
+            "anthropic",
+            [
+                ("message_start", {"type": "message_start", "message": {"usage": {}}}),
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": "Hi"},
+                    },
+                ),
+            ],
+        ),
+    ],
+)
+async def test_a_stream_cut_off_before_its_end_is_a_provider_error(
+    style: str, events: list[Any]
+) -> None:
+    with StubLLM(lambda body, i: Answer(events=events)) as llm:
+        client = create_client(llm.base_url, style, "m", max_retries=0)
+        with pytest.raises(ProviderError, match="was cut off"):
+            await client.run("hi", stream=True)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"choices": [{"message": "hi"}]},
+        {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}},
+    ],
+)
+async def test_an_answer_of_another_shape_is_a_provider_error(answer: dict[str, Any]) -> None:
+    with StubLLM(lambda body, i: Answer(answer)) as llm:
+        client = create_client(llm.base_url, model="m", max_retries=0)
+        with pytest.raises(ProviderError, match="shape this client does not expect"):
+            await client.run("go")

@@ -38,6 +38,10 @@ __all__ = ["RETRY_STATUSES", "LLMClient", "create_client", "retry_delay"]
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
+# What reading a provider's answer raises when it has another shape than documented (a string
+# where an object belongs, "many" for a token count): a ProviderError, not a Python error.
+_SHAPE_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError)
+
 def create_client(
     base_url: str,
     style: str = "openai",
@@ -184,9 +188,19 @@ class LLMClient:
                 kind = response.headers.get("content-type", "")
                 if stream and "text/event-stream" in kind:
                     parser = self.style.stream_parser(on_text)
-                    async for event, data in read_events(response):
-                        parser.feed(event, data)
-                    return parser.finish()
+                    try:
+                        async for event, data in read_events(response):
+                            parser.feed(event, data)
+                        reply = parser.finish()
+                    except _SHAPE_ERRORS as exc:
+                        raise self._shape_error(exc) from exc
+                    if not parser.ended:
+                        raise ProviderError(
+                            f"the answer streamed from {self._url} was cut off: it ended "
+                            "without the provider's end of message",
+                            status=200,
+                        )
+                    return reply
                 payload = await response.aread()
         except (httpx.HTTPError, LeanError) as exc:
             raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
@@ -198,7 +212,10 @@ class LLMClient:
                 status=200,
                 body=payload[:500].decode("utf-8", "replace"),
             ) from None
-        reply = self.style.parse(decoded)
+        try:
+            reply = self.style.parse(decoded)
+        except _SHAPE_ERRORS as exc:
+            raise self._shape_error(exc) from exc
         if reply.text:
             on_text(reply.text)  # a whole answer is one "delta" for streaming consumers
         return reply
@@ -230,6 +247,12 @@ class LLMClient:
             )
         async with self._http.stream("POST", self._endpoint, json=body) as answer:
             yield answer
+
+    def _shape_error(self, exc: Exception) -> ProviderError:
+        return ProviderError(
+            f"{self._url} answered in a shape this client does not expect: {_describe(exc)}",
+            status=200,
+        )
 
     def _refused(self, response: httpx.Response | LeanResponse, text: str) -> ProviderError:
         status = response.status_code

@@ -92,6 +92,7 @@ class StreamParser(ABC):
     def __init__(self, on_text: OnText | None) -> None:
         self.reply = Reply()
         self._on_text = on_text
+        self.ended = False  # the provider said the answer is complete (a stream may be cut)
 
     def _text(self, delta: str) -> None:
         if delta:
@@ -235,6 +236,7 @@ class _OpenAIStream(StreamParser):
 
     def feed(self, event: str, data: str) -> None:
         if data.strip() == "[DONE]":
+            self.ended = True
             return
         chunk = _json(data)
         if chunk.get("usage"):
@@ -252,6 +254,7 @@ class _OpenAIStream(StreamParser):
                 slot["args"] += function.get("arguments") or ""
             if choice.get("finish_reason"):
                 self.reply.stop_reason = choice["finish_reason"]
+                self.ended = True
 
     def finish(self) -> Reply:
         self.reply.tool_calls = [
@@ -388,9 +391,12 @@ class _AnthropicStream(StreamParser):
                 slot = self._blocks.get(int(chunk.get("index", 0)))
                 if slot is not None:
                     slot["args"] += delta.get("partial_json", "")
+        elif kind == "message_stop":
+            self.ended = True
         elif kind == "message_delta":
             delta = chunk.get("delta") or {}
             self.reply.stop_reason = delta.get("stop_reason") or self.reply.stop_reason
+            self.ended = self.ended or bool(delta.get("stop_reason"))
             usage = chunk.get("usage") or {}
             self.reply.usage.output_tokens = int(
                 usage.get("output_tokens") or self.reply.usage.output_tokens
