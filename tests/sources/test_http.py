@@ -291,3 +291,52 @@ def test_endpoint_placeholders_say_where_each_argument_goes() -> None:
         method="POST",
     )
     assert endpoint.placeholders() == {"a": "path", "b": "query", "c": "header", "d": "body"}
+
+
+async def _headers_seen(request: Request) -> JSONResponse:
+    return JSONResponse({"key": request.headers.get("x-api-key"), "path": request.url.path})
+
+
+async def test_a_redirect_to_another_origin_carries_none_of_the_tools_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("QA_API_KEY", "sk-never-elsewhere")
+    elsewhere = Starlette(routes=[Route("/seen", _headers_seen)])
+    async with serve_app(elsewhere) as other:
+
+        async def home(request: Request) -> Response:
+            if request.path_params["where"] == "away":
+                return Response(status_code=302, headers={"Location": f"{other}/seen"})
+            return Response(status_code=302, headers={"Location": "/seen"})
+
+        origin = Starlette(routes=[Route("/go/{where}", home), Route("/seen", _headers_seen)])
+        async with serve_app(origin) as base:
+            tool = http_tool("go", base + "/go/{where}", headers={"X-Api-Key": "${QA_API_KEY}"})
+            kit = Toolkit(tool)
+            away = await kit.execute("go", {"where": "away"})
+            assert away.success and away.data == {"key": None, "path": "/seen"}
+            home_again = await kit.execute("go", {"where": "home"})  # same origin: kept
+            assert home_again.data == {"key": "sk-never-elsewhere", "path": "/seen"}
+            await kit.close()
+
+
+async def test_an_argument_cannot_break_a_header_or_show_its_secret(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QA_TOKEN", "sk-SECRET-123")
+    tool = http_tool("hdr", base + "/echo", headers={"Authorization": "Bearer ${QA_TOKEN} {extra}"})
+    result = await Toolkit(tool).execute("hdr", {"extra": "a\r\nX-Evil: 1"})
+    assert result.error_code == "tool_error"
+    assert "holds a line break" in (result.error or "")
+    assert "sk-SECRET" not in (result.error or "")
+
+
+async def test_dot_path_values_are_values_and_an_omitted_body_is_no_body(base: str) -> None:
+    weather_of = http_tool("w", base + "/weather/{city}")
+    kit = Toolkit(weather_of, http_tool("post", base + "/echo", method="POST", body="{d}"))
+    for value in (".", ".."):
+        dotted = await kit.execute("w", {"city": value})
+        assert dotted.success and dotted.data["city"] == value, dotted  # not a path step
+    posted = await kit.execute("post", {})
+    assert posted.success and posted.data["method"] == "POST" and posted.data["raw"] == ""
+    await kit.close()

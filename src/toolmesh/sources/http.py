@@ -144,7 +144,10 @@ class HttpEndpoint:
                 headers[key] = _fill_header(template, arguments, used, key)
             except _Missing:
                 continue
-        body = _fill(self.body, arguments, used) if self.body is not None else None
+        try:
+            body = _fill(self.body, arguments, used) if self.body is not None else None
+        except _Missing:
+            body = None  # the body is one placeholder the call left out: send none
         rest = {k: v for k, v in arguments.items() if k not in used}
         if rest:
             if self.body is None and self.method not in _QUERY_METHODS:
@@ -154,13 +157,19 @@ class HttpEndpoint:
         content: Any = {}
         if body is not None:
             content = self._body(body, headers)
-        return httpx.Request(
+        request = httpx.Request(
             self.method,
             url,
             params=[(k, _text(v)) for k, v in _flatten(params)],
             headers=headers,
             **content,
         )
+        # For the redirect hook and error messages: the headers this tool set (they go to its
+        # own origin only) and the secrets expanded into them (never shown).
+        request.extensions["toolmesh_origin"] = _origin(request.url)
+        request.extensions["toolmesh_headers"] = tuple(headers)
+        request.extensions["toolmesh_secrets"] = tuple(_secrets_in(base_headers, self.headers))
+        return request
 
     def _body(self, body: Any, headers: dict[str, str]) -> dict[str, Any]:
         form = self.body_format or "json"
@@ -223,7 +232,9 @@ def _fill_entries(
 
 def _fill_url(template: str, arguments: Mapping[str, Any], used: set[str]) -> str:
     def one(match: re.Match[str]) -> str:
-        return quote(_text(_take(match.group(1), arguments, used)), safe="")
+        value = quote(_text(_take(match.group(1), arguments, used)), safe="")
+        # "." and ".." are path steps to the URL parser: as a value they are sent encoded
+        return value.replace(".", "%2E") if value in (".", "..") else value
 
     try:
         return _PLACEHOLDER.sub(one, template)
@@ -280,12 +291,51 @@ def _fill_header(template: str, arguments: Mapping[str, Any], used: set[str], he
     def one(match: re.Match[str]) -> str:
         if match.group(1) is not None:
             return _env(match.group(1), header)
-        return _text(_take(match.group(2), arguments, used))
+        text = _text(_take(match.group(2), arguments, used))
+        if any(c in text for c in "\r\n\0"):
+            # refused here, before the value (and any secret beside it) reaches a message
+            raise ValueError(
+                f"argument {match.group(2)!r} holds a line break; it cannot go into "
+                f"header {header!r}"
+            )
+        return text
 
     return _HEADER_TOKEN.sub(one, template)
 
 
 # -- running -------------------------------------------------------------------------------------
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return (url.scheme, url.host, url.port)
+
+
+def _secrets_in(*templates: Mapping[str, str]) -> list[str]:
+    """The values of the ``${ENV}`` variables the header templates name (set ones only)."""
+    found = []
+    for template in templates:
+        for value in template.values():
+            for name in _ENV.findall(value) if isinstance(value, str) else ():
+                secret = os.environ.get(name)
+                if secret and len(secret) >= 4:
+                    found.append(secret)
+    return found
+
+
+def _scrubbed(text: str, request: httpx.Request) -> str:
+    for secret in request.extensions.get("toolmesh_secrets", ()):
+        text = text.replace(secret, "***")
+    return text
+
+
+async def _keep_headers_home(request: httpx.Request) -> None:
+    """A redirect to another origin carries none of the tool's own headers (API keys, say):
+    httpx drops only Authorization."""
+    home = request.extensions.get("toolmesh_origin")
+    if home is not None and _origin(request.url) != home:
+        for name in request.extensions.get("toolmesh_headers", ()):
+            if name.lower() not in ("accept", "content-type", "user-agent"):
+                request.headers.pop(name, None)
 
 
 class _Client:
@@ -298,7 +348,9 @@ class _Client:
     def get(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(follow_redirects=True)
+            self._client = httpx.AsyncClient(
+                follow_redirects=True, event_hooks={"request": [_keep_headers_home]}
+            )
             self._loop = loop
         return self._client
 
@@ -332,7 +384,7 @@ async def call_endpoint(
         return _error(name, f"{request.method} {_safe_url(request)} timed out after {limit:g}s")
     except httpx.HTTPError as exc:
         where = f"{request.method} {_safe_url(request)}"
-        return _error(name, f"{where} failed: {type(exc).__name__}: {exc}")
+        return _error(name, _scrubbed(f"{where} failed: {type(exc).__name__}: {exc}", request))
     return _answer(endpoint, response)
 
 
