@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fixtures.web import serve_app
@@ -340,3 +340,21 @@ async def test_dot_path_values_are_values_and_an_omitted_body_is_no_body(base: s
     posted = await kit.execute("post", {})
     assert posted.success and posted.data["method"] == "POST" and posted.data["raw"] == ""
     await kit.close()
+
+
+async def test_the_tools_timeout_bounds_a_trickling_answer() -> None:
+    async def drip(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(100):  # a byte every 50 ms: each read is quick, the whole is not
+                if release.is_set():
+                    return
+                yield b"x"
+                await asyncio.sleep(0.05)
+
+        return StreamingResponse(body())
+
+    release.clear()
+    async with serve_app(Starlette(routes=[Route("/drip", drip)])) as base:
+        result = await Toolkit(http_tool("drip", base + "/drip", timeout=0.5)).execute("drip")
+        release.set()
+    assert result.error_code == "tool_error" and "timed out after 0.5s" in (result.error or "")

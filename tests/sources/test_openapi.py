@@ -21,7 +21,12 @@ from tests.fixtures.web import serve_app
 from tests.llm.checks import assert_openai_strict, check_typed_dict
 from toolmesh import ConfigError, Toolkit
 from toolmesh.llm import to_anthropic, to_gemini, to_openai
-from toolmesh.sources.openapi import OpenAPISource, openapi_endpoints, sources_from_manifest
+from toolmesh.sources.openapi import (
+    OpenAPISource,
+    load_document,
+    openapi_endpoints,
+    sources_from_manifest,
+)
 
 PETSTORE = Path(__file__).parent.parent / "fixtures" / "openapi" / "petstore3.yaml"
 DOCUMENT: dict[str, Any] = yaml.safe_load(PETSTORE.read_text())
@@ -267,3 +272,30 @@ def test_manifest_entry(tmp_path: Path) -> None:
         sources_from_manifest({"kind": "openapi", "spec": "x", "servers": 1}, base_dir=tmp_path)
     with pytest.raises(ConfigError, match="cannot read the document"):
         sources_from_manifest({"kind": "openapi", "spec": "missing.yaml"}, base_dir=tmp_path)
+
+
+async def test_a_remote_document_of_an_odd_shape_fails_its_source_only() -> None:
+    from toolmesh import tool
+
+    odd = {**DOCUMENT, "servers": ["http://127.0.0.1:9/api/v3"]}  # strings, not objects
+
+    async def document(request: Request) -> Response:
+        return JSONResponse(odd)
+
+    @tool
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    async with serve_app(Starlette(routes=[Route("/odd.json", document)])) as url:
+        source = OpenAPISource(url + "/odd.json")
+        async with Toolkit(source, ping) as kit:
+            assert (await kit.execute("ping")).output == "pong"
+    assert source.status.state == "failed" and "odd.json" in source.status.reason
+
+
+def test_unquoted_yaml_dates_are_text() -> None:
+    text = yaml.safe_dump(DOCUMENT) + "x-when: 2024-01-02\n"  # YAML reads a date object
+    document = load_document(text, where="dated.yaml")
+    assert document["x-when"] == "2024-01-02"
+    json.dumps(document)  # JSON all the way down

@@ -379,8 +379,11 @@ async def call_endpoint(
     limit = min(endpoint.timeout, timeout) if timeout else endpoint.timeout
     request.extensions["timeout"] = httpx.Timeout(limit).as_dict()
     try:
-        response = await client.send(request)
-    except httpx.TimeoutException:
+        # httpx's timeout bounds each read; a server trickling its answer a byte a second
+        # would pass every one of them, so the whole exchange is bounded too
+        async with asyncio.timeout(limit):
+            response = await client.send(request)
+    except (httpx.TimeoutException, TimeoutError):
         return _error(name, f"{request.method} {_safe_url(request)} timed out after {limit:g}s")
     except httpx.HTTPError as exc:
         where = f"{request.method} {_safe_url(request)}"

@@ -22,6 +22,7 @@ fetched when the source opens (``toolkit.start()``); if that fails the source re
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,17 @@ _SCHEMA_PREFIX = "#/components/schemas/"
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 
 
+def _plain_json(value: Any) -> Any:
+    """``value`` with the dates and times YAML reads from unquoted text as ISO strings."""
+    if isinstance(value, dict):
+        return {key: _plain_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_json(item) for item in value]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return value
+
+
 def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
     """Parse an OpenAPI 3.x document (JSON or YAML) and check that it is one."""
     try:
@@ -56,6 +68,7 @@ def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: not JSON or YAML: {exc}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{where}: an OpenAPI document must be an object")
+    document = dict(_plain_json(document))  # YAML's unquoted dates are text in JSON Schema
     version = str(document.get("openapi", ""))
     if not version.startswith("3."):
         found = f"swagger {document['swagger']}" if "swagger" in document else repr(version)
@@ -395,6 +408,11 @@ class OpenAPISource(Source):
             self._build(load_document(response.content, where=self.url), where=self.url)
         except (httpx.HTTPError, ConfigError) as exc:
             self.status = SourceStatus("failed", f"cannot load {self.url}: {exc}")
+            return
+        except Exception as exc:  # a document of a shape the builder did not expect
+            self.status = SourceStatus(
+                "failed", f"cannot use {self.url}: {type(exc).__name__}: {exc}"
+            )
             return
         self.changed()
 
