@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -81,19 +82,31 @@ async def test_only_tools_the_session_may_call_and_never_itself() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "arguments", "message"),
+    ("name", "arguments", "message", "code"),
     [
-        ("tool_search_regex", {"pattern": "("}, "not a valid regular expression"),
-        ("tool_search_regex", {"pattern": "a" * 201}, "longer than 200"),
-        ("tool_search_regex", {"pattern": "(x|xx)+$"}, "took longer than 1s"),
-        ("tool_search", {"query": "  "}, "query is empty"),
-        ("tool_search", {"query": "issue", "limit": 0}, "limit must be"),
-        ("tool_search", {"query": "issue", "limit": 21}, "limit must be"),
+        ("tool_search_regex", {"pattern": "("}, "not a valid regular expression", "tool_error"),
+        ("tool_search_regex", {"pattern": "a" * 201}, "$.pattern", "invalid_arguments"),
+        ("tool_search_regex", {"pattern": "(x|xx)+$"}, "took longer than 1s", "tool_error"),
+        ("tool_search", {"query": "  "}, "query is empty", "tool_error"),
+        ("tool_search", {"query": ""}, "$.query", "invalid_arguments"),
+        ("tool_search", {"query": "issue", "limit": 0}, "$.limit", "invalid_arguments"),
+        ("tool_search", {"query": "issue", "limit": 21}, "$.limit", "invalid_arguments"),
     ],
 )
 async def test_bad_input_is_a_failed_result(
-    name: str, arguments: dict[str, Any], message: str
+    name: str, arguments: dict[str, Any], message: str, code: str
 ) -> None:
     result = await catalogue().execute(name, arguments)
-    assert not result.success
-    assert message in (result.error or "")
+    assert not result.success and result.error_code == code
+    assert message in (result.error or "") or message == result.metadata.get("path")
+
+
+async def test_a_slow_pattern_does_not_hold_up_the_event_loop() -> None:
+    kit = catalogue()
+    ticks = 0
+    searching = asyncio.ensure_future(kit.execute("tool_search_regex", {"pattern": "(x|xx)+$"}))
+    while not searching.done():  # the loop keeps turning while the pattern runs
+        ticks += 1
+        await asyncio.sleep(0)
+    assert "took longer than 1s" in ((await searching).error or "")
+    assert ticks > 1

@@ -18,6 +18,7 @@ shape (Anthropic ``tool_reference`` blocks: ``toolmesh.llm.deferred.anthropic_to
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,7 @@ class ToolSearchSource(Source):
                 ),
                 self._search,
                 source="tool_search",
+                input_schema=_schema("query", {"type": "string", "minLength": 1}),
             ),
             Tool(
                 ToolDefinition(
@@ -101,6 +103,9 @@ class ToolSearchSource(Source):
                 ),
                 self._search_regex,
                 source="tool_search",
+                input_schema=_schema(
+                    "pattern", {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN}
+                ),
             ),
         ]
 
@@ -127,22 +132,14 @@ class ToolSearchSource(Source):
             raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
         limit = self._limit(arguments)
         held = ctx.capabilities or self.toolkit.capabilities
-        matches: list[Tool] = []
-        deadline = time.monotonic() + REGEX_SECONDS
-        for tool in self.toolkit.tools:
-            if tool.name in SEARCH_TOOL_NAMES or not held.allows(tool.capabilities):
-                continue
-            try:
-                text = _searchable_text(tool.definition)
-                found = compiled.search(text, timeout=max(deadline - time.monotonic(), 0.001))
-            except TimeoutError:
-                raise ValueError(
-                    f"the pattern took longer than {REGEX_SECONDS:g}s; simplify it"
-                ) from None
-            if found:
-                matches.append(tool)
-                if len(matches) >= limit:
-                    break
+        tools = [
+            t
+            for t in self.toolkit.tools
+            if t.name not in SEARCH_TOOL_NAMES and held.allows(t.capabilities)
+        ]
+        # Off the event loop (and without the GIL while matching): a slow pattern takes up to
+        # REGEX_SECONDS of its own call, not of every session on the host.
+        matches = await asyncio.to_thread(_regex_matches, compiled, tools, limit)
         return self._result(matches)
 
     def _limit(self, arguments: dict[str, Any]) -> int:
@@ -167,6 +164,47 @@ class ToolSearchSource(Source):
             metadata={"tool_references": names},
             text=text + ("\n" + _json(definitions) if definitions else ""),
         )
+
+
+def _regex_matches(compiled: Any, tools: list[Tool], limit: int) -> list[Tool]:
+    matches: list[Tool] = []
+    deadline = time.monotonic() + REGEX_SECONDS
+    for tool in tools:
+        try:
+            text = _searchable_text(tool.definition)
+            left = max(deadline - time.monotonic(), 0.001)
+            found = compiled.search(text, timeout=left, concurrent=True)
+        except TimeoutError:
+            raise ValueError(
+                f"the pattern took longer than {REGEX_SECONDS:g}s; simplify it"
+            ) from None
+        if found:
+            matches.append(tool)
+            if len(matches) >= limit:
+                break
+    return matches
+
+
+def _schema(name: str, text: dict[str, Any]) -> dict[str, Any]:
+    """A search tool's input schema: its text argument and ``limit``, with their bounds (so a
+    bad value is ``invalid_arguments``, which is not worth retrying)."""
+    described = {
+        "query": "What you need a tool for, e.g. 'create a GitHub issue'.",
+        "pattern": f"The expression, {MAX_PATTERN} characters at most.",
+    }
+    return {
+        "type": "object",
+        "properties": {
+            name: {**text, "description": described[name]},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LIMIT,
+                "description": _LIMIT.description,
+            },
+        },
+        "required": [name],
+    }
 
 
 def _searchable_text(definition: ToolDefinition) -> str:
