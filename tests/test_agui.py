@@ -97,3 +97,21 @@ async def test_sse_endpoint(tmp_path: Path) -> None:
     await client.close()
     await server.stop()
     await host.close()
+
+
+async def test_a_subscriber_that_fell_behind_still_sees_its_stream_end(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import toolmesh.agui as agui
+
+    monkeypatch.setattr(agui, "_QUEUE_LIMIT", 4)  # a small backlog fills with one call
+    host = demo_host(tmp_path / "a.db")
+    client = await connect_async(host)
+    stream = host.agui.events(client.session_id)
+    assert (await anext(stream))["type"] == "STATE_SNAPSHOT"  # subscribed; reads no more
+    await client.call_tool("remember", {"key": "a", "value": "b"})  # more events than fit
+    host.agui.close()
+    rest = [event async for event in stream]  # ends (it used to wait forever)
+    assert len(rest) <= 4
+    await client.close()
+    await host.close()

@@ -61,9 +61,11 @@ class AguiStream(CallObserver):
             self._unsubscribe(session_id, queue)
 
     def close(self) -> None:
-        """End every subscriber's stream."""
+        """End every subscriber's stream (a stalled one too: its backlog makes room for the end)."""
         for queues in self._subscribers.values():
             for queue in queues:
+                while queue.full():
+                    queue.get_nowait()  # events it would read after the host closed anyway
                 _offer(queue, None)
 
     def _subscribe(self, session_id: str, queue: asyncio.Queue[Event | None]) -> None:
