@@ -42,6 +42,7 @@ RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 # where an object belongs, "many" for a token count): a ProviderError, not a Python error.
 _SHAPE_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError)
 
+
 def create_client(
     base_url: str,
     style: str = "openai",
