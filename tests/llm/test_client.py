@@ -133,6 +133,25 @@ def test_bad_settings_are_config_errors() -> None:
         create_client("127.0.0.1:1", model="m")
     with pytest.raises(ConfigError, match="options must be JSON"):
         create_client("http://127.0.0.1:1/v1", model="m", options={"temperature": float("nan")})
+    for timeout in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="timeout must be a number of seconds above 0"):
+            create_client("http://127.0.0.1:1/v1", model="m", timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"timeout": 0}, "timeout must be"),
+        ({"timeout": -1}, "timeout must be"),
+        ({"tool_timeout": -1}, "tool_timeout must be"),
+        ({"max_turns": 2.5}, "max_turns must be a whole number"),
+        ({"max_turns": 0}, "max_turns must be a whole number"),
+    ],
+)
+async def test_bad_run_settings_are_config_errors(options: dict[str, Any], says: str) -> None:
+    client = create_client("http://127.0.0.1:1/v1", model="m")
+    with pytest.raises(ConfigError, match=says):
+        await client.run("go", **options)
 
 
 def test_retry_delay() -> None:

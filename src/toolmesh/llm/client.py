@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import email.utils
 import json
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -69,6 +70,8 @@ def create_client(
         raise ConfigError("create_client needs a model name (model=...)")
     if max_retries < 0 or backoff < 0 or max_backoff < 0:
         raise ConfigError("max_retries, backoff and max_backoff must not be negative")
+    if not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
+        raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
     try:
         json.dumps(dict(options or {}), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from math import inf
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh.errors import CallTimeout, ConfigError
@@ -92,8 +93,11 @@ async def run(
     ``tool_timeout`` each tool call. ``stream`` asks the provider to stream its answers, and
     ``on_event`` hears every ``RunEvent``. Cancelling the run cancels its running tools.
     """
-    if max_turns < 1:
-        raise ConfigError("max_turns must be at least 1")
+    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+        raise ConfigError(f"max_turns must be a whole number of at least 1, not {max_turns!r}")
+    for name, seconds in (("timeout", timeout), ("tool_timeout", tool_timeout)):
+        if seconds is not None and not (isinstance(seconds, int | float) and 0 < seconds < inf):
+            raise ConfigError(f"{name} must be a number of seconds above 0, not {seconds!r}")
     kit = _toolkit_of(toolkit, tools)
     loop = _Loop(client, kit, session or (kit.session if kit else None), on_event, tool_timeout)
     instructions = client.system if system is None else system
