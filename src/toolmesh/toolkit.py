@@ -139,7 +139,7 @@ class Toolkit(ToolResolver):
             from toolmesh.sources.tool_search import ToolSearchSource
 
             self.add(ToolSearchSource(self))
-        for item in sources:
+        for item in _flattened(sources):
             self.add(item)
 
     # -- assembly --------------------------------------------------------------------------------
@@ -572,6 +572,27 @@ class ToolkitSource(Source):
 
     async def close(self) -> None:
         await self.toolkit.close()
+
+
+def _flattened(items: Sequence[Any]) -> list[Any]:
+    """The sources given, a list that holds live sources (an OpenAPI document to fetch, an MCP
+    server, a toolkit) taken apart so that each is opened, closed and watched as itself; a list
+    of plain tools and functions stays one source."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, list | tuple) and any(_live(x) for x in item):
+            out.extend(_flattened(item))
+        else:
+            out.append(item)
+    return out
+
+
+def _live(item: Any) -> bool:
+    if isinstance(item, list | tuple):
+        return any(_live(x) for x in item)
+    plugin_class = isinstance(item, type) and issubclass(item, ToolPlugin)
+    live_source = isinstance(item, Source) and not isinstance(item, ToolSet)
+    return live_source or plugin_class or isinstance(item, ToolPlugin | Toolkit)
 
 
 def as_source(item: Any) -> Source:

@@ -299,3 +299,17 @@ def test_unquoted_yaml_dates_are_text() -> None:
     document = load_document(text, where="dated.yaml")
     assert document["x-when"] == "2024-01-02"
     json.dumps(document)  # JSON all the way down
+
+
+async def test_a_remote_document_in_a_list_of_sources_is_opened(petstore: str) -> None:
+    from toolmesh import tool
+
+    @tool
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    source = OpenAPISource(petstore + "/api/v3/openapi.json")
+    async with Toolkit([source, ping]) as kit:  # one list, as the signature allows
+        assert source.status.state == "connected"
+        assert "getPetById" in kit.names() and "ping" in kit.names()
