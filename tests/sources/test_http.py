@@ -358,3 +358,19 @@ async def test_the_tools_timeout_bounds_a_trickling_answer() -> None:
         result = await Toolkit(http_tool("drip", base + "/drip", timeout=0.5)).execute("drip")
         release.set()
     assert result.error_code == "tool_error" and "timed out after 0.5s" in (result.error or "")
+
+
+async def test_a_cookie_the_call_leaves_out_leaves_out_only_itself() -> None:
+    async def cookies(request: Request) -> JSONResponse:
+        return JSONResponse({"cookie": request.headers.get("cookie")})
+
+    async with serve_app(Starlette(routes=[Route("/c", cookies)])) as base:
+        tool = http_tool("c", base + "/c", headers={"Cookie": "sess={sess}; theme={theme}"})
+        kit = Toolkit(tool)
+        one = await kit.execute("c", {"sess": "S1"})
+        both = await kit.execute("c", {"sess": "S1", "theme": "dark"})
+        none = await kit.execute("c", {})
+        await kit.close()
+    assert one.data == {"cookie": "sess=S1"}
+    assert both.data == {"cookie": "sess=S1; theme=dark"}
+    assert none.data == {"cookie": None}

@@ -19,6 +19,7 @@ timeouts and unreachable hosts (without a status).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -140,6 +141,14 @@ class HttpEndpoint:
         params = _fill_entries(self.query, arguments, used)
         headers = {k: _expand_env(v, k) for k, v in base_headers.items()}
         for key, template in self.headers.items():
+            if key.lower() == "cookie":  # one cookie per argument: an absent one is left out
+                parts = []
+                for part in template.split("; "):
+                    with contextlib.suppress(_Missing):
+                        parts.append(_fill_header(part, arguments, used, key))
+                if parts:
+                    headers[key] = "; ".join(parts)
+                continue
             try:
                 headers[key] = _fill_header(template, arguments, used, key)
             except _Missing:
