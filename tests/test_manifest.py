@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import manifest_kinds
+from tests.fixtures.failing_plugins import SOURCE as FAILING_PLUGINS
 from toolmesh import ConfigError, NameConflictError, create_toolkit
 from toolmesh import manifest as manifest_module
 from toolmesh.manifest import load_manifest
@@ -368,30 +369,6 @@ def test_a_typo_in_policy_is_located_not_ignored(tmp_path: Path) -> None:
         load_manifest(path)
 
 
-PLUGINS = """
-from toolmesh import ToolPlugin
-
-
-class NeedsArg(ToolPlugin):
-    def __init__(self, x):
-        self.x = x
-
-    def _list_tools(self):
-        return []
-
-    def _execute_tool(self, name, args):
-        return None
-
-
-class BadList(ToolPlugin):
-    def _list_tools(self):
-        raise RuntimeError("cannot list")
-
-    def _execute_tool(self, name, args):
-        return None
-"""
-
-
 @pytest.mark.parametrize(
     ("attr", "message"),
     [
@@ -400,7 +377,7 @@ class BadList(ToolPlugin):
     ],
 )
 def test_a_plugin_that_fails_to_load_is_located(tmp_path: Path, attr: str, message: str) -> None:
-    (tmp_path / "failing_plugins_manifest.py").write_text(PLUGINS)
+    (tmp_path / "failing_plugins_manifest.py").write_text(FAILING_PLUGINS)
     path = write(
         tmp_path, f'[[tools]]\nkind = "python"\nmodule = "failing_plugins_manifest:{attr}"\n'
     )

@@ -3,6 +3,7 @@ run them, against a served agent whose model is a local stub."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -180,6 +181,40 @@ def test_agents_add_refuses_an_empty_name(
     assert not manifest.exists()
 
 
+@contextlib.contextmanager
+def served_agent(folder: Path, *extra: str, environment: dict[str, str]) -> Iterator[str]:
+    """``toolmesh serve --http --a2a desk`` (a stub model) run in ``folder``: its URL, while
+    it runs; it must stop cleanly on SIGTERM."""
+    with StubLLM(lambda body, i: openai_text("unused")) as llm:
+        process = subprocess.Popen(
+            toolmesh_command(
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--a2a",
+                "desk",
+                "--llm",
+                llm.base_url,
+                "--model",
+                "m",
+                *extra,
+            ),
+            cwd=folder,
+            env={**environment, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().strip()  # printed once the store is open
+            assert url.startswith("http://127.0.0.1:"), process.stderr
+            yield url
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"), [([], "from-manifest.db"), (["--audit", "given.db"], "given.db")]
 )
@@ -189,82 +224,26 @@ def test_serve_a2a_uses_the_manifests_audit(
     # `serve --a2a --config` used to ignore [toolkit] audit and write ./toolmesh-audit.db.
     (tmp_path / "toolmesh.toml").write_text('[toolkit]\naudit = "from-manifest.db"\n')
     environment = {k: v for k, v in os.environ.items() if k != "TOOLMESH_AUDIT"}
-    environment["PYTHONPATH"] = str(REPO)
-    with StubLLM(lambda body, i: openai_text("unused")) as llm:
-        process = subprocess.Popen(
-            toolmesh_command(
-                "serve",
-                "--http",
-                "127.0.0.1:0",
-                "--a2a",
-                "desk",
-                "--llm",
-                llm.base_url,
-                "--model",
-                "m",
-                "--config",
-                "toolmesh.toml",
-                *extra,
-            ),
-            cwd=tmp_path,
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert process.stdout is not None
-            url = process.stdout.readline().strip()  # printed once the store is open
-            assert url.startswith("http://127.0.0.1:"), process.stderr
-        finally:
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(timeout=20) == 0
+    with served_agent(tmp_path, "--config", "toolmesh.toml", *extra, environment=environment):
+        pass
     made = {p.name for p in tmp_path.iterdir()} - {"toolmesh.toml"}
     assert expected in made and "toolmesh-audit.db" not in made
 
 
 def test_serve_a2a_with_mcp_serves_both(tmp_path: Path) -> None:
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    with StubLLM(lambda body, i: openai_text("unused")) as llm:
-        process = subprocess.Popen(
-            toolmesh_command(
-                "serve",
-                "--http",
-                "127.0.0.1:0",
-                "--a2a",
-                "desk",
-                "--llm",
-                llm.base_url,
-                "--model",
-                "m",
-                "--mcp",
-                "--audit",
-                str(tmp_path / "a.db"),
-            ),
-            cwd=tmp_path,
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    audit = str(tmp_path / "a.db")
+    with served_agent(tmp_path, "--mcp", "--audit", audit, environment=dict(os.environ)) as url:
+        card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10)
+        assert card.status_code == 200 and card.json()["name"] == "desk"
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        hello["clientInfo"] = {"name": "t", "version": "1"}
+        answer = httpx.post(
+            f"{url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+            headers={"Accept": "application/json, text/event-stream"},
+            timeout=10,
         )
-        try:
-            assert process.stdout is not None
-            url = process.stdout.readline().strip()
-            assert url.startswith("http://127.0.0.1:"), process.stderr
-            card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10)
-            assert card.status_code == 200 and card.json()["name"] == "desk"
-            hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
-            hello["clientInfo"] = {"name": "t", "version": "1"}
-            answer = httpx.post(
-                f"{url}/mcp",
-                json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
-                headers={"Accept": "application/json, text/event-stream"},
-                timeout=10,
-            )
-            assert answer.status_code == 200 and "mcp-session-id" in answer.headers
-        finally:
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(timeout=20) == 0
+        assert answer.status_code == 200 and "mcp-session-id" in answer.headers
 
 
 def test_agents_list_shows_every_entry_though_one_needs_a_secret(tmp_path: Path) -> None:

@@ -10,27 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.failing_plugins import SOURCE as FAILING_PLUGINS
 from toolmesh.cli import main
-
-PLUGINS = """
-from toolmesh import ToolPlugin
-
-class NeedsArg(ToolPlugin):
-    def __init__(self, x):
-        self.x = x
-    def _list_tools(self):
-        return []
-    def _execute_tool(self, name, args):
-        return None
-
-class BadList(ToolPlugin):
-    def _list_tools(self):
-        raise RuntimeError("cannot list")
-    def _execute_tool(self, name, args):
-        return None
-
-IN_A_LIST = [NeedsArg]
-"""
 
 TOOLS = '''
 from toolmesh import tool
@@ -85,9 +66,13 @@ def one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ('raise RuntimeError("blew up")', "x", "importing '{m}' failed: RuntimeError: blew up"),
         ("def f(:\n", "x", "importing '{m}' failed: SyntaxError: "),
         ("import sys; sys.exit(3)", "x", "importing '{m}' failed: SystemExit: 3"),
-        (PLUGINS, "NeedsArg", "cannot make a plugin of {m}:NeedsArg: TypeError: "),
-        (PLUGINS, "IN_A_LIST", "cannot make a plugin of {m}:IN_A_LIST: TypeError: "),
-        (PLUGINS, "BadList", "{m}:BadList could not list its tools: RuntimeError: cannot list"),
+        (FAILING_PLUGINS, "NeedsArg", "cannot make a plugin of {m}:NeedsArg: TypeError: "),
+        (FAILING_PLUGINS, "IN_A_LIST", "cannot make a plugin of {m}:IN_A_LIST: TypeError: "),
+        (
+            FAILING_PLUGINS,
+            "BadList",
+            "{m}:BadList could not list its tools: RuntimeError: cannot list",
+        ),
         ("X = 42", "X", "{m}:X: cannot serve 42: expected a ToolPlugin"),
     ],
 )
