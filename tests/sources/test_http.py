@@ -33,7 +33,8 @@ async def weather(request: Request) -> JSONResponse:
 
 async def echo(request: Request) -> JSONResponse:
     raw = await request.body()
-    form = dict(await request.form()) if b"=" in raw and b"{" not in raw else None
+    parsed = await request.form() if b"=" in raw and b"{" not in raw else None
+    form = dict(parsed) if parsed is not None else None
     return JSONResponse(
         {
             "method": request.method,
@@ -43,6 +44,7 @@ async def echo(request: Request) -> JSONResponse:
             if request.headers.get("content-type") == "application/json"
             else None,
             "form": form,
+            "form_items": [list(item) for item in parsed.multi_items()] if parsed else None,
             "raw": raw.decode() if form is None else None,
             "trace": request.headers.get("x-trace"),
         }
@@ -185,6 +187,14 @@ async def test_bodies_json_form_raw_and_leftover_arguments(base: str) -> None:
         body_format="form",
         parameters={"a": {"type": "string"}},
     )
+    form_list = http_tool(  # a list repeats its key, a null is left out
+        "form_list",
+        base + "/echo",
+        method="POST",
+        body={"tags": "{tags}", "note": "{note}", "fixed": 1},
+        body_format="form",
+        parameters={"tags": {"type": "array", "items": {"type": "string"}}, "note": {}},
+    )
     raw = http_tool(
         "raw",
         base + "/echo",
@@ -194,13 +204,15 @@ async def test_bodies_json_form_raw_and_leftover_arguments(base: str) -> None:
         content_type="application/xml",
         parameters={"text": {"type": "string"}, "page": {"type": "integer"}},
     )
-    kit = Toolkit(HttpSource([]), create, form, raw)
+    kit = Toolkit(HttpSource([]), create, form, form_list, raw)
     async with kit:
         made = await kit.execute("create", {"title": "x", "count": 3, "trace": "t-1"})
         assert made.data["json"] == {"title": "x", "count": 3}  # leftovers: a JSON body
         assert made.data["trace"] == "t-1"
         sent = await kit.execute("form", {"a": "1 2"})
         assert sent.data["form"] == {"a": "1 2", "fixed": "yes"}
+        listed = await kit.execute("form_list", {"tags": ["x", "y z"], "note": None})
+        assert listed.data["form_items"] == [["tags", "x"], ["tags", "y z"], ["fixed", "1"]]
         put = await kit.execute("raw", {"text": "hi", "page": 2})
         assert put.data["raw"] == "<note>hi</note>"
         assert put.data["content_type"] == "application/xml"

@@ -185,7 +185,15 @@ class HttpEndpoint:
         if form == "form":
             if not isinstance(body, Mapping):
                 raise ValueError("a form body must be an object")
-            return {"data": {k: _text(v) for k, v in body.items()}}
+            # Lists repeat their key (``tag=a&tag=b``), OpenAPI's default form style; nulls are
+            # left out, as in the query.
+            fields: dict[str, str | list[str]] = {}
+            for key, value in body.items():
+                if isinstance(value, list | tuple):
+                    fields[key] = [_text(item) for item in value if item is not None]
+                elif value is not None:
+                    fields[key] = _text(value)
+            return {"data": fields}
         if form == "raw":
             if self.content_type:
                 headers.setdefault("Content-Type", self.content_type)
