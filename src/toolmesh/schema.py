@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from toolmesh.errors import ArgumentError, SchemaError
 from toolmesh.models import ToolParameter
@@ -25,9 +26,12 @@ __all__ = [
     "EMPTY_OBJECT_SCHEMA",
     "Validator",
     "compile_validator",
+    "def_ref",
     "is_lossless",
     "parameter_to_schema",
     "parameters_to_schema",
+    "pointer_step",
+    "pointer_target",
     "schema_to_parameters",
 ]
 
@@ -219,6 +223,35 @@ def _type_of(schema: Mapping[str, Any]) -> str:
     return "string"
 
 
+def pointer_target(root: Any, ref: str) -> Any:
+    """What the local ``$ref`` ``ref`` (``#``, ``#/$defs/X``, any JSON pointer) points to in
+    ``root``, or None. Each step is unescaped as RFC 6901 says: percent-escapes (a URI fragment)
+    first, then ``~1`` to ``/`` and ``~0`` to ``~``."""
+    if ref == "#":
+        return root
+    if not ref.startswith("#/"):
+        return None  # another document, or a plain-name anchor
+    node: Any = root
+    for part in ref[2:].split("/"):
+        key = pointer_step(part)
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def pointer_step(part: str) -> str:
+    """One step of a JSON pointer in a URI fragment, unescaped (RFC 6901)."""
+    if "%" in part:
+        part = unquote(part)
+    return part.replace("~1", "/").replace("~0", "~")
+
+
+def def_ref(name: str) -> str:
+    """The ``$ref`` of ``$defs[name]``, the name escaped as a JSON pointer step."""
+    return "#/$defs/" + name.replace("~", "~0").replace("/", "~1")
+
+
 class _Resolver:
     """Follows local ``$ref``s (``#/$defs/X``, ``#/definitions/X``) of one root schema."""
 
@@ -236,10 +269,7 @@ class _Resolver:
             seen.add(ref)
             if followed is not None:
                 followed.add(ref)
-            target: Any = self._root
-            for part in ref[2:].split("/"):
-                part = part.replace("~1", "/").replace("~0", "~")
-                target = target.get(part) if isinstance(target, Mapping) else None
+            target = pointer_target(self._root, ref)
             if not isinstance(target, Mapping):
                 raise SchemaError(f"$ref {ref!r} does not point into the schema")
             siblings = {k: v for k, v in schema.items() if k != "$ref"}

@@ -10,6 +10,8 @@ from typing import Any
 from openai.lib._pydantic import _ensure_strict_json_schema
 from pydantic import TypeAdapter
 
+from toolmesh.schema import pointer_step
+
 
 def check_typed_dict(td: Any, value: Any, where: str = "$") -> None:
     """Validate ``value`` against an SDK TypedDict, refusing keys the TypedDict does not have."""
@@ -58,7 +60,9 @@ def assert_openai_strict(schema: Mapping[str, Any]) -> None:
         if "$ref" in node:
             assert set(node) == {"$ref"}, f"{path}: $ref with siblings"
             ref = node["$ref"]
-            assert ref == "#" or ref.removeprefix("#/$defs/") in defs, f"{path}: {ref}"
+            assert ref == "#" or pointer_step(ref.removeprefix("#/$defs/")) in defs, (
+                f"{path}: {ref}"
+            )
             return
         assert {"type", "anyOf", "enum", "const"} & set(node), f"{path}: untyped"
         types = node.get("type")

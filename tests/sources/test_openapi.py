@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from tests.fixtures.web import serve_app
 from tests.llm.checks import assert_openai_strict, check_typed_dict
-from toolmesh import ConfigError, Toolkit
+from toolmesh import ArgumentError, ConfigError, Toolkit
 from toolmesh.llm import to_anthropic, to_gemini, to_openai
 from toolmesh.sources.openapi import (
     OpenAPISource,
@@ -313,3 +313,55 @@ async def test_a_remote_document_in_a_list_of_sources_is_opened(petstore: str) -
     async with Toolkit([source, ping]) as kit:  # one list, as the signature allows
         assert source.status.state == "connected"
         assert "getPetById" in kit.names() and "ping" in kit.names()
+
+
+def test_component_names_with_pointer_characters_resolve() -> None:
+    # `a/b` is referenced as `a~1b`, `x~y` as `x~0y`, and `My Model` percent-encoded
+    schemas = {
+        "a/b": {"type": "object", "properties": {"size": {"type": "integer"}}},
+        "x~y": {"type": "string", "enum": ["on", "off"]},
+        "My Model": {"type": "object", "properties": {"n": {"type": "number"}}},
+    }
+    document = {
+        "openapi": "3.0.3",
+        "servers": [{"url": "http://127.0.0.1:9"}],
+        "paths": {
+            "/things": {
+                "post": {
+                    "operationId": "make_thing",
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "box": {"$ref": "#/components/schemas/a~1b"},
+                                        "mode": {"$ref": "#/components/schemas/x~0y"},
+                                        "model": {"$ref": "#/components/schemas/My%20Model"},
+                                    },
+                                }
+                            }
+                        }
+                    },
+                }
+            }
+        },
+        "components": {"schemas": schemas},
+    }
+    (tool,) = OpenAPISource(document).tools()
+    schema = tool.input_schema
+    assert set(schema["$defs"]) == {"a/b", "x~y", "My Model"}
+    properties = schema["properties"]["body"]["properties"]
+    assert properties["box"] == {"$ref": "#/$defs/a~1b"}
+    assert properties["mode"] == {"$ref": "#/$defs/x~0y"}
+    tool.validate({"body": {"box": {"size": 2}, "mode": "on", "model": {"n": 1.5}}})
+    with pytest.raises(ArgumentError):
+        tool.validate({"body": {"box": {"size": "big"}}})
+    with pytest.raises(ArgumentError):
+        tool.validate({"body": {"mode": "sideways"}})
+    (openai,) = to_openai([tool])
+    assert_openai_strict(openai["function"]["parameters"])
+    (anthropic,) = to_anthropic([tool])
+    check_typed_dict(ToolParam, anthropic)
+    (gemini,) = to_gemini([tool])
+    genai.Tool.model_validate(gemini)

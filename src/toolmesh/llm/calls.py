@@ -26,7 +26,7 @@ from toolmesh import strictjson
 from toolmesh.errors import ToolCallParseError
 from toolmesh.llm.keys import restore_keys
 from toolmesh.models import ToolDefinition
-from toolmesh.schema import parameters_to_schema
+from toolmesh.schema import parameters_to_schema, pointer_target
 from toolmesh.tools import Tool
 
 if TYPE_CHECKING:
@@ -259,9 +259,7 @@ def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, A
     seen: set[str] = set()
     while isinstance(ref := schema.get("$ref"), str) and ref.startswith("#") and ref not in seen:
         seen.add(ref)
-        node: Any = root
-        for part in filter(None, ref[1:].split("/")):
-            node = node.get(part.replace("~1", "/").replace("~0", "~")) if node else None
+        node = pointer_target(root, ref)
         if not isinstance(node, Mapping):
             break
         schema = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolmesh.errors import SchemaError
+from toolmesh.schema import def_ref, pointer_step, pointer_target
 
 __all__ = ["OPENAI_STRICT_LIMITS", "gemini_schema", "openai_strict_schema"]
 
@@ -108,10 +109,7 @@ class _Refs:
     def target(self, ref: str, path: tuple[str | int, ...]) -> Mapping[str, Any]:
         if not ref.startswith("#"):
             raise SchemaError(f"{_path_text(path)}: $ref {ref!r} is not local; it is not fetched")
-        node: Any = self.root
-        for part in filter(None, ref[1:].split("/")):
-            key = part.replace("~1", "/").replace("~0", "~")
-            node = node.get(key) if isinstance(node, Mapping) else None
+        node = pointer_target(self.root, ref)
         if not isinstance(node, Mapping):
             raise SchemaError(f"{_path_text(path)}: $ref {ref!r} points nowhere")
         return node
@@ -229,7 +227,7 @@ class _StrictConverter:
         if name not in self.defs:
             self.defs[name] = {}  # placeholder: a recursive reference finds it taken
             self.defs[name] = self.node(target, ("$defs", name), depth=0)
-        return f"#/$defs/{name}"
+        return def_ref(name)
 
     def _merge_all_of(self, schema: JsonSchema, path: tuple[str | int, ...]) -> JsonSchema:
         branches = schema.pop("allOf", None)
@@ -295,7 +293,7 @@ def _is_object(out: Mapping[str, Any], schema: Mapping[str, Any]) -> bool:
 def _def_name(ref: str) -> str | None:
     for prefix in ("#/$defs/", "#/definitions/"):
         if ref.startswith(prefix) and "/" not in ref[len(prefix) :]:
-            return ref[len(prefix) :]
+            return pointer_step(ref[len(prefix) :])
     return None
 
 

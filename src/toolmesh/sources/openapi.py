@@ -34,6 +34,7 @@ import httpx
 import yaml
 
 from toolmesh.errors import ConfigError
+from toolmesh.schema import def_ref, pointer_step, pointer_target
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.sources.http import HttpEndpoint, HttpSource
 from toolmesh.tools import Tool
@@ -101,12 +102,9 @@ class _Document:
                 f"{where}: $ref {ref!r} points to another document; only references inside "
                 "the document are followed (nothing else is fetched)"
             )
-        node: Any = self.document
-        for part in ref[2:].split("/"):
-            key = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(node, Mapping) or key not in node:
-                raise ConfigError(f"{where}: $ref {ref!r} points nowhere")
-            node = node[key]
+        node = pointer_target(self.document, ref)
+        if node is None:
+            raise ConfigError(f"{where}: $ref {ref!r} points nowhere")
         return node
 
     # -- schemas ---------------------------------------------------------------------------------
@@ -120,11 +118,11 @@ class _Document:
         ref = node.get("$ref")
         if isinstance(ref, str):
             if ref.startswith(_SCHEMA_PREFIX) and "/" not in ref[len(_SCHEMA_PREFIX) :]:
-                name = ref[len(_SCHEMA_PREFIX) :]
+                name = pointer_step(ref[len(_SCHEMA_PREFIX) :])  # `a~1b` names `a/b`
                 if name not in defs:
                     defs[name] = {}  # taken first: a recursive reference finds it
                     defs[name] = self.schema(self.target(ref, where), f"{where} -> {ref}", defs)
-                return {"$ref": f"#/$defs/{name}"}
+                return {"$ref": def_ref(name)}
             return self.schema(self.resolve(node, where), f"{where} -> {ref}", defs)
         out: JsonSchema = {}
         for key, value in node.items():
