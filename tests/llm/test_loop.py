@@ -163,6 +163,27 @@ async def test_deferred_tools_are_found_with_tool_search_and_offered_next_turn()
     assert "weather_forecast" in result.tool_calls[0][1].output
 
 
+async def test_bad_tool_search_arguments_go_back_to_the_model() -> None:
+    kit = Toolkit(add, deferred_tool())
+    answers = scripted(
+        openai_calls(
+            ("a", "tool_search", {"query": "weather", "limit": 0}),
+            ("b", "tool_search", {"query": "weather", "limit": 500}),
+            ("c", "tool_search", {"query": "weather", "limit": True}),
+            ("d", "tool_search", {"query": 7}),
+            ("e", "tool_search", {"query": "weather", "limit": 1}),
+        ),
+        openai_text("done"),
+    )
+    with StubLLM(answers) as llm:
+        result = await create_client(llm.base_url, model="m").run("weather?", toolkit=kit)
+    outcomes = [outcome for _call, outcome in result.tool_calls]
+    assert [o.error_code for o in outcomes] == [*["invalid_arguments"] * 4, None]
+    assert all("limit" in (o.error or "") for o in outcomes[:3])
+    assert "query" in (outcomes[3].error or "")
+    assert outcomes[4].data == ["weather_forecast"]
+
+
 async def test_the_toolkits_own_tool_search_loads_what_it_finds() -> None:
     kit = Toolkit(add, deferred_tool(), tool_search=True)
     answers = scripted(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from math import inf
 from typing import TYPE_CHECKING, Any, Literal
 
-from toolmesh.errors import CallTimeout, ConfigError
+from toolmesh.errors import ArgumentError, CallTimeout, ConfigError
 from toolmesh.llm.styles import ChatMessage, ModelCall, Usage
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolEvent, ToolResult, new_id
 from toolmesh.session import Session
@@ -264,11 +264,14 @@ class _Loop:
 
     def search(self, kit: Toolkit, call: ModelCall) -> ToolResult:
         started = time.perf_counter()
-        query = call.arguments.get("query")
-        if not isinstance(query, str) or not query.strip():
+        try:
+            _SEARCH.validate(call.arguments)
+        except ArgumentError as exc:  # a limit of 0 or 500 is the model's mistake: say so
+            return _refused(call, ToolErrorCode.INVALID_ARGUMENTS, str(exc))
+        query: str = call.arguments["query"]
+        if not query.strip():
             return _refused(call, ToolErrorCode.INVALID_ARGUMENTS, "give a non-empty 'query'")
-        limit = call.arguments.get("limit", SEARCH_LIMIT)
-        limit = limit if isinstance(limit, int) and 0 < limit <= 20 else SEARCH_LIMIT
+        limit: int = call.arguments.get("limit", SEARCH_LIMIT)
         held = self.session.capabilities if self.session is not None else None
         found = kit.search(query, capabilities=held, limit=limit)
         for tool in found:
@@ -307,7 +310,12 @@ _SEARCH = Tool(
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "What the tool should do."},
-            "limit": {"type": "integer", "description": "At most this many tools (1-20)."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 20,
+                "description": "At most this many tools (1-20).",
+            },
         },
         "required": ["query"],
     },
