@@ -115,3 +115,19 @@ async def test_a_subscriber_that_fell_behind_still_sees_its_stream_end(
     assert len(rest) <= 4
     await client.close()
     await host.close()
+
+
+async def test_a_stream_ends_when_its_session_closes(tmp_path: Path) -> None:
+    host = demo_host(tmp_path / "a.db")
+    leaving, staying = await connect_async(host), await connect_async(host)
+    ended = host.agui.events(leaving.session_id)
+    watched = host.agui.events(staying.session_id)
+    assert (await anext(ended))["type"] == "STATE_SNAPSHOT"
+    assert (await anext(watched))["type"] == "STATE_SNAPSHOT"
+    await leaving.close()
+    assert [event async for event in ended] == []  # ends (it used to wait forever)
+    await staying.call_tool("remember", {"key": "a", "value": "b"})
+    assert (await asyncio.wait_for(anext(watched), 10))["type"] == "RUN_STARTED"
+    await staying.close()
+    assert [event["type"] async for event in watched][-1] == "RUN_FINISHED"
+    await host.close()

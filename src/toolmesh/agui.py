@@ -62,11 +62,15 @@ class AguiStream(CallObserver):
 
     def close(self) -> None:
         """End every subscriber's stream (a stalled one too: its backlog makes room for the end)."""
-        for queues in self._subscribers.values():
-            for queue in queues:
-                while queue.full():
-                    queue.get_nowait()  # events it would read after the host closed anyway
-                _offer(queue, None)
+        for session_id in list(self._subscribers):
+            self.end(session_id)
+
+    def end(self, session_id: str) -> None:
+        """End the streams of one session (it closed): its subscribers see the end at once."""
+        for queue in self._subscribers.get(session_id, ()):
+            while queue.full():
+                queue.get_nowait()  # events it would read after the session ended anyway
+            _offer(queue, None)
 
     def _subscribe(self, session_id: str, queue: asyncio.Queue[Event | None]) -> None:
         if not self._subscribers and self not in self._pipeline.observers:

@@ -225,6 +225,8 @@ class Host:
         self._connections.discard(connection)
         if connection.session is not None:
             self.sessions.pop(connection.session.id, None)
+            if self._agui is not None:
+                self._agui.end(connection.session.id)
 
     async def _open_session(self, request: HandshakeRequest, connection: Connection) -> Session:
         """A new (or resumed) session for a handshake, or CapabilityError/ProtocolError."""
