@@ -41,6 +41,13 @@ def test_toolapi_in_process(tmp_path: Path) -> None:
     client.close()
 
 
+def test_the_blocking_client_reads_the_state(tmp_path: Path) -> None:
+    with connect(serve_stdio_command(tmp_path / "a.db"), agent_id="sync") as client:
+        assert client.get_state() == ({"context": {}}, 0)
+        assert ToolAPI(client).call("remember", {"key": "k", "value": "v"}).success
+        assert client.get_state() == ({"context": {"k": "v"}}, 1)
+
+
 def test_toolapi_over_stdio(tmp_path: Path) -> None:
     with connect(serve_stdio_command(tmp_path / "a.db"), agent_id="sync") as client:
         tools = ToolAPI(client)

@@ -479,6 +479,10 @@ class Client:
     def ping(self) -> float:
         return self.run(self.async_client.ping())
 
+    def get_state(self) -> tuple[dict[str, Any], int]:
+        """The session's state document and its version."""
+        return self.run(self.async_client.get_state())
+
     def close(self) -> None:
         if self._loop.is_running():
             try:
