@@ -111,6 +111,19 @@ async def test_the_bash_kind_of_a_manifest(tmp_path: Path) -> None:
         assert refused.error_code == ToolErrorCode.TOOL_DENIED
 
 
+async def test_a_bash_entry_of_a_toolmesh_toml_keeps_its_allow_list(tmp_path: Path) -> None:
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        '[[tools]]\nkind = "bash"\nallow = ["b*"]\nconfig = { allow = ["id", "echo"] }\n'
+    )
+    async with await create_toolkit(config=manifest) as kit:
+        assert [t.name for t in kit.tools] == ["bash"]
+        ran = await kit.execute("bash", {"command": "id -u"})
+        assert ran.success, ran.error  # `id` is on the entry's allow-list (not the default)
+        refused = await kit.execute("bash", {"command": "ls"})
+        assert refused.error_code == ToolErrorCode.TOOL_DENIED
+
+
 @pytest.mark.parametrize(
     ("table", "says"),
     [

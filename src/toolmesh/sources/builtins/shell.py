@@ -233,18 +233,15 @@ def shape_completed(tool_name: str, done: Completed, timeout: float) -> ToolResu
 
 # -- toolmesh.toml: kind "bash" ------------------------------------------------------------------
 
-_LOADER_KEYS = {"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"}
-
 
 def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
-    """A ``kind = "bash"`` entry: one shell tool. Its settings sit in ``config`` (``allow`` there
-    is the program allow-list; at the top level ``allow`` filters tool names, as for every
-    kind). ``name`` (default "bash") and ``workspace`` (default ./workspace) may sit at either
-    level."""
-    config = dict(entry.get("config") or {})
-    for key, value in entry.items():
-        if key not in _LOADER_KEYS:
-            config.setdefault(key, value)
+    """A ``kind = "bash"`` entry: one shell tool. ``entry`` is flat, as the manifest loader
+    passes it: the entry's ``config`` merged in and its shared keys taken out, so an ``allow``
+    here is ``config.allow``, the program allow-list (the entry's own ``allow`` filtered tool
+    names and is gone). A ``config`` still nested is merged here. ``name`` (default "bash") and
+    ``workspace`` (default ./workspace) sit beside the shell settings."""
+    config = {key: value for key, value in entry.items() if key not in ("kind", "config")}
+    config.update(entry.get("config") or {})
     name = str(config.pop("name", "bash"))
     workspace = Path(str(config.pop("workspace", "workspace")))
     folder = workspace if workspace.is_absolute() else base_dir / workspace
