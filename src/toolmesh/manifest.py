@@ -367,7 +367,7 @@ class _Loader:
             module = importlib.import_module(PLACEMENT_MODULE)
             source = module.placed_on_ray(source, options["placement"], where=options["where"])
         if options["allow"] or options["deny"]:
-            source = Filtered(source, allow=options["allow"], deny=options["deny"])
+            source = _filtered_by_own_names(source, options["allow"], options["deny"])
         if options["prefix"]:
             source = Prefixed(source, options["prefix"])
         if options["capabilities"]:
@@ -446,6 +446,15 @@ class _Loader:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key} must be a list of name patterns", location=self.at(where))
         return value
+
+
+def _filtered_by_own_names(source: Source, allow: Sequence[str], deny: Sequence[str]) -> Source:
+    """``Filtered`` inside the prefix a kind gave its tools itself (an MCP server's name), so
+    ``allow``/``deny`` match the tools' own names, as with every other kind."""
+    if isinstance(source, Prefixed):
+        inner = _filtered_by_own_names(source.wrapped, allow, deny)
+        return Prefixed(inner, source.prefix, separator=source.separator)
+    return Filtered(source, allow=allow, deny=deny)
 
 
 def _located(exc: ConfigError, location: str) -> ConfigError:

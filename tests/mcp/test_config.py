@@ -4,11 +4,13 @@ environment expansion, secrets kept out of reprs, and clear errors."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from toolmesh import ConfigError, create_toolkit
+from toolmesh.manifest import load_manifest
 from toolmesh.mcp.config import (
     expand_env,
     load_mcp_config,
@@ -230,3 +232,19 @@ def test_a_manifest_prefix_replaces_the_servers_own(tmp_path: Path) -> None:
             prefixes.append(source.prefix)
         source = source.wrapped
     assert prefixes == ["git"]  # the server's tools are git_<tool>, not git_github_<tool>
+
+
+async def test_a_manifest_entrys_allow_matches_the_servers_own_tool_names(
+    tmp_path: Path,
+) -> None:
+    # mcp-server-time has get_current_time and convert_time; its tools are clock_<tool>
+    manifest = tmp_path / "toolmesh.toml"
+    args = json.dumps(["-m", "mcp_server_time", "--local-timezone", "UTC"])
+    manifest.write_text(
+        f'[[tools]]\nkind = "mcp"\nname = "clock"\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = {args}\nallow = ["get_*"]\n'
+    )
+    async with await create_toolkit(config=manifest) as kit:
+        assert kit.names() == ["clock_get_current_time"]  # as `allow` does in mcpServers
+    (source,) = load_manifest(manifest).sources
+    assert layers(source) == [Prefixed, Filtered, MCPSource]
