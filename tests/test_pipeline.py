@@ -18,6 +18,7 @@ from toolmesh import (
     ToolContext,
     ToolErrorCode,
     Toolkit,
+    ToolResult,
     tool,
 )
 from toolmesh.store import MemoryStore
@@ -277,3 +278,17 @@ async def test_a_return_value_that_cannot_be_a_result_is_the_tools_failure() -> 
         assert failed.error_code == ToolErrorCode.TOOL_ERROR
         assert failed.error is not None and "Circular reference" in failed.error
     assert [e.error_code for e in store.audit] == [None, "tool_error", "tool_error"]
+
+
+async def test_a_result_names_the_tool_it_was_called_by() -> None:
+    @tool
+    def answer() -> ToolResult:
+        """Returns a result of its own, naming itself without the prefix it is listed under."""
+        return ToolResult(
+            success=False, tool_name="answer", error="no", error_code="tool_error", duration_ms=0
+        )
+
+    kit = Toolkit()
+    kit.add(answer, prefix="p")
+    result = await kit.execute("p_answer", {})
+    assert result.tool_name == "p_answer" and result.error == "no"

@@ -601,8 +601,7 @@ def _shaped(tool_name: str, raw: Any) -> ToolResult:
 def _shape(tool_name: str, raw: Any) -> ToolResult:
     """Turn whatever a tool returned into its ToolResult."""
     if isinstance(raw, ToolResult):
-        if not raw.tool_name:
-            raw.tool_name = tool_name
+        raw.tool_name = tool_name  # the name it was called by (a source may not know its prefix)
         return raw
     if isinstance(raw, Output):
         return ToolResult(

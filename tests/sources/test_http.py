@@ -386,3 +386,10 @@ async def test_a_cookie_the_call_leaves_out_leaves_out_only_itself() -> None:
     assert one.data == {"cookie": "sess=S1"}
     assert both.data == {"cookie": "sess=S1; theme=dark"}
     assert none.data == {"cookie": None}
+
+
+async def test_a_failure_under_a_prefix_names_the_called_tool() -> None:
+    kit = Toolkit()
+    kit.add(http_tool("down", "http://127.0.0.1:1/x"), prefix="p")  # nothing listens on port 1
+    result = await kit.execute("p_down", {})
+    assert not result.success and result.tool_name == "p_down"
