@@ -30,6 +30,13 @@ def test_precedence_rules() -> None:
     assert [a.name for a in agents] == ["plain", "on"]
 
 
+def test_an_agent_keyed_card_is_read_with_the_others() -> None:
+    agents = parse_agents_config({"agents": {"card": {"card": CARD}, "research": {"card": CARD}}})
+    assert [a.name for a in agents] == ["card", "research"]
+    [inline] = parse_agents_config({"agents": {"card": CARD}})  # one agent keyed "agents"
+    assert inline.name == "agents"
+
+
 def test_a_bare_table_and_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENT_TOKEN", "t0k")
     [agent] = parse_agents_config(

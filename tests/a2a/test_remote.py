@@ -186,6 +186,7 @@ def _misbehaving_agents() -> Any:
     from starlette.routing import Route
 
     release = asyncio.Event()
+    seen: list[tuple[str, str]] = []  # (mode, method) of every request
 
     async def card(request: Request) -> Response:
         mode = request.path_params["mode"]
@@ -207,9 +208,14 @@ def _misbehaving_agents() -> Any:
     async def rpc(request: Request) -> Response:
         mode = request.path_params["mode"]
         body = await request.json()
+        seen.append((mode, body["method"]))
         if mode == "refuses":
             return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
         working = {"id": "t1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
+        if mode == "nocancel":
+            return _without_cancel(body, working)
+        if mode in ODD_ANSWERS:
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": ODD_ANSWERS[mode]})
         if body["method"] == "SendMessage":
             return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {"task": working}})
         return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {}})  # not a task
@@ -218,13 +224,35 @@ def _misbehaving_agents() -> Any:
         Route("/{mode}/.well-known/agent-card.json", card),
         Route("/{mode}/rpc", rpc, methods=["POST"]),
     ]
-    return Starlette(routes=routes), release
+    return Starlette(routes=routes), release, seen
+
+
+def _without_cancel(body: dict[str, Any], working: dict[str, Any]) -> Any:
+    """A 1.0 agent that offers no CancelTask: its tasks work until "finish" is asked."""
+    from starlette.responses import JSONResponse
+
+    if body["method"] == "SendMessage":
+        asked = body["params"]["message"]["parts"][0]["text"]
+        state = "TASK_STATE_COMPLETED" if asked == "finish" else "TASK_STATE_WORKING"
+        task = {**working, "status": {"state": state}}
+        return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {"task": task}})
+    if body["method"] == "GetTask":
+        return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": working})
+    error = {"code": -32601, "message": "Method not found"}
+    return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "error": error})
+
+
+ODD_ANSWERS: dict[str, Any] = {  # mode -> the SendMessage result it answers with
+    "messagetext": {"message": "hello"},
+    "statustext": {"task": {"id": "t", "status": {"state": "completed", "message": "done!"}}},
+    "artifacttext": {"task": {"id": "t", "status": {"state": "completed"}, "artifacts": ["x"]}},
+}
 
 
 async def test_an_agent_that_answers_wrongly_is_a_clear_error_at_once() -> None:
     from tests.fixtures.web import serve_app
 
-    app, release = _misbehaving_agents()
+    app, release, _seen = _misbehaving_agents()
     async with serve_app(app) as base:
         kit = await create_toolkit(
             agents=[
@@ -247,3 +275,41 @@ async def test_an_agent_that_answers_wrongly_is_a_clear_error_at_once() -> None:
             assert source.status.state == "failed"
             assert source.status.reason.rstrip().endswith("ReadTimeout")  # not an empty reason
         release.set()
+
+
+async def test_an_agent_without_cancel_task_keeps_its_dialect() -> None:
+    """CancelTask refused in both dialects must not leave the peer switched to v0.3: the agent's
+    next call still goes out as SendMessage."""
+    from tests.fixtures.web import serve_app
+
+    app, _release, seen = _misbehaving_agents()
+    async with serve_app(app) as base:
+        card = f"{base}/nocancel/.well-known/agent-card.json"
+        async with await create_toolkit(agents=[agent(card, timeout=0.3, poll_every=0.05)]) as kit:
+            first = await kit.execute("nocancel_go", {"task": "hang"})
+            assert first.error_code == "timeout", first
+            second = await kit.execute("nocancel_go", {"task": "finish"})
+    assert second.success, second
+    sent = [method for mode, method in seen if method != "GetTask"]
+    assert sent == ["SendMessage", "CancelTask", "tasks/cancel", "SendMessage"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("messagetext", "a message that is not an object: 'hello'"),
+        ("statustext", "the task's status message that is not an object: 'done!'"),
+        ("artifacttext", "the task's artifacts that is not a list of objects"),
+    ],
+)
+async def test_odd_shapes_of_an_answer_say_what_is_wrong(mode: str, says: str) -> None:
+    from tests.fixtures.web import serve_app
+
+    app, _release, _seen = _misbehaving_agents()
+    async with serve_app(app) as base:
+        card = f"{base}/{mode}/.well-known/agent-card.json"
+        async with await create_toolkit(agents=[agent(card, timeout=30)]) as kit:
+            result = await kit.execute(f"{mode}_go", {"task": "x"})
+    assert result.error_code == "tool_error", result
+    assert says in (result.error or "") and "AttributeError" not in (result.error or "")
+    assert result.metadata["agent"] == mode  # a result of the agent's call, with its metadata

@@ -20,6 +20,7 @@ from a2a.client.card_resolver import parse_agent_card
 from a2a.helpers import new_text_part
 from a2a.types import (
     CancelTaskRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     ListTasksRequest,
     Message,
@@ -27,16 +28,18 @@ from a2a.types import (
     SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
+    TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import TaskNotCancelableError
+from a2a.utils.errors import PushNotificationNotSupportedError, TaskNotCancelableError
 from google.protobuf.json_format import ParseDict
 
 from tests.conftest import REPO
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
 from toolmesh import ConfigError, Toolkit, create_client, create_toolkit, tool
 from toolmesh.serving import ServeHandle
-from toolmesh.store import SqliteStore
+from toolmesh.store import MemoryStore, SqliteStore
+from toolmesh.store.base import A2ATaskRecord
 
 pytestmark = [pytest.mark.network_server]
 
@@ -88,6 +91,9 @@ async def rpc(url: str, method: str, params: Any, **headers: str) -> dict[str, A
         answer = await http.post(url, json=request, headers=headers)
     assert answer.status_code == 200
     return dict(answer.json())
+
+
+C = {"returnImmediately": "false"}  # a text, not a boolean: truthy, but it says the opposite
 
 
 def text_of(task: Any) -> str:
@@ -302,13 +308,61 @@ async def test_a_rejected_streaming_message_ends_its_stream(served: Served) -> N
         ("GetTask", {"id": "x"}, {"A2A-Version": "2.0"}, -32009),
         ("SendMessage", {"message": {"parts": []}}, {}, -32602),
         ("ListTasks", {"pageToken": "abc"}, {}, -32602),
+        # what the card does not claim is refused with A2A's own errors, in both dialects
+        ("CreateTaskPushNotificationConfig", {"taskId": "t", "url": "http://x/"}, {}, -32003),
+        ("GetTaskPushNotificationConfig", {"taskId": "t", "id": "c"}, {}, -32003),
+        ("ListTaskPushNotificationConfigs", {"taskId": "t"}, {}, -32003),
+        ("DeleteTaskPushNotificationConfig", {"taskId": "t", "id": "c"}, {}, -32003),
+        ("tasks/pushNotificationConfig/set", {"taskId": "t"}, {}, -32003),
+        ("tasks/pushNotificationConfig/get", {"id": "t"}, {}, -32003),
+        ("GetExtendedAgentCard", {}, {}, -32007),
+        ("agent/getAuthenticatedExtendedCard", {}, {}, -32007),
+        # parameters of the wrong value are refused, not read as something else
+        ("GetTask", {"id": "x", "historyLength": -1}, {}, -32602),
+        ("GetTask", {"id": "x", "historyLength": "all"}, {}, -32602),
+        ("ListTasks", {"historyLength": -2}, {}, -32602),
+        ("ListTasks", {"status": "TASK_STATE_DONE"}, {}, -32602),
+        ("ListTasks", {"pageSize": True}, {}, -32602),
+        ("ListTasks", {"includeArtifacts": "yes"}, {}, -32602),
+        (
+            "SendMessage",
+            {"message": {"role": "ROLE_USER", "parts": [{"text": "hi"}]}, "configuration": C},
+            {},
+            -32602,
+        ),
     ],
 )
 async def test_json_rpc_errors(
     served: Served, method: str, params: Any, headers: dict[str, str], code: int
 ) -> None:
     answer = await rpc(served.rpc, method, params, **headers)
-    assert answer["error"]["code"] == code and answer["id"] == "r1"
+    assert answer["error"]["code"] == code and answer["id"] == "r1", answer
+    assert served.llm.requests == []  # no task was started by a refused request
+
+
+async def test_the_sdk_reads_what_the_card_does_not_claim(served: Served) -> None:
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=False))
+    try:
+        config = TaskPushNotificationConfig(task_id="t", url="http://127.0.0.1:9/hook")
+        with pytest.raises(PushNotificationNotSupportedError):
+            await client.create_task_push_notification_config(config)
+        with pytest.raises(PushNotificationNotSupportedError):
+            await client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id="t", id="c")
+            )
+    finally:
+        await client.close()
+
+
+async def test_history_length_cuts_the_history(served: Served) -> None:
+    sent = await rpc(served.rpc, "SendMessage", {"message": _wire_message("hi")})
+    task_id = sent["result"]["task"]["id"]
+    whole = await rpc(served.rpc, "GetTask", {"id": task_id})
+    last = await rpc(served.rpc, "GetTask", {"id": task_id, "historyLength": 1})
+    none = await rpc(served.rpc, "GetTask", {"id": task_id, "historyLength": 0})
+    assert len(whole["result"]["history"]) == 2
+    assert last["result"]["history"] == whole["result"]["history"][-1:]
+    assert "history" not in none["result"]
 
 
 async def test_malformed_requests(served: Served) -> None:
@@ -485,6 +539,39 @@ async def test_a_stream_ends_where_the_task_waits_for_approval() -> None:
             await kit.close()
 
 
+async def test_subscribing_to_a_task_that_waits_for_approval_ends_at_once() -> None:
+    """Like a streamed message's, a subscription ends where the task waits for its caller:
+    one Task event (input-required), then the end, not a stream held until someone answers."""
+    with StubLLM(lambda body, i: openai_calls(("c1", "deploy", {"target": "prod"}))) as stub:
+        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
+        try:
+            sent = await rpc(handle.url + "/a2a", "SendMessage", {"message": _wire_message("go")})
+            task = sent["result"]["task"]
+            assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            for method in ("SubscribeToTask", "tasks/resubscribe"):
+                request = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": method,
+                    "params": {"id": task["id"]},
+                }
+                async with httpx.AsyncClient(timeout=5) as http:
+                    answer = await http.post(handle.url + "/a2a", json=request)
+                events = [
+                    json.loads(line[5:])
+                    for line in answer.text.splitlines()
+                    if line.startswith("data:")
+                ]
+                [event] = events
+                shown = event["result"].get("task") or event["result"]
+                assert shown["id"] == task["id"]
+                assert shown["status"]["state"] in ("TASK_STATE_INPUT_REQUIRED", "input-required")
+        finally:
+            await handle.stop()
+            await kit.close()
+
+
 async def test_an_approval_lost_with_its_server_fails_the_task(tmp_path: Path) -> None:
     """What a killed server leaves in its store (a task waiting for approval) is failed when a
     new server reads it: a reply can no longer reach the call it was for."""
@@ -545,6 +632,34 @@ async def test_params_of_the_wrong_type_are_invalid_params(
     answer = await rpc(served.rpc, method, params)
     assert answer["error"]["code"] == -32602, answer
     assert says in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"parts": [1, {"text": "hi"}]}, "message.parts[0] must be an object"),
+        ({"parts": [{"text": "hi", "metadata": "x"}]}, "parts[0].metadata must be an object"),
+        ({"parts": [{"text": "hi", "data": {}}]}, "more than one of text, raw, url, data"),
+        ({"parts": [{"text": "hi"}, {"url": 5}]}, "message.parts[1].url must be a string"),
+        ({"contextId": 5}, "message.contextId must be a string"),
+        ({"referenceTaskIds": [1]}, "message.referenceTaskIds must be a list of strings"),
+    ],
+)
+async def test_a_malformed_message_is_refused_not_stored(
+    served: Served, fields: dict[str, Any], says: str
+) -> None:
+    """Stored as sent, such a message made its task, and every ListTasks holding it,
+    unreadable to the a2a-sdk client (its protobuf parsing fails on the bad part)."""
+    message = {**_wire_message("hi"), **fields, "contextId": fields.get("contextId", "ctx-bad")}
+    answer = await rpc(served.rpc, "SendMessage", {"message": message})
+    assert answer["error"]["code"] == -32602 and says in answer["error"]["message"], answer
+    assert served.llm.requests == []
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=False))
+    try:
+        listed = await client.list_tasks(ListTasksRequest(context_id="ctx-bad"))
+    finally:
+        await client.close()
+    assert listed.total_size == 0
 
 
 def _wire_message(text: str, **fields: Any) -> dict[str, Any]:
@@ -645,3 +760,41 @@ async def test_a_running_task_is_listed_while_its_creator_waits() -> None:
             release.set()
             await running.handle.stop()
             await running.kit.close()
+
+
+class _HeldStore(MemoryStore):
+    """A store that holds the write of a completed task until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saving, self.release, self.saved = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+        if record.state == "completed":
+            self.saving.set()
+            await self.release.wait()
+        await super().save_a2a_task(record)
+        if record.state == "completed":
+            self.saved.set()
+
+
+async def test_a_cancel_while_the_task_is_being_recorded_as_completed(llm: StubLLM) -> None:
+    """The task has completed and its end is being written: CancelTask answers -32002 (as for
+    any completed task) and does not cut that write short, so the store keeps the end."""
+    store = _HeldStore()
+    running = await serve(llm, store=store)
+    try:
+        params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
+        sent = await rpc(running.rpc, "SendMessage", params)
+        task_id = sent["result"]["task"]["id"]
+        await asyncio.wait_for(store.saving.wait(), 10)
+        refused = await rpc(running.rpc, "CancelTask", {"id": task_id})
+        store.release.set()
+        assert refused.get("error", {}).get("code") == -32002, refused
+        await asyncio.wait_for(store.saved.wait(), 10)
+        record = await store.load_a2a_task(task_id)
+        assert record is not None and record.state == "completed"
+    finally:
+        store.release.set()
+        await running.handle.stop()
+        await running.kit.close()

@@ -38,7 +38,8 @@ def parse_agents_config(cfg: Mapping[str, Any]) -> list[Agent]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"the agents configuration must be a mapping, not {type(cfg).__name__}")
     table = cfg.get("agents")
-    if isinstance(table, Mapping) and "card" not in table:
+    # {"agents": {"card": URL}} is one agent keyed "agents"; an agent keyed "card" is a table
+    if isinstance(table, Mapping) and not isinstance(table.get("card"), str):
         cfg = table
     elif "agents" in cfg and not isinstance(table, Mapping):  # `agents = 5`: not one agent
         raise ConfigError(f"must be a table of agents, not {table!r}", location="agents")

@@ -180,7 +180,11 @@ class Peer:
         except wire.RpcError as exc:
             if not self._may_switch(exc):
                 raise
-            return await self._call(http, method, params)
+            try:
+                return await self._call(http, method, params)
+            except wire.RpcError as retry:
+                self._keep_switch_unless(retry)
+                raise exc if _refuses_dialect(retry) else retry from None
 
     async def _call(self, http: httpx.AsyncClient, method: str, params: dict[str, Any]) -> Any:
         body, headers = self._body(method, params)
@@ -189,12 +193,19 @@ class Peer:
         return self._result(method, payload["result"])
 
     def _may_switch(self, exc: wire.RpcError) -> bool:
-        if self._switched or exc.code not in (wire.METHOD_NOT_FOUND, wire.VERSION_NOT_SUPPORTED):
+        if self._switched or not _refuses_dialect(exc):
             return False
         self._switched = True
         self.dialect = "1.0" if self.dialect == "0.3" else "0.3"
         logger.info("A2A peer %s speaks v%s; switching", self.url, self.dialect)
         return True
+
+    def _keep_switch_unless(self, retry: wire.RpcError) -> None:
+        """Undo a switch the other dialect refused as well: the peer lacks that one method
+        (a CancelTask it does not offer), and its other calls still work in the first one."""
+        if _refuses_dialect(retry):
+            self._switched = False
+            self.dialect = "1.0" if self.dialect == "0.3" else "0.3"
 
     def _result(self, method: str, result: Any) -> Any:
         if self.dialect == "0.3":
@@ -220,6 +231,8 @@ class Peer:
                     except wire.RpcError as exc:
                         if attempt == 0 and self._may_switch(exc):
                             continue
+                        if attempt == 1:
+                            self._keep_switch_unless(exc)
                         raise
                     raise TransportError(f"{self.url} did not answer with an event stream")
                 async for _event, data in read_events(response):
@@ -232,6 +245,11 @@ class Peer:
                     elif isinstance(item, dict):
                         yield item
                 return
+
+
+def _refuses_dialect(exc: wire.RpcError) -> bool:
+    """Whether an error says the peer does not know the method in the dialect it was sent in."""
+    return exc.code in (wire.METHOD_NOT_FOUND, wire.VERSION_NOT_SUPPORTED)
 
 
 def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -297,13 +315,17 @@ class _Progress:
         self.context_id = str(task.get("contextId") or self.context_id)
         self.state = wire.task_state(task)
         if task.get("artifacts"):
-            self.artifacts = list(task["artifacts"])
-        status_message = (task.get("status") or {}).get("message")
-        history = [m for m in task.get("history") or [] if wire.is_agent(m)]
+            self.artifacts = _objects(task["artifacts"], "the task's artifacts")
+        status_message = _shaped(task["status"].get("message"), "the task's status message")
+        history = [
+            m for m in _objects(task.get("history"), "the task's history") if wire.is_agent(m)
+        ]
         self.messages = history + ([status_message] if status_message else [])
 
     def take_artifact(self, update: dict[str, Any]) -> dict[str, Any]:
-        artifact = update.get("artifact") or {}
+        artifact = _shaped(update.get("artifact"), "an artifact update's artifact")
+        if not isinstance(artifact.get("parts", []), list):
+            raise TransportError("the agent answered with an artifact whose parts are not a list")
         key = artifact.get("artifactId")
         held = next((a for a in self.artifacts if key and a.get("artifactId") == key), None)
         if held is not None and update.get("append"):
@@ -393,7 +415,7 @@ class SkillCall:
         params = {"message": message, "configuration": {"returnImmediately": True}}
         answer = await self.peer.call(http, "SendMessage", params)
         if isinstance(answer, dict) and "message" in answer and "task" not in answer:
-            progress.messages.append(answer["message"])
+            progress.messages.append(_shaped(answer["message"], "a message"))
             progress.state = "completed"  # the agent answered directly, without a task
             return
         progress.take_task(answer.get("task") if isinstance(answer, dict) else None)
@@ -434,25 +456,27 @@ class SkillCall:
         if "task" in item:
             progress.take_task(item["task"])
         elif "message" in item:
-            progress.messages.append(item["message"])
+            progress.messages.append(_shaped(item["message"], "a streamed message"))
             if not progress.task_id:
                 progress.state = "completed"
         elif "statusUpdate" in item:
-            update = item["statusUpdate"]
+            update = _shaped(item["statusUpdate"], "a status update")
             progress.task_id = progress.task_id or str(update.get("taskId") or "")
             progress.context_id = progress.context_id or str(update.get("contextId") or "")
-            status = update.get("status") or {}
+            status = _shaped(update.get("status"), "a status update's status")
             progress.state = wire.short_state(status.get("state"))
-            said = wire.text_of((status.get("message") or {}).get("parts"))
-            if status.get("message"):
-                progress.messages.append(status["message"])
+            message = _shaped(status.get("message"), "a status update's message")
+            said = wire.text_of(message.get("parts"))
+            if message:
+                progress.messages.append(message)
             ctx.status(f"{progress.state}: {said}" if said else progress.state)
         elif "artifactUpdate" in item:
-            artifact = progress.take_artifact(item["artifactUpdate"])
+            update = _shaped(item["artifactUpdate"], "an artifact update")
+            artifact = progress.take_artifact(update)
             ctx.artifact(
                 str(artifact.get("name") or artifact.get("artifactId") or "artifact"),
                 wire.text_of(artifact.get("parts")),
-                final=bool(item["artifactUpdate"].get("lastChunk", True)),
+                final=bool(update.get("lastChunk", True)),
             )
 
     async def _cancel(self, http: httpx.AsyncClient, progress: _Progress) -> bool:
@@ -532,6 +556,29 @@ class SkillCall:
             )
         code = ToolErrorCode.CANCELLED if state == "canceled" else ToolErrorCode.TOOL_ERROR
         return code, f"the agent's task was {state}: {said or 'no reason given'}"
+
+
+def _shaped(value: Any, what: str) -> dict[str, Any]:
+    """An optional object of the agent's answer ({} when absent); a peer that sends another
+    shape gets a clear error, not an AttributeError from deep in the call."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TransportError(
+            f"the agent answered with {what} that is not an object: {value!r}"[:300]
+        )
+    return value
+
+
+def _objects(value: Any, what: str) -> list[dict[str, Any]]:
+    """An optional list of objects of the agent's answer ([] when absent)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TransportError(
+            f"the agent answered with {what} that is not a list of objects: {value!r}"[:300]
+        )
+    return list(value)
 
 
 def _first_text(*values: Any) -> str:

@@ -4,7 +4,9 @@
     POST /a2a                           JSON-RPC: SendMessage, SendStreamingMessage, GetTask,
                                         CancelTask, ListTasks, SubscribeToTask, and the v0.3
                                         message/send, message/stream, tasks/get, tasks/cancel,
-                                        tasks/resubscribe
+                                        tasks/resubscribe; the push-notification methods
+                                        answer -32003 and GetExtendedAgentCard -32007 (the
+                                        card claims neither)
 
 The card's skills are the toolkit's skills (its SKILL.md folders). A message creates a task that
 runs the LLM client's agent loop over the toolkit's tools; the skill named in the message's
@@ -108,6 +110,14 @@ class A2AServer:
             "CancelTask": self._cancel_task,
             "ListTasks": self._list_tasks,
             "SubscribeToTask": self._subscribe,
+            # The card says pushNotifications: false and has no extended card; these answer
+            # the errors A2A names for that, not "method not found" (which a client, ours
+            # included, reads as "speak the other protocol version").
+            "CreateTaskPushNotificationConfig": _no_push_notifications,
+            "GetTaskPushNotificationConfig": _no_push_notifications,
+            "ListTaskPushNotificationConfigs": _no_push_notifications,
+            "DeleteTaskPushNotificationConfig": _no_push_notifications,
+            "GetExtendedAgentCard": _no_extended_card,
         }
 
     def routes(self) -> list[BaseRoute]:
@@ -222,13 +232,14 @@ class A2AServer:
 
     async def _send_message(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         config = _object(params, "configuration")
-        waits = not config.get("returnImmediately", False)
+        waits = not _flag(config, "returnImmediately", False)
+        history_length = _history_length(config.get("historyLength"))
         running = await self._start(params, creator_waits=waits)
         if running.job is not None and waits:
             # Until it ends or waits for input; the task outlives a client that went away
             # (cancelling this wait cancels only the waiting).
             await running.settled()
-        task = _view(running.doc, config.get("historyLength"))
+        task = _view(running.doc, history_length)
         result = wire.task_to_v03(task) if legacy else {"task": task}
         return _result(request_id, result)
 
@@ -248,21 +259,27 @@ class A2AServer:
             raise wire.RpcError(
                 wire.UNSUPPORTED_OPERATION, f"task {task_id!r} is not running; use GetTask"
             )
+        if running.paused:  # it waits for its caller: the stream ends at once, as a streamed
+            # message's does there (listening would hold the client until someone answers)
+            return _event_stream(request_id, legacy, {"task": running.doc}, running, None)
         queue = running.listen()
         return _event_stream(request_id, legacy, {"task": running.doc}, running, queue)
 
     async def _get_task(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         task_id = _task_id(params)
+        history_length = _history_length(params.get("historyLength"))
         doc = await self.board.get(task_id)
         if doc is None:
             raise _not_found(task_id)
-        task = _view(doc, params.get("historyLength"))
+        task = _view(doc, history_length)
         return _result(request_id, wire.task_to_v03(task) if legacy else task)
 
     async def _cancel_task(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         task_id = _task_id(params)
         running = self.board.running.get(task_id)
         if running is not None and running.job is not None:
+            if running.state in wire.TERMINAL:  # it ended; its end is being written
+                raise _not_cancelable(task_id, running.state)
             running.job.cancel()
             await asyncio.gather(running.job, return_exceptions=True)
             doc = running.doc
@@ -271,10 +288,7 @@ class A2AServer:
             if found is None:
                 raise _not_found(task_id)
             if wire.task_state(found) in wire.TERMINAL:
-                raise wire.RpcError(
-                    wire.TASK_NOT_CANCELABLE,
-                    f"task {task_id!r} is {wire.task_state(found)} and cannot be canceled",
-                )
+                raise _not_cancelable(task_id, wire.task_state(found))
             found["status"] = {"state": wire.state_name("canceled"), "timestamp": wire.timestamp()}
             await self.board.save(found)
             if self.board.store.shared:  # the task may run on another host: tell it
@@ -285,23 +299,22 @@ class A2AServer:
 
     async def _list_tasks(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         size = params.get("pageSize") or DEFAULT_PAGE
-        if not isinstance(size, int) or size < 1:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise wire.RpcError(wire.INVALID_PARAMS, "pageSize must be a positive integer")
+        history_length = _history_length(params.get("historyLength"))
+        with_artifacts = _flag(params, "includeArtifacts", False)
         size = min(size, MAX_PAGE)
         token = params.get("pageToken") or "0"
         # the tokens this server gives out are offsets: digits, and nowhere near 2**63
         if not isinstance(token, str) or not token.isdigit() or len(token) > 15:
             raise wire.RpcError(wire.INVALID_PARAMS, f"unknown pageToken {token!r}")
-        state = params.get("status") or ""
         docs, total = await self.board.page(
             context_id=str(params.get("contextId") or ""),
-            state=wire.short_state(state) if state else "",
+            state=_state_filter(params.get("status")),
             limit=size,
             offset=int(token),
         )
-        tasks = [
-            _view(d, params.get("historyLength"), params.get("includeArtifacts")) for d in docs
-        ]
+        tasks = [_view(d, history_length, with_artifacts) for d in docs]
         result: JsonObject = {"tasks": tasks, "pageSize": size, "totalSize": total}
         following = int(token) + len(docs)
         if following < total:
@@ -318,6 +331,7 @@ class A2AServer:
         message = params.get("message")
         if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
             raise wire.RpcError(wire.INVALID_PARAMS, "params.message with parts is required")
+        wire.check_message(message)
         waiting = self._waiting_for_approval(message)
         if waiting is not None:
             if listen:
@@ -506,8 +520,13 @@ class A2AServer:
         running.set_status("completed")
 
     async def _finish(self, running: RunningTask) -> None:
+        saving = asyncio.ensure_future(self.board.save(running.doc))
         try:
-            await self.board.save(running.doc)
+            try:
+                await asyncio.shield(saving)
+            except asyncio.CancelledError:  # the job was stopped (close()) as its end was written:
+                await saving  # the end is still recorded, or a restart would call it failed
+                raise
         finally:
             self.board.forget(running)
             running.publish({})  # the end of every listener's stream
@@ -625,6 +644,16 @@ def _check_version(version: str | None) -> None:
         )
 
 
+async def _no_push_notifications(params: JsonObject, request_id: Any, legacy: bool) -> Response:
+    raise wire.RpcError(wire.PUSH_NOT_SUPPORTED, "this agent does not send push notifications")
+
+
+async def _no_extended_card(params: JsonObject, request_id: Any, legacy: bool) -> Response:
+    raise wire.RpcError(
+        wire.EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card; its card is public"
+    )
+
+
 def _task_id(params: JsonObject) -> str:
     task_id = params.get("id")
     if not isinstance(task_id, str) or not task_id:
@@ -632,22 +661,68 @@ def _task_id(params: JsonObject) -> str:
     return task_id
 
 
+def _not_cancelable(task_id: str, state: str) -> wire.RpcError:
+    return wire.RpcError(
+        wire.TASK_NOT_CANCELABLE, f"task {task_id!r} is {state} and cannot be canceled"
+    )
+
+
 def _not_found(task_id: str) -> wire.RpcError:
     return wire.RpcError(wire.TASK_NOT_FOUND, f"task {task_id!r} not found")
 
 
-def _view(doc: JsonObject, history_length: Any, include_artifacts: Any = True) -> JsonObject:
+def _view(
+    doc: JsonObject, history_length: int | None, include_artifacts: bool = True
+) -> JsonObject:
     """A task as answered: history cut to its last ``history_length`` messages if asked."""
     view = dict(doc)
     history = list(view.get("history") or [])
     view["history"] = history
-    if isinstance(history_length, int) and not isinstance(history_length, bool):
+    if history_length is not None:
         view["history"] = history[-history_length:] if history_length > 0 else []
         if not view["history"]:
             view.pop("history")
-    if include_artifacts is False or include_artifacts is None:
+    if not include_artifacts:
         view.pop("artifacts", None)
     return view
+
+
+def _history_length(value: Any) -> int | None:
+    """A request's historyLength: None (the whole history) when absent. A negative or
+    non-integer one is invalid (as the a2a-sdk's servers answer), not silently "none"."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit():  # the protobuf JSON mapping allows "5"
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise wire.RpcError(
+            wire.INVALID_PARAMS,
+            f"historyLength must be a non-negative integer, not {value!r}"[:200],
+        )
+    return value
+
+
+def _flag(params: JsonObject, key: str, default: bool) -> bool:
+    """An optional boolean field: the text "false" must not count as true."""
+    value = params.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise wire.RpcError(
+            wire.INVALID_PARAMS, f"{key} must be true or false, not {value!r}"[:200]
+        )
+    return value
+
+
+def _state_filter(value: Any) -> str:
+    """The short state a ListTasks ``status`` asks for ("" for any); an unknown one is invalid
+    rather than a filter that matches nothing."""
+    if value in (None, "", "TASK_STATE_UNSPECIFIED"):
+        return ""
+    state = wire.short_state(value)
+    if state == "unknown":
+        raise wire.RpcError(wire.INVALID_PARAMS, f"unknown task state {value!r}"[:200])
+    return state
 
 
 def _dumps(value: Any) -> bytes:
@@ -673,20 +748,23 @@ def _event_stream(
     legacy: bool,
     first: JsonObject,
     running: RunningTask,
-    queue: asyncio.Queue[JsonObject],
+    queue: asyncio.Queue[JsonObject] | None,
 ) -> Response:
+    """The stream of ``first`` and then what ``queue`` gets (nothing more without one)."""
+
     async def events() -> AsyncIterator[bytes]:
         try:
             item = first
             while item:
                 shown = wire.stream_item_to_v03(item) if legacy else item
                 yield encode_event(_dumps({"jsonrpc": "2.0", "id": request_id, "result": shown}))
-                if _interrupts(item):
+                if _interrupts(item) or queue is None:
                     break  # the task waits for its caller: the stream ends, as A2A's servers do
                 item = await queue.get()
         finally:
             with contextlib.suppress(ValueError):
-                running.listeners.remove(queue)
+                if queue is not None:
+                    running.listeners.remove(queue)
 
     return StreamingResponse(
         events(),

@@ -19,6 +19,7 @@ __all__ = [
     "METHODS_V03",
     "TERMINAL",
     "RpcError",
+    "check_message",
     "from_v03",
     "message",
     "params_from_v03",
@@ -48,6 +49,7 @@ TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
 PUSH_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
+EXTENDED_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
 
 _SHORT = {
@@ -74,6 +76,11 @@ METHODS_V03 = {
     "GetTask": "tasks/get",
     "CancelTask": "tasks/cancel",
     "SubscribeToTask": "tasks/resubscribe",
+    "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
+    "GetTaskPushNotificationConfig": "tasks/pushNotificationConfig/get",
+    "ListTaskPushNotificationConfigs": "tasks/pushNotificationConfig/list",
+    "DeleteTaskPushNotificationConfig": "tasks/pushNotificationConfig/delete",
+    "GetExtendedAgentCard": "agent/getAuthenticatedExtendedCard",
 }
 """A2A 1.0 method names and their v0.3 equivalents."""
 
@@ -169,6 +176,44 @@ def text_of(parts: Any) -> str:
         elif part.get("url") or part.get("filename"):
             pieces.append(f"[file {part.get('filename') or part.get('url')}]")
     return "".join(pieces)
+
+
+_PART_CONTENT = ("text", "raw", "url", "data")
+_PART_TEXTS = ("text", "raw", "url", "filename", "mediaType")
+_MESSAGE_TEXTS = ("messageId", "contextId", "taskId", "role")
+_MESSAGE_LISTS = ("extensions", "referenceTaskIds")
+
+
+def check_message(message: JsonObject) -> None:
+    """RpcError (invalid params) for a 1.0 message whose fields have the wrong types. A task
+    keeps its messages as sent, and one bad part would make the task (and every listing that
+    holds it) unreadable to clients that parse the protobuf shapes."""
+    for key in _MESSAGE_TEXTS:
+        if key in message and not isinstance(message[key], str):
+            raise _invalid(f"message.{key} must be a string, not {message[key]!r}")
+    for key in _MESSAGE_LISTS:
+        value = message.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _invalid(f"message.{key} must be a list of strings, not {value!r}")
+    for index, part in enumerate(message.get("parts") or []):
+        _check_part(part, f"message.parts[{index}]")
+
+
+def _check_part(part: Any, where: str) -> None:
+    if not isinstance(part, dict):
+        raise _invalid(f"{where} must be an object, not {part!r}")
+    contents = [key for key in _PART_CONTENT if key in part]
+    if len(contents) > 1:
+        raise _invalid(f"{where} has more than one of text, raw, url, data: {contents}")
+    for key in _PART_TEXTS:
+        if key in part and not isinstance(part[key], str):
+            raise _invalid(f"{where}.{key} must be a string, not {part[key]!r}")
+    if "metadata" in part and not isinstance(part["metadata"], dict):
+        raise _invalid(f"{where}.metadata must be an object, not {part['metadata']!r}")
+
+
+def _invalid(text: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, text[:200])
 
 
 def is_agent(message: Any) -> bool:
