@@ -212,6 +212,17 @@ class Pipeline:
             observer.call_ended(session, spec, result)
         return result
 
+    async def record(
+        self, session: Session, spec: CallSpec, result: ToolResult, *, source: str
+    ) -> None:
+        """Audit a call a transport answered itself (an MCP server's ``search_tools``), so
+        every call is in the log whatever answered it."""
+        try:
+            measured = digest_arguments(spec.arguments)
+        except ValueError:
+            measured = (0, "")
+        await self._audit(session, spec, None, result, "", measured, source=source)
+
     async def drain(self) -> None:
         """Give tools that outlived their deadline a last chance to finish (at shutdown)."""
         if self._stragglers:
@@ -467,6 +478,8 @@ class Pipeline:
         result: ToolResult,
         decision: str,
         measured: tuple[int, str],
+        *,
+        source: str = "",
     ) -> None:
         """Bound the output (its size is audited), then store the call's entry."""
         output_bytes = self._bound(result)
@@ -480,7 +493,7 @@ class Pipeline:
             agent_id=session.agent_id,
             req_id=spec.req_id,
             correlation_id=spec.correlation_id,
-            source=tool.source if tool is not None else "",
+            source=tool.source if tool is not None else source,
             transport=session.transport,
             input_bytes=input_bytes,
             output_bytes=output_bytes,

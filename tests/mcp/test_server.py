@@ -199,6 +199,25 @@ async def test_search_tools_loads_deferred_tools(variant: str, tmp_path: Path) -
             await asyncio.gather(listener, return_exceptions=True)
 
 
+@pytest.mark.parametrize("variant", ["stdio-auto", "http-auto"])
+async def test_search_tools_checks_its_arguments_and_is_audited(
+    variant: str, tmp_path: Path
+) -> None:
+    async with serving(variant, tmp_path) as served:
+        client = served.client
+        bad = await client.call_tool("search_tools", {"query": "github", "limit": 500})
+        assert bad.is_error and "limit" in text_of(bad)  # not silently the default
+        assert (bad.meta or {})["io.toolmesh/errorCode"] == "invalid_arguments"
+        found = await client.call_tool("search_tools", {"query": "github", "limit": 1})
+        assert not found.is_error and found.structured_content is not None
+        assert len(found.structured_content["tools"]) == 1
+    rows = [r for r in served.audit_rows() if r["tool_name"] == "search_tools"]
+    assert [(r["success"], r["error_code"], r["transport"]) for r in rows] == [
+        (0, "invalid_arguments", "mcp"),
+        (1, None, "mcp"),
+    ]
+
+
 @pytest.mark.parametrize("variant", ["http-auto", "http-legacy"])  # stdio: the next test
 async def test_client_cancellation_cancels_the_tool(variant: str, tmp_path: Path) -> None:
     async with serving(variant, tmp_path) as served:

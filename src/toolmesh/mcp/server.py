@@ -30,10 +30,11 @@ import contextvars
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from toolmesh.errors import ConfigError
+from toolmesh.errors import ArgumentError, ConfigError
 from toolmesh.mcp.approvals import (
     APPROVAL_INPUT,
     ElicitationNeeded,
@@ -44,8 +45,9 @@ from toolmesh.mcp.approvals import (
 )
 from toolmesh.mcp.definitions import mcp_tool_entry
 from toolmesh.mcp.results import mcp_call_result
-from toolmesh.models import ToolErrorCode, ToolEvent, secret_id
+from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, secret_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec
+from toolmesh.schema import Validator
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
 
@@ -432,7 +434,7 @@ class MCPPeer:
         if not isinstance(arguments, dict):
             raise _RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
         if name == self.service._search_name and name not in self.service.host.toolkit:
-            return self._result(request_id, json.dumps(self._search(arguments)))
+            return await self._searched(request_id, name, arguments)
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         on_event = _progress_sender(token, notify) if token is not None and notify else None
@@ -545,29 +547,42 @@ class MCPPeer:
         else:
             future.set_result(message.get("result"))
 
-    def _search(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        query = arguments.get("query")
-        if not isinstance(query, str) or not query.strip():
-            text = "search_tools needs a non-empty 'query' string"
-            return {"content": [{"type": "text", "text": text}], "isError": True}
-        limit = arguments.get("limit", _SEARCH_LIMIT)
-        limit = limit if isinstance(limit, int) and 0 < limit <= 50 else _SEARCH_LIMIT
+    async def _searched(self, request_id: Any, name: str, arguments: dict[str, Any]) -> bytes:
+        """``search_tools``, answered here and audited like every call."""
+        started = time.perf_counter()
+        try:
+            _SEARCH_ARGUMENTS(arguments)
+        except ArgumentError as exc:
+            outcome = _refused_search(name, str(exc))
+        else:
+            outcome = self._search(name, arguments)
+        outcome.duration_ms = int((time.perf_counter() - started) * 1000)
+        spec = CallSpec(tool_name=name, arguments=arguments, req_id=str(request_id))
+        await self.service.host.pipeline.record(self.session, spec, outcome, source="mcp-server")
+        wire = mcp_call_result(outcome, modern=self.era == "modern")
+        return self._result(request_id, json.dumps(wire, ensure_ascii=False))
+
+    def _search(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        query: str = arguments["query"]
+        if not query.strip():
+            return _refused_search(name, "search_tools needs a non-empty 'query'")
         found = self.service.host.toolkit.search(
-            query, capabilities=self.session.capabilities, limit=limit
+            query,
+            capabilities=self.session.capabilities,
+            limit=arguments.get("limit", _SEARCH_LIMIT),
         )
         entries = [mcp_tool_entry(tool) for tool in found]
         new = frozenset(t.name for t in found if t.definition.defer_loading) - self.loaded
         if new:
             self._load(new)
         lines = [f"{e['name']}: {e['description']}" for e in entries] or ["no tool matches"]
-        wire: dict[str, Any] = {
-            "content": [{"type": "text", "text": "\n".join(lines)}],
-            "structuredContent": {"tools": entries},
-            "isError": False,
-        }
-        if self.era == "modern":
-            wire["resultType"] = "complete"
-        return wire
+        return ToolResult(
+            success=True,
+            tool_name=name,
+            data={"tools": entries},
+            output="\n".join(lines),
+            duration_ms=0,
+        )
 
     # -- tool-list changes -------------------------------------------------------------------------
 
@@ -692,6 +707,22 @@ def _progress_sender(token: Any, notify: Send) -> Callable[[ToolEvent], None]:
     return on_event
 
 
+_SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "what the tool should do"},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 50,
+            "description": "most tools to return (10)",
+        },
+    },
+    "required": ["query"],
+}
+_SEARCH_ARGUMENTS = Validator(_SEARCH_SCHEMA)  # compiled on first use
+
+
 def _search_entry(name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -699,16 +730,19 @@ def _search_entry(name: str) -> dict[str, Any]:
             "Search every tool this server offers, including ones not listed yet, by what they "
             "do. Tools found are added to your tool list."
         ),
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "what the tool should do"},
-                "limit": {"type": "integer", "description": "most tools to return (10)"},
-            },
-            "required": ["query"],
-        },
+        "inputSchema": _SEARCH_SCHEMA,
         "annotations": {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
     }
+
+
+def _refused_search(name: str, message: str) -> ToolResult:
+    return ToolResult(
+        success=False,
+        tool_name=name,
+        error=message,
+        error_code=ToolErrorCode.INVALID_ARGUMENTS,
+        duration_ms=0,
+    )
 
 
 def _valid_id(value: Any) -> bool:
