@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import enum
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import Served, demo_host
 from toolmesh import (
     HandshakeError,
+    Host,
     Output,
     ToolContext,
     ToolErrorCode,
@@ -17,6 +22,9 @@ from toolmesh import (
     connect_async,
     tool,
 )
+from toolmesh.state import MAX_DEPTH
+from toolmesh.store import MemoryStore, SqliteStore
+from toolmesh.transports.http import HttpServer
 
 
 async def test_state_round_trip_over_every_transport(served: Served) -> None:
@@ -156,3 +164,234 @@ async def test_a_state_prefix_means_strictly_under_it_with_or_without_the_slash(
             if not allowed:
                 assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
                 assert repr(path) in (result.error or "")
+
+
+def _nested(levels: int) -> Any:
+    """A value ``levels`` arrays deep."""
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _self_containing() -> Any:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+NOT_JSON: dict[str, tuple[Callable[[], Any], str, str]] = {
+    # name: (value, where the message says it is, what it says is wrong)
+    "nan": (lambda: float("nan"), "/context/v", "is nan, which JSON cannot hold"),
+    "infinity": (lambda: {"a": [1, float("inf")]}, "/context/v/a/1", "is inf"),
+    "set": (lambda: {1, 2}, "/context/v", "is a Python set, which is not JSON"),
+    "bytes": (lambda: [b"x"], "/context/v/0", "is a Python bytes, which is not JSON"),
+    "object": (object, "/context/v", "is a Python object, which is not JSON"),
+    "int key": (lambda: {1: "a"}, "/context/v", "has the key 1 (int); JSON keys are text"),
+    "lone surrogate": (lambda: "a\udc80b", "/context/v", "holds a lone surrogate ('\\udc80')"),
+    "surrogate key": (lambda: {"k\udc80": 1}, "/context/v", "holds a lone surrogate"),
+    "NUL": (lambda: {"a/b": "x\x00"}, "/context/v/a~1b", "holds NUL"),
+    "self-containing": (_self_containing, "/context/v", "nests deeper than 100 levels"),
+    "too deep": (lambda: _nested(MAX_DEPTH), "/context/v", "nests deeper than 100 levels"),
+}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("name", sorted(NOT_JSON))
+async def test_a_value_that_is_not_json_is_refused_saying_where(
+    tmp_path: Path, kind: str, name: str
+) -> None:
+    """Before: NaN, sets, int keys... were kept by the memory store (and then broke or changed
+    on the wire), and the SQLite store raised TypeError/ValueError/UnicodeEncodeError out of
+    ``execute`` (no result, no audit entry); too deep a value raised RecursionError."""
+    make, where, reason = NOT_JSON[name]
+
+    @tool
+    def put() -> Output:
+        """Store a value that is not JSON."""
+        return Output("ok", state_update=[{"op": "add", "path": "/context/v", "value": make()}])
+
+    store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "s.db")
+    async with Toolkit(put, rawpatch, store=store) as toolkit:
+        result = await toolkit.execute("put")
+        assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE, result.error
+        assert f"state_update[0]: the value at {where!r} {reason}" in (result.error or "")
+        assert result.state_update is None  # not sent back: no peer could read it
+        assert await toolkit.store.load_state(toolkit.session.id) is None
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+        audited = await toolkit.store.recent_audit(limit=1)
+        assert [e.error_code for e in audited] == ["invalid_state_update"]
+        good = [{"op": "add", "path": "/context/ok", "value": 1}]
+        assert (await toolkit.execute("rawpatch", {"patch": good})).success
+
+
+class Level(enum.IntEnum):
+    HIGH = 2
+
+
+class Color(str, enum.Enum):  # noqa: UP042 - its str() is "Color.TEAL", not its value
+    TEAL = "teal"
+
+
+async def test_tuples_and_enum_members_are_kept_as_the_json_a_restart_reads_back(
+    tmp_path: Path,
+) -> None:
+    """Before: the cache kept the tuple and the enum members while SQLite stored a list and
+    plain values, so the document changed under the session at the next restart."""
+
+    @tool
+    def put() -> Output:
+        """Store Python values that have a JSON form."""
+        value = {"pair": (1, 2), "level": Level.HIGH, "color": Color.TEAL}
+        return Output("ok", state_update=[{"op": "add", "path": "/context/v", "value": value}])
+
+    path = tmp_path / "s.db"
+    async with Toolkit(put, store=path) as toolkit:
+        assert (await toolkit.execute("put")).success
+        cached = toolkit.state.cached(toolkit.session.id)
+        session_id = toolkit.session.id
+    async with Toolkit(store=path) as reopened:
+        stored = await reopened.store.load_state(session_id)
+    expected = {"context": {"v": {"pair": [1, 2], "level": 2, "color": "teal"}}}
+    assert stored is not None and stored.document == cached == expected
+    assert cached is not None
+    assert [type(cached["context"]["v"][k]) for k in ("pair", "level", "color")] == [
+        list,
+        int,
+        str,
+    ]
+
+
+async def test_an_op_that_is_not_text_is_refused() -> None:
+    """Before: ``{"op": ["add"]}`` raised TypeError (unhashable) out of ``execute``."""
+    async with Toolkit(rawpatch) as toolkit:
+        bad = [{"op": ["add"], "path": "/context/a", "value": 1}]
+        result = await toolkit.execute("rawpatch", {"patch": bad})
+        assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert "state_update[0]: 'op' must be one of" in (result.error or "")
+
+
+async def test_the_error_names_the_operation_that_failed() -> None:
+    async with Toolkit(rawpatch) as toolkit:
+        for patch, message in [
+            (
+                [
+                    {"op": "add", "path": "/context/a", "value": 1},
+                    {"op": "remove", "path": "/context/nope"},
+                ],
+                "state_update[1] (remove '/context/nope') not applied: ",
+            ),
+            (
+                [{"op": "move", "from": "/context/nope", "path": "/context/b"}],
+                "state_update[0] (move '/context/nope' -> '/context/b') not applied: "
+                "'/context/nope' does not exist",
+            ),
+        ]:
+            result = await toolkit.execute("rawpatch", {"patch": patch})
+            assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+            assert message in (result.error or "")
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+
+
+async def test_repeated_copies_cannot_blow_up_the_document() -> None:
+    """Each copy of the list into itself doubles it: before, 40 such operations would have
+    built 2**40 values (the host hangs, then runs out of memory); eight already made 25 MB."""
+    async with Toolkit(rawpatch) as toolkit:
+        copy = {"op": "copy", "from": "/context/a", "path": "/context/a/-"}
+        patch = [{"op": "add", "path": "/context/a", "value": ["x" * 100_000]}, *[copy] * 8]
+        result = await toolkit.execute("rawpatch", {"patch": patch})
+        assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert "state_update[8] (copy '/context/a' -> '/context/a/-'): the update adds more" in (
+            result.error or ""
+        )
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+
+
+@pytest.mark.parametrize("op", ["copy", "move"])
+async def test_copy_or_move_cannot_nest_the_document_too_deep(op: str) -> None:
+    async with Toolkit(rawpatch) as toolkit:
+        deep = _nested(MAX_DEPTH - 3)  # at /context/d/x: the deepest a value may nest there
+        setup = [
+            {"op": "add", "path": "/context/d", "value": {"x": deep}},
+            {"op": "add", "path": "/context/e", "value": {}},
+        ]
+        assert (await toolkit.execute("rawpatch", {"patch": setup})).success
+        too_deep = [{"op": op, "from": "/context/d", "path": "/context/e/f"}]  # one level more
+        result = await toolkit.execute("rawpatch", {"patch": too_deep})
+        assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert f"would nest the document deeper than {MAX_DEPTH} levels" in (result.error or "")
+        fits = [{"op": op, "from": "/context/d", "path": "/context/g"}]
+        assert (await toolkit.execute("rawpatch", {"patch": fits})).success
+
+
+@tool
+def nest(levels: int) -> Output:
+    """Store a value that many arrays deep."""
+    return Output(
+        "ok", state_update=[{"op": "add", "path": "/context/v", "value": _nested(levels)}]
+    )
+
+
+async def test_the_deepest_document_allowed_reaches_a_client_over_http() -> None:
+    """Before: a document a client cannot parse (pydantic-core stops at 200 levels) was stored,
+    and the client dropped the call's response: the call hung until its timeout."""
+    host = Host(nest)
+    server = HttpServer(host, "127.0.0.1:0")
+    client = await connect_async(await server.start(), agent_id="deep")
+    try:
+        deepest = await client.call_tool("nest", {"levels": MAX_DEPTH - 2}, timeout=10)
+        assert deepest.success, deepest.error
+        document, version = await client.get_state()
+        assert document == {"context": {"v": _nested(MAX_DEPTH - 2)}} and version == 1
+        for levels in (MAX_DEPTH - 1, 200):
+            refused = await client.call_tool("nest", {"levels": levels}, timeout=10)
+            assert refused.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert (await client.get_state())[1] == 1
+    finally:
+        await client.close()
+        await server.stop()
+        await host.close()
+
+
+class LockedStore(MemoryStore):
+    async def save_state(
+        self, session_id: str, document: dict[str, Any], *, expected_version: int
+    ) -> bool:
+        raise sqlite3.OperationalError("database is locked")
+
+
+async def test_a_store_that_fails_to_save_fails_the_call_which_is_still_audited() -> None:
+    """Before: the store's error escaped ``execute``: no result, no audit entry."""
+    store = LockedStore()
+    async with Toolkit(rawpatch, store=store) as toolkit:
+        patch = [{"op": "add", "path": "/context/a", "value": 1}]
+        result = await toolkit.execute("rawpatch", {"patch": patch})
+        assert not result.success and result.error_code == ToolErrorCode.TOOL_ERROR
+        assert result.error_code.retryable
+        assert result.error == (
+            "state update not saved, the state is unchanged: OperationalError: database is locked"
+        )
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+        assert [e.error_code for e in await store.recent_audit()] == ["tool_error"]
+
+
+async def test_a_locked_sqlite_file_fails_the_call_and_the_next_one_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("toolmesh.store.sqlite.BUSY_TIMEOUT_S", 0.05)
+    path = tmp_path / "s.db"
+    async with Toolkit(rawpatch, store=path) as toolkit:
+        first = [{"op": "add", "path": "/context/a", "value": 1}]
+        assert (await toolkit.execute("rawpatch", {"patch": first})).success
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        second = [{"op": "add", "path": "/context/b", "value": 2}]
+        locked = await toolkit.execute("rawpatch", {"patch": second})
+        other.execute("ROLLBACK")
+        other.close()
+        assert locked.error_code == ToolErrorCode.TOOL_ERROR
+        assert "database is locked" in (locked.error or "")
+        assert (await toolkit.execute("rawpatch", {"patch": second})).success
+        stored = await toolkit.store.load_state(toolkit.session.id)
+        assert stored is not None
+        assert (stored.document, stored.version) == ({"context": {"a": 1, "b": 2}}, 2)

@@ -455,9 +455,12 @@ class Pipeline:
         try:
             record = await self.state.apply(session.id, patch)
         except StateError as exc:
-            result.success = False
-            result.error_code = ToolErrorCode.INVALID_STATE_UPDATE
-            result.error = str(exc)
+            _state_not_applied(result, ToolErrorCode.INVALID_STATE_UPDATE, str(exc))
+            return
+        except Exception as exc:  # the store failed (a locked file, a lost connection)
+            # The update was fine but was not kept: the call fails, retryably, and is audited.
+            message = f"state update not saved, the state is unchanged: {_describe(exc)}"
+            _state_not_applied(result, ToolErrorCode.TOOL_ERROR, message)
             return
         sink = ctx._sink
         event = ToolEvent(
@@ -595,6 +598,15 @@ def _failure(tool_name: str, code: ToolErrorCode, message: str) -> ToolResult:
     return ToolResult(
         success=False, tool_name=tool_name, error=message, error_code=code, duration_ms=0
     )
+
+
+def _state_not_applied(result: ToolResult, code: ToolErrorCode, message: str) -> None:
+    result.success = False
+    result.error_code = code
+    result.error = message
+    # Not sent back: a refused update may hold what no peer can read (a Python object, a lone
+    # surrogate, nesting too deep), and the response carrying it would never arrive.
+    result.state_update = None
 
 
 def _describe(exc: BaseException) -> str:

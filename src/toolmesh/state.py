@@ -2,8 +2,11 @@
 
 Each session has one JSON document, ``{"context": {}}`` at first. A tool reads a snapshot and may
 return a patch. A patch is checked (every path must lie under an allowed prefix, ``/context/`` by
-default), applied to a copy (all operations or none: a failing ``test`` leaves the document as it
-was), then stored by compare-and-set so two writers can never overwrite each other's update.
+default; every value must be JSON that every store and every peer can hold: no NaN, sets, keys
+that are not text, lone surrogates or NUL, nesting at most ``MAX_DEPTH`` deep), applied to a copy
+(all operations or none: a failing ``test`` leaves the document as it was; one patch adds at most
+``MAX_UPDATE_SIZE``), then stored by compare-and-set so two writers can never overwrite each
+other's update. A store that fails raises its own error, and the document is unchanged.
 
 Documents are cached per host; with a store other hosts write too (``store.shared``) every read
 goes to the store, so no host hands a tool a document another host has since changed.
@@ -13,15 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from toolmesh.errors import StateError
 from toolmesh.store.base import StateRecord, Store
 
-__all__ = ["INITIAL_STATE", "StateManager"]
+__all__ = ["INITIAL_STATE", "MAX_DEPTH", "MAX_UPDATE_SIZE", "StateManager"]
 
 INITIAL_STATE: dict[str, Any] = {"context": {}}
+
+MAX_DEPTH = 100
+"""How deep a document may nest (objects and arrays, the document itself counted). pydantic-core,
+which reads every A2E message, stops at 200 levels, and a message wraps the document in a few
+more: a deeper document would be stored and then unreadable by every client."""
+
+MAX_UPDATE_SIZE = 16 * 1024 * 1024
+"""The most one patch may add to a document, in characters of text plus one per value: what one
+A2E message can carry. It also bounds ``copy``, which doubles what it copies at each repeat."""
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
 _CAS_ATTEMPTS = 50
@@ -61,10 +75,10 @@ class StateManager:
 
     async def apply(self, session_id: str, patch: Sequence[dict[str, Any]]) -> StateRecord:
         """Apply ``patch`` atomically and persist it; raise ``StateError`` and change nothing
-        when it is malformed, touches a forbidden path or fails."""
-        import jsonpatch  # on first update: most sessions never need it
-
-        operations = self._check(patch)
+        when it is malformed, touches a forbidden path, holds a value that is not JSON or fails.
+        An error of the store itself propagates as it is (the document is unchanged)."""
+        budget = _Budget()
+        operations = self._check(patch, budget)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
             for attempt in range(_CAS_ATTEMPTS):
@@ -73,11 +87,11 @@ class StateManager:
                 cached = self._cache.get(session_id) if attempt == 0 else None
                 record = cached or await self._load(session_id)
                 try:
-                    document = jsonpatch.apply_patch(record.document, operations, in_place=False)
-                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    document = _patched(record.document, operations, budget.copy())
+                except StateError:
                     if cached is not None and self.read_through:
                         continue  # judge the patch against the stored document, not a copy
-                    raise StateError(f"state update not applied: {exc}") from exc
+                    raise
                 if await self.store.save_state(
                     session_id, document, expected_version=record.version
                 ):
@@ -99,30 +113,40 @@ class StateManager:
             self._cache[session_id] = record
         return record
 
-    def _check(self, patch: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _check(self, patch: Sequence[dict[str, Any]], budget: _Budget) -> list[dict[str, Any]]:
+        """The operations of ``patch``, their values as plain JSON (tuples become lists), or
+        ``StateError`` naming the first operation that is wrong and what is wrong with it."""
         if not isinstance(patch, list | tuple):
             raise StateError("a state update must be a list of RFC 6902 operations")
         operations: list[dict[str, Any]] = []
         for index, op in enumerate(patch):
             where = f"state_update[{index}]"
-            if not isinstance(op, dict) or op.get("op") not in _OPS:
+            # str first: an unhashable 'op' (a list) would make the set lookup raise.
+            if (
+                not isinstance(op, dict)
+                or not isinstance(kind := op.get("op"), str)
+                or kind not in _OPS
+            ):
                 raise StateError(f"{where}: 'op' must be one of {', '.join(sorted(_OPS))}")
-            for key in ("path", "from") if op["op"] in ("move", "copy") else ("path",):
-                pointer = op.get(key)
-                if not isinstance(pointer, str):
-                    raise StateError(f"{where}: {key!r} must be a JSON Pointer string")
-                if not self._allowed(pointer):
-                    allowed = ", ".join(self.allowed_prefixes)
-                    if any(pointer == p.rstrip("/") for p in self.allowed_prefixes):
-                        raise StateError(
-                            f"{where}: {key} {pointer!r} is the container itself; an update "
-                            f"may change only what is under it ({allowed})"
-                        )
-                    raise StateError(f"{where}: {key} {pointer!r} is outside {allowed}")
-            if op["op"] in ("add", "replace", "test") and "value" not in op:
-                raise StateError(f"{where}: {op['op']!r} needs a 'value'")
-            operations.append(op)
+            for key in ("path", "from") if kind in ("move", "copy") else ("path",):
+                self._check_pointer(op.get(key), key, where)
+            if kind in ("add", "replace", "test") and "value" not in op:
+                raise StateError(f"{where}: {kind!r} needs a 'value'")
+            operations.append(_with_plain_value(op, where, budget))
         return operations
+
+    def _check_pointer(self, pointer: Any, key: str, where: str) -> None:
+        if not isinstance(pointer, str):
+            raise StateError(f"{where}: {key!r} must be a JSON Pointer string")
+        _check_text(pointer, f"{where}: {key} {pointer!r}")
+        if not self._allowed(pointer):
+            allowed = ", ".join(self.allowed_prefixes)
+            if any(pointer == p.rstrip("/") for p in self.allowed_prefixes):
+                raise StateError(
+                    f"{where}: {key} {pointer!r} is the container itself; an update "
+                    f"may change only what is under it ({allowed})"
+                )
+            raise StateError(f"{where}: {key} {pointer!r} is outside {allowed}")
 
     def _allowed(self, pointer: str) -> bool:
         """Whether ``pointer`` lies strictly under an allowed prefix. A prefix names a
@@ -130,3 +154,165 @@ class StateManager:
         same): its members may change, the container itself may not be replaced or removed,
         and ``/contextual`` is not under ``/context``."""
         return any(pointer.startswith(prefix.rstrip("/") + "/") for prefix in self.allowed_prefixes)
+
+
+class _Budget:
+    """What one patch may still add to the document (``MAX_UPDATE_SIZE``)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int = MAX_UPDATE_SIZE) -> None:
+        self.left = left
+
+    def copy(self) -> _Budget:
+        return _Budget(self.left)  # each compare-and-set attempt starts from what is left
+
+    def spend(self, amount: int, where: str) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise StateError(
+                f"{where}: the update adds more than {MAX_UPDATE_SIZE} characters and values "
+                "to the state document"
+            )
+
+
+def _with_plain_value(op: dict[str, Any], where: str, budget: _Budget) -> dict[str, Any]:
+    """``op`` with its value checked and copied as plain JSON (when it has one)."""
+    if "value" not in op:
+        return op
+    return {**op, "value": _PlainValue(where, op["path"], budget).of(op["value"])}
+
+
+class _PlainValue:
+    """Copies one operation's value as plain JSON, or raises ``StateError`` naming where in the
+    document it is not. Subclasses (an IntEnum, a str enum) become their base type and tuples
+    lists, so the document cached is the document every store writes and reads back."""
+
+    def __init__(self, where: str, path: str, budget: _Budget) -> None:
+        self.where = where
+        self.path = path
+        self.budget = budget
+
+    def of(self, value: Any) -> Any:
+        levels = MAX_DEPTH - self.path.count("/")  # each token of the path is one level already
+        return self._plain(value, self.path, levels)
+
+    def _plain(self, value: Any, at: str, levels: int) -> Any:
+        self.budget.spend(1, self.where)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise self._error(at, f"is {value!r}, which JSON cannot hold")
+            return float(value)
+        if isinstance(value, str):
+            return self._text(value, at)
+        if not isinstance(value, dict | list | tuple):
+            raise self._error(at, f"is a Python {type(value).__name__}, which is not JSON")
+        if levels <= 0:  # a structure that contains itself ends here too
+            raise self._error(
+                self.path,
+                f"nests deeper than {MAX_DEPTH} levels in the document (or contains itself)",
+            )
+        if isinstance(value, dict):
+            return self._object(value, at, levels)
+        return [self._plain(item, f"{at}/{i}", levels - 1) for i, item in enumerate(value)]
+
+    def _object(self, value: dict[Any, Any], at: str, levels: int) -> dict[str, Any]:
+        plain: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise self._error(
+                    at, f"has the key {key!r} ({type(key).__name__}); JSON keys are text"
+                )
+            name = self._text(key, at)
+            token = name.replace("~", "~0").replace("/", "~1")
+            plain[name] = self._plain(item, f"{at}/{token}", levels - 1)
+        return plain
+
+    def _text(self, text: str, at: str) -> str:
+        self.budget.spend(len(text), self.where)
+        _check_text(text, f"{self.where}: the value at {at!r}")
+        return text if type(text) is str else str.__str__(text)
+
+    def _error(self, at: str, reason: str) -> StateError:
+        return StateError(f"{self.where}: the value at {at!r} {reason}")
+
+
+def _check_text(text: str, where: str) -> None:
+    """Refuse text some store cannot hold: a lone surrogate has no UTF-8 form (SQLite and the
+    wire refuse it), and PostgreSQL's jsonb refuses NUL."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise StateError(
+                f"{where} holds a lone surrogate ({text[exc.start]!r}), which is not valid Unicode"
+            ) from None
+    if "\x00" in text:
+        raise StateError(f"{where} holds NUL (\\u0000), which not every store can keep")
+
+
+def _patched(
+    document: dict[str, Any], operations: list[dict[str, Any]], budget: _Budget
+) -> dict[str, Any]:
+    """``document`` with ``operations`` applied, as a new document (``document`` is left as it
+    was); ``StateError`` naming the operation that could not be applied."""
+    import jsonpatch  # on first update: most sessions never need it
+
+    patched = copy.deepcopy(document)
+    for index, op in enumerate(operations):
+        source = f"{op['from']!r} -> " if op["op"] in ("copy", "move") else ""
+        where = f"state_update[{index}] ({op['op']} {source}{op['path']!r})"
+        try:
+            if op["op"] in ("copy", "move"):
+                _check_relocation(patched, op, where, budget)
+            # One at a time, in place, on the private copy: a failure names its operation, and
+            # the copy is dropped whole, so nothing of the patch is kept.
+            patched = jsonpatch.apply_patch(patched, [op], in_place=True)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise StateError(f"{where} not applied: {exc}") from exc
+    return patched
+
+
+def _check_relocation(
+    document: dict[str, Any], op: dict[str, Any], where: str, budget: _Budget
+) -> None:
+    """Refuse a ``copy`` that adds more than the budget allows, or a ``copy``/``move`` that
+    would nest the document deeper than ``MAX_DEPTH``."""
+    import jsonpatch
+
+    source = jsonpatch.JsonPointer(op["from"]).resolve(document, _MISSING)
+    if source is _MISSING:
+        raise StateError(f"{where} not applied: {op['from']!r} does not exist")
+    limit = budget.left if op["op"] == "copy" else sys.maxsize
+    levels, size = _extent(source, limit)
+    if op["op"] == "copy":
+        budget.spend(size, where)
+    if op["path"].count("/") + levels > MAX_DEPTH:
+        raise StateError(f"{where} would nest the document deeper than {MAX_DEPTH} levels")
+
+
+_MISSING = object()
+
+
+def _extent(value: Any, limit: int) -> tuple[int, int]:
+    """How many containers deep ``value`` (plain JSON) nests, and its size as ``_Budget`` counts
+    it; the walk stops once the size passes ``limit``."""
+    levels, size = 0, 0
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending and size <= limit:
+        item, level = pending.pop()
+        size += 1
+        if isinstance(item, dict):
+            levels = max(levels, level)
+            size += sum(map(len, item))
+            pending.extend((member, level + 1) for member in item.values())
+        elif isinstance(item, list):
+            levels = max(levels, level)
+            pending.extend((member, level + 1) for member in item)
+        elif isinstance(item, str):
+            size += len(item)
+    return levels, size

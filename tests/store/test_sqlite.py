@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,12 @@ def test_open_store_urls(tmp_path: Path) -> None:
 async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         await SqliteStore(tmp_path / "nope" / "a.db").open()
+
+
+async def test_a_folder_where_the_file_should_be_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "audit.db").mkdir()
+    with pytest.raises(ConfigError, match=r"audit\.db is a folder; give the path of a database"):
+        await SqliteStore(tmp_path / "audit.db").open()
 
 
 async def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
@@ -145,3 +152,71 @@ async def test_an_empty_file_or_our_own_database_is_accepted(tmp_path: Path) -> 
     await again.append_audit(AuditEntry(tool_name="t", success=True))
     assert [e.tool_name for e in await again.recent_audit()] == ["t"]
     await again.close()
+
+
+async def test_two_stores_creating_one_new_file_at_once_both_open_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes opening the same new file (two hosts, or `toolmesh audit` as a host
+    starts): the second migrates it while the first is about to. Before, the first applied the
+    migrations again and failed: "table audit already exists"."""
+    path = tmp_path / "new.db"
+    other = SqliteStore(path)
+    connect = sqlite3.connect
+    traced: list[sqlite3.Connection] = []
+
+    def first_is_overtaken(*args: object, **kwargs: object) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)  # type: ignore[call-overload]
+
+        def on_statement(sql: str) -> None:
+            # A statement is traced as it starts, before it takes any lock.
+            if sql.startswith("BEGIN IMMEDIATE") and other._db is None:
+                other.connection()
+
+        if not traced:  # the first store's connection only
+            traced.append(db)
+            db.set_trace_callback(on_statement)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", first_is_overtaken)
+    first = SqliteStore(path)
+    await first.open()
+    assert other._db is not None  # the other store did migrate the file in between
+    monkeypatch.undo()
+    await first.append_audit(AuditEntry(tool_name="t", success=True))
+    assert [e.tool_name for e in await other.recent_audit()] == ["t"]
+    versions = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchall()
+    assert versions == [(1,), (2,)]
+    await first.close()
+    await other.close()
+
+
+async def test_switching_to_wal_is_tried_again_when_another_connection_switches_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two connections switching one new file to WAL at once: one fails at once, without the
+    busy timeout (SQLite's deadlock rule). Before, opening the store then failed: "database is
+    locked" (one start in five when two hosts open the same new file together)."""
+
+    class SwitchingTooConnection(sqlite3.Connection):
+        switches = 0
+
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if sql == "PRAGMA journal_mode=WAL":
+                SwitchingTooConnection.switches += 1
+                if SwitchingTooConnection.switches == 1:
+                    raise sqlite3.OperationalError("database is locked")
+            return super().execute(sql, *args)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(
+        sqlite3,
+        "connect",
+        lambda *args, **kwargs: connect(*args, **kwargs, factory=SwitchingTooConnection),
+    )
+    store = SqliteStore(tmp_path / "new.db")
+    await store.open()
+    monkeypatch.undo()
+    assert SwitchingTooConnection.switches == 2
+    assert store.connection().execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    await store.close()

@@ -19,6 +19,7 @@ import json
 import operator
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
 __all__ = ["BATCH_ROWS", "MIGRATIONS", "SqliteStore"]
 
 BATCH_ROWS = 128
+BUSY_TIMEOUT_S = 5.0  # how long a statement waits for another connection's write lock
 
 _AUDIT_COLUMNS = (
     "ts",
@@ -135,18 +137,20 @@ class SqliteStore(Store):
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:":
-            parent = Path(self.path).expanduser().resolve().parent
-            if not parent.is_dir():
-                raise ConfigError(f"audit database folder {parent} does not exist")
+            target = Path(self.path).expanduser().resolve()
+            if not target.parent.is_dir():
+                raise ConfigError(f"audit database folder {target.parent} does not exist")
+            if target.is_dir():  # SQLite would say only "unable to open database file"
+                raise ConfigError(f"{target} is a folder; give the path of a database file")
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"cannot use {self.path} as a toolmesh database: {exc}") from exc
         try:
-            db.execute("PRAGMA busy_timeout=5000")
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             # Look before touching: WAL mode and the migrations would change someone else's file.
             _check_ours(db, self.path)
-            db.execute("PRAGMA journal_mode=WAL")
+            _use_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             _migrate(db)
         except sqlite3.DatabaseError as exc:
@@ -344,21 +348,42 @@ def _check_ours(db: sqlite3.Connection, path: str) -> None:
         )
 
 
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode. The switch needs the file to itself and fails at once,
+    without the busy timeout, while another connection opens the same new file (a second host,
+    `toolmesh audit`): try again until that one is done or the timeout has passed."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
+
+
 def _migrate(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
-    current = row[0] or 0
     for version, script in MIGRATIONS:
-        if version > current:
+        if version > _schema_version(db):
             db.execute("BEGIN IMMEDIATE")
             try:
-                for statement in filter(str.strip, script.split(";")):
-                    db.execute(statement)
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+                # Look again under the write lock: another process opening the same new file
+                # (a second host, `toolmesh audit`) may have applied it since.
+                if version > _schema_version(db):
+                    for statement in filter(str.strip, script.split(";")):
+                        db.execute(statement)
+                    db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+
+def _schema_version(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
 
 
 def read_audit(db: sqlite3.Connection, limit: int) -> list[AuditEntry]:
