@@ -175,6 +175,15 @@ async def test_every_outcome_is_audited(served: Served) -> None:
     assert rows[3]["decision"] == "capability:secret::read"
 
 
+async def test_text_that_is_not_unicode_still_reaches_the_caller(served: Served) -> None:
+    events: list[ToolEvent] = []
+    result = await served.client.call_tool("odd_text", {}, on_event=events.append, timeout=10)
+    assert result.success and result.data == "caf\ufffd.txt"  # it used to never arrive
+    assert [e.data["message"] for e in events] == ["reading caf\ufffd"]
+    made = await served.client.call_tool("handmade", {}, timeout=10)
+    assert made.success and made.data == "ok" and isinstance(made.metadata["at"], str)
+
+
 async def test_ping(served: Served) -> None:
     assert await served.client.ping() >= 0
 

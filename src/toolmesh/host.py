@@ -488,7 +488,18 @@ class Connection:
             with contextlib.suppress(Exception):  # the transport may be gone already
                 self._deliver(ToolCallResponse(req_id=request.id, data=result))
             return
-        self._deliver(ToolCallResponse(req_id=request.id, data=result))
+        try:
+            self._deliver(ToolCallResponse(req_id=request.id, data=result))
+        except ValueError as exc:  # pydantic's: a value in it that JSON cannot carry
+            # The peer still gets an answer, not a wait until its timeout.
+            unsent = ToolResult(
+                success=False,
+                tool_name=request.tool_name,
+                error=f"the tool's result could not be sent: {exc}",
+                error_code=ToolErrorCode.TOOL_ERROR,
+                duration_ms=result.duration_ms,
+            )
+            self._deliver(ToolCallResponse(req_id=request.id, data=unsent))
 
     def _admit(self, request: ToolCallRequest | None = None) -> Session:
         """Check a call may start and count it as running (``_run`` counts it out)."""

@@ -30,6 +30,7 @@ from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import ArgumentError, SchemaError, StateError
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, secret_id
+from toolmesh.strictjson import mend_text
 from toolmesh.tools import Output, Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -436,6 +437,12 @@ class Pipeline:
         """Cut an output longer than the limit (flagging it); return its size in bytes."""
         limit = self.limits.max_output_chars
         output = result.output
+        if not output.isascii():
+            try:
+                output.encode()
+            except UnicodeEncodeError:
+                _mend_text(result)  # no peer could be sent it, nor a store keep it
+                output = result.output
         if len(output) <= limit:
             return len(output.encode())
         note = f"\n[output truncated: {limit} of {len(output)} characters shown]"
@@ -600,6 +607,18 @@ def _failure(tool_name: str, code: ToolErrorCode, message: str) -> ToolResult:
     )
 
 
+def _mend_text(result: ToolResult) -> None:
+    """Replace lone surrogates by U+FFFD everywhere in ``result``, so it can be encoded."""
+    result.data = mend_text(result.data)
+    if result.output_text is not None:
+        result.output_text = mend_text(result.output_text)
+    if result.error is not None:
+        result.error = mend_text(result.error)
+    result.metadata = mend_text(result.metadata)
+    for event in result.events:
+        event.data = mend_text(event.data)
+
+
 def _state_not_applied(result: ToolResult, code: ToolErrorCode, message: str) -> None:
     result.success = False
     result.error_code = code
@@ -627,6 +646,11 @@ def _shape(tool_name: str, raw: Any) -> ToolResult:
     """Turn whatever a tool returned into its ToolResult."""
     if isinstance(raw, ToolResult):
         raw.tool_name = tool_name  # the name it was called by (a source may not know its prefix)
+        # A result built by hand may hold what JSON cannot (an object in its metadata): made
+        # JSON here, as a returned value is, so the peer and the audit see the same outcome.
+        raw.data = jsonable(raw.data)
+        if raw.metadata:
+            raw.metadata = jsonable(raw.metadata)
         return raw
     if isinstance(raw, Output):
         return ToolResult(

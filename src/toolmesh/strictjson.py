@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-__all__ = ["loads"]
+__all__ = ["loads", "mend_text"]
 
 
 def loads(data: str | bytes | bytearray) -> Any:
@@ -25,3 +25,18 @@ def loads(data: str | bytes | bytearray) -> Any:
                 "the text holds a lone surrogate, which is not valid Unicode"
             ) from None
         raise
+
+
+def mend_text(value: Any) -> Any:
+    """``value`` (str, dict, list) with every lone surrogate replaced by U+FFFD, so it can be
+    written as UTF-8: what a tool read with ``surrogateescape`` (an odd filename) or a slice of
+    UTF-16 that cut a pair. A pair of surrogates becomes the character it stands for."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {mend_text(key): mend_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [mend_text(item) for item in value]
+    return value

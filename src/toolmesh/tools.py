@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolmesh.models import ToolDefinition, ToolEvent, check_event_data
 from toolmesh.schema import Validator, is_lossless, parameters_to_schema, schema_to_parameters
+from toolmesh.strictjson import mend_text
 
 if TYPE_CHECKING:
     from toolmesh.capabilities import CapabilitySet
@@ -245,7 +246,7 @@ class ToolContext:
 
     def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
         """Stream an event to the caller. Safe from any thread; dropped once the call is over."""
-        payload = dict(data or {})
+        payload: dict[str, Any] = mend_text(data or {})  # a copy any peer can be sent
         check_event_data(kind, payload)
         loop = self._loop
         if loop is not None and not _on_loop_thread(loop):
