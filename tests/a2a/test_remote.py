@@ -313,3 +313,14 @@ async def test_odd_shapes_of_an_answer_say_what_is_wrong(mode: str, says: str) -
     assert result.error_code == "tool_error", result
     assert says in (result.error or "") and "AttributeError" not in (result.error or "")
     assert result.metadata["agent"] == mode  # a result of the agent's call, with its metadata
+
+
+async def test_a_card_url_with_a_query_but_no_path(polled_peer: PeerProcess) -> None:
+    """The well-known path goes in the path, the query stays the query (the query swallowed
+    the path: ``http://h?x=1/.well-known/agent-card.json``, a GET of / that answers 404)."""
+    origin = f"http://127.0.0.1:{polled_peer.port}"
+    described = agent(f"{origin}?tenant=1")
+    assert described.card_url == f"{origin}/.well-known/agent-card.json?tenant=1"
+    assert agent(f"{origin}/#top").card_url == f"{origin}/.well-known/agent-card.json#top"
+    tools = await agent_tools(described)
+    assert tools, "the card was fetched from the well-known path"

@@ -94,6 +94,12 @@ async def rpc(url: str, method: str, params: Any, **headers: str) -> dict[str, A
 
 
 C = {"returnImmediately": "false"}  # a text, not a boolean: truthy, but it says the opposite
+V03_HI = {
+    "kind": "message",
+    "messageId": "m",
+    "role": "user",
+    "parts": [{"kind": "text", "text": "hi"}],
+}
 
 
 def text_of(task: Any) -> str:
@@ -330,6 +336,16 @@ async def test_a_rejected_streaming_message_ends_its_stream(served: Served) -> N
             {},
             -32602,
         ),
+        # the v0.3 flag too: "false" was read as `not "false"`, a blocking send
+        (
+            "message/send",
+            {"message": V03_HI, "configuration": {"blocking": "false"}},
+            {},
+            -32602,
+        ),
+        ("message/send", {"message": V03_HI, "configuration": {"blocking": 0}}, {}, -32602),
+        # nothing the model could be given
+        ("SendMessage", {"message": {"parts": [{"text": "  "}]}}, {}, -32602),
     ],
 )
 async def test_json_rpc_errors(
@@ -643,6 +659,7 @@ async def test_params_of_the_wrong_type_are_invalid_params(
         ({"parts": [{"text": "hi"}, {"url": 5}]}, "message.parts[1].url must be a string"),
         ({"contextId": 5}, "message.contextId must be a string"),
         ({"referenceTaskIds": [1]}, "message.referenceTaskIds must be a list of strings"),
+        ({"parts": [{"text": "hi"}, {"raw": "abcde"}]}, "message.parts[1].raw must be base64"),
     ],
 )
 async def test_a_malformed_message_is_refused_not_stored(
@@ -798,3 +815,135 @@ async def test_a_cancel_while_the_task_is_being_recorded_as_completed(llm: StubL
         store.release.set()
         await running.handle.stop()
         await running.kit.close()
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "message/send", "GetTask"])
+async def test_a_request_without_an_id_is_refused_not_run(served: Served, method: str) -> None:
+    """A JSON-RPC notification gets no answer, but A2A's methods have answers to give: it is an
+    invalid request, and no task is started unseen (it was run and answered with id null)."""
+    message = {**_wire_message("hi"), "contextId": "ctx-notified"}
+    if method == "message/send":
+        message = {**V03_HI, "contextId": "ctx-notified"}
+    params = {"id": "x"} if method == "GetTask" else {"message": message}
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            served.rpc, json={"jsonrpc": "2.0", "method": method, "params": params}
+        )
+    body = answer.json()
+    assert body["id"] is None and body["error"]["code"] == -32600, body
+    assert "'id' is required" in body["error"]["message"]
+    assert served.llm.requests == []
+    listed = await rpc(served.rpc, "ListTasks", {"contextId": "ctx-notified"})
+    assert listed["result"]["totalSize"] == 0
+    kept = await rpc(served.rpc, "GetTask", {"id": "x"})  # an id, even null, is still answered
+    assert kept["error"]["code"] == -32001
+
+
+async def test_v03_blocking_null_is_not_said(served: Served) -> None:
+    """``blocking: null`` is the default (wait), as the a2a-sdk's v0.3 model reads it; it was
+    read as ``not None``, a send that returns at once."""
+    params = {"message": V03_HI, "configuration": {"blocking": None}}
+    answer = await rpc(served.rpc, "message/send", params)
+    assert answer["result"]["status"]["state"] == "completed", answer
+
+
+@pytest.mark.parametrize(
+    ("part", "described"),
+    [
+        ({"raw": "aGVsbG8=", "mediaType": "text/plain"}, "[file: unnamed, text/plain, 5 bytes]"),
+        ({"url": "https://files.example/r.pdf"}, "[file: https://files.example/r.pdf]"),
+        (
+            {"raw": "aGk=", "filename": "a.bin", "mediaType": "application/octet-stream"},
+            "[file: a.bin, application/octet-stream, 2 bytes]",
+        ),
+    ],
+)
+async def test_a_message_of_only_a_file_is_described_to_the_model(
+    served: Served, part: dict[str, Any], described: str
+) -> None:
+    """The model cannot read the bytes, but it is told what was sent (the message was refused
+    as having "no text")."""
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [part]}
+    answer = await rpc(served.rpc, "SendMessage", {"message": message})
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    assert answer["result"]["task"]["history"][0]["parts"] == [part]  # kept as sent
+    asked = served.llm.requests[0].body["messages"][-1]
+    assert asked == {"role": "user", "content": described}
+
+
+async def test_a_streamed_approval_starts_with_the_task_as_it_stands() -> None:
+    """The stream of the reply to an approval starts with the task working, its reply in its
+    history, not the task as it was submitted (before it ever ran)."""
+    answers = [openai_calls(("c1", "deploy", {"target": "prod"})), openai_text("deployed")]
+    with StubLLM(lambda body, i: answers[min(i, 1)]) as stub:
+        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
+        client = await a2a_client(handle.url, ClientConfig(streaming=True))
+        try:
+            request = SendMessageRequest(message=user_message("deploy prod"))
+            first = [e async for e in client.send_message(request)]
+            waiting = first[-1].status_update
+            assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            approve = user_message(
+                "approve", task_id=waiting.task_id, context_id=waiting.context_id
+            )
+            rest = [e async for e in client.send_message(SendMessageRequest(message=approve))]
+        finally:
+            await client.close()
+            await handle.stop()
+            await kit.close()
+    opening = rest[0].task
+    assert opening.id == waiting.task_id
+    assert opening.status.state == TaskState.TASK_STATE_WORKING
+    assert [m.parts[0].text for m in opening.history] == ["deploy prod", "approve"]
+    states = [e.status_update.status.state for e in rest if e.HasField("status_update")]
+    assert states[-1] == TaskState.TASK_STATE_COMPLETED
+    assert TaskState.TASK_STATE_SUBMITTED not in states
+
+
+async def test_a_context_history_holds_only_answered_exchanges() -> None:
+    """A new task of a context sees the completed exchanges of its other tasks, not a question
+    another task is still working on or waits for approval over (the model answered those in
+    the wrong task)."""
+    asked, release = threading.Event(), threading.Event()
+
+    def reply(body: dict[str, Any], index: int) -> Answer:
+        question = body["messages"][-1]["content"]
+        if question == "slow question":
+            asked.set()
+            release.wait(30)
+        if question == "deploy it":
+            return openai_calls(("c1", "deploy", {"target": "prod"}))
+        return openai_text(f"answer to {question}")
+
+    with StubLLM(reply) as stub:
+        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
+        url = handle.url + "/a2a"
+        context = {"contextId": "ctx-shared"}
+        try:
+            done = await rpc(
+                url, "SendMessage", {"message": _wire_message("remember 42", **context)}
+            )
+            assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            paused = await rpc(
+                url, "SendMessage", {"message": _wire_message("deploy it", **context)}
+            )
+            assert paused["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            slow = {"message": _wire_message("slow question", **context)}
+            slow["configuration"] = {"returnImmediately": True}
+            await rpc(url, "SendMessage", slow)
+            assert await asyncio.to_thread(asked.wait, 30)
+            await rpc(url, "SendMessage", {"message": _wire_message("and now?", **context)})
+            release.set()
+        finally:
+            release.set()
+            await handle.stop()
+            await kit.close()
+    now = next(r.body for r in stub.requests if r.body["messages"][-1]["content"] == "and now?")
+    sent = [(m["role"], m["content"]) for m in now["messages"][1:]]
+    assert sent == [
+        ("user", "remember 42"),
+        ("assistant", "answer to remember 42"),
+        ("user", "and now?"),
+    ]

@@ -48,5 +48,7 @@ def test_stream_items_and_params() -> None:
 
 def test_text_of_parts() -> None:
     parts = [{"text": "a"}, {"data": [1]}, {"url": "http://f", "filename": "f.txt"}, "junk"]
-    assert wire.text_of(parts) == "a[1][file f.txt]"
+    assert wire.text_of(parts) == "a[1][file: f.txt, http://f]"
     assert wire.text_of(None) == ""
+    unnamed = [{"raw": "aGVsbG8", "mediaType": "text/plain"}]  # unpadded, as protobuf allows
+    assert wire.text_of(unnamed) == "[file: unnamed, text/plain, 5 bytes]"

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -66,10 +66,11 @@ class Agent:
 
     @property
     def card_url(self) -> str:
-        """The card's URL; a bare origin gets the well-known path."""
+        """The card's URL; a bare origin gets the well-known path (as its path: a query stays
+        the query, ``https://h?x=1`` -> ``https://h/.well-known/agent-card.json?x=1``)."""
         parts = urlsplit(self.card)
         if parts.path in ("", "/"):
-            return self.card.rstrip("/") + WELL_KNOWN_CARD
+            return urlunsplit(parts._replace(path=WELL_KNOWN_CARD))
         return self.card
 
 

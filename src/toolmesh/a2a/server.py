@@ -10,9 +10,11 @@
 
 The card's skills are the toolkit's skills (its SKILL.md folders). A message creates a task that
 runs the LLM client's agent loop over the toolkit's tools; the skill named in the message's
-``metadata.skillId`` has its instructions put in the system prompt. A message with the
-``contextId`` of earlier tasks continues their conversation. ``SendStreamingMessage`` streams the
-task, its status updates (one per tool call) and its artifact.
+``metadata.skillId`` has its instructions put in the system prompt; its file parts are described
+to the model (name, media type, size), which cannot read them. A message with the ``contextId``
+of earlier tasks continues the conversation of those that completed. ``SendStreamingMessage``
+streams the task, its status updates (one per tool call) and its artifact. A request without an
+``id`` (a JSON-RPC notification, which gets no answer) is an invalid request: it is not run.
 """
 
 from __future__ import annotations
@@ -248,7 +250,7 @@ class A2AServer:
     ) -> Response:
         running = await self._start(params, listen=True)
         queue = running.listeners[-1]
-        return _event_stream(request_id, legacy, {"task": running.submitted}, running, queue)
+        return _event_stream(request_id, legacy, {"task": running.snapshot}, running, queue)
 
     async def _subscribe(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         task_id = _task_id(params)
@@ -261,9 +263,13 @@ class A2AServer:
             )
         if running.paused:  # it waits for its caller: the stream ends at once, as a streamed
             # message's does there (listening would hold the client until someone answers)
-            return _event_stream(request_id, legacy, {"task": running.doc}, running, None)
+            return _event_stream(
+                request_id, legacy, {"task": _view(running.doc, None)}, running, None
+            )
         queue = running.listen()
-        return _event_stream(request_id, legacy, {"task": running.doc}, running, queue)
+        # a copy as it stands now: the live document would be read when the stream starts,
+        # after updates the queue already holds
+        return _event_stream(request_id, legacy, {"task": _view(running.doc, None)}, running, queue)
 
     async def _get_task(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         task_id = _task_id(params)
@@ -336,10 +342,15 @@ class A2AServer:
         if waiting is not None:
             if listen:
                 waiting.listen()
+            waiting.snapshot = _view(waiting.doc, None)  # the reply's stream starts from here
             return waiting
         prompt = wire.text_of(message["parts"]).strip()
         if not prompt:
-            raise wire.RpcError(wire.INVALID_PARAMS, "the message has no text")
+            raise wire.RpcError(
+                wire.INVALID_PARAMS,
+                "the message has no content for the model: it needs a part with text, data or "
+                "a file (raw bytes, a url or a filename)",
+            )
         metadata = {**_object(params, "metadata"), **_object(message, "message.metadata")}
         held = self._capabilities(metadata.get(OVERRIDE_KEY))
         running = await self._task_for(message, prompt)
@@ -357,13 +368,13 @@ class A2AServer:
                 running.doc.setdefault("metadata", {})["skillId"] = skill_id
         if unknown:
             running.set_status("rejected", unknown)
-            running.submitted = _view(running.doc, None)
+            running.snapshot = _view(running.doc, None)
             await self.board.save(running.doc)
             running.publish({})  # the end of a listener's stream
             return running
         if listen or not creator_waits or self.board.store.shared:
             await self.board.save(running.doc)
-        running.submitted = _view(running.doc, None)  # as it stands before it starts
+        running.snapshot = _view(running.doc, None)  # as it stands before it starts
         self.board.running[running.id] = running
         # Eagerly: the task's first step (up to sending the model request) runs now, in its task.
         running.job = start_eagerly(self._execute(running))
@@ -500,7 +511,8 @@ class A2AServer:
         stored.setdefault("messageId", new_id())
         running.doc.setdefault("history", []).append(stored)
         running.approval.set_result(answer)
-        running.pause(False)  # answered: it no longer waits for input
+        running.pause(False)  # answered: it no longer waits for input, it works again
+        running.set_status("working")
         return running
 
     def _complete(self, running: RunningTask, text: str) -> None:
@@ -623,7 +635,15 @@ def _check_request(payload: Any) -> tuple[str, JsonObject]:
         raise wire.RpcError(wire.INVALID_REQUEST, "a request must be a JSON object")
     if payload.get("jsonrpc") != "2.0":
         raise wire.RpcError(wire.INVALID_REQUEST, "'jsonrpc' must be exactly '2.0'")
-    request_id = payload.get("id")
+    if "id" not in payload:
+        # A notification would get no answer, but every A2A method has one to give (a task, a
+        # task id): it is refused, not run unseen. The a2a-sdk's server runs it and answers it.
+        raise wire.RpcError(
+            wire.INVALID_REQUEST,
+            "'id' is required: A2A methods answer every request, and a JSON-RPC notification "
+            "(a request without an id) cannot be answered",
+        )
+    request_id = payload["id"]
     if isinstance(request_id, bool) or not isinstance(request_id, str | int | None):
         raise wire.RpcError(wire.INVALID_REQUEST, "'id' must be a string, an integer or null")
     method = payload.get("method")

@@ -40,7 +40,7 @@ class RunningTask:
     history: list[ChatMessage] = field(default_factory=list)
     job: asyncio.Future[None] | None = None
     listeners: list[asyncio.Queue[JsonObject]] = field(default_factory=list)
-    submitted: JsonObject = field(default_factory=dict)  # the task before it started
+    snapshot: JsonObject = field(default_factory=dict)  # the task as its stream starts
     approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
     paused: bool = False  # True while it waits for input
     capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
@@ -192,10 +192,12 @@ class TaskBoard:
         return docs, total
 
     async def conversation(self, context_id: str) -> list[ChatMessage]:
-        """The earlier exchanges of a context, oldest first, as the model's history."""
-        await self.store_running()
+        """The earlier exchanges of a context, oldest first, as the model's history: those of
+        its completed tasks. A task still running or waiting for input holds a question with no
+        answer yet (the model would answer it in the wrong task), and one that failed, was
+        canceled or rejected holds one that was never answered."""
         records, _total = await self.store.list_a2a_tasks(
-            context_id=context_id, limit=CONTEXT_TASKS
+            context_id=context_id, state="completed", limit=CONTEXT_TASKS
         )
         history: list[ChatMessage] = []
         for record in reversed(records):

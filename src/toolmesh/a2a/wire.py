@@ -8,6 +8,7 @@ translates at the edge for v0.3 peers (``"kind": "task"``, ``"completed"``, ``"u
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "message",
     "params_from_v03",
     "params_to_v03",
+    "raw_size",
     "short_state",
     "state_name",
     "stream_item_from_v03",
@@ -162,7 +164,9 @@ def message(
 
 
 def text_of(parts: Any) -> str:
-    """The text of a list of parts: text parts as they are, data parts as JSON, files by name."""
+    """The text of a list of parts: text parts as they are, data parts as JSON, files described
+    (``[file: report.pdf, application/pdf, 1234 bytes]``): a model cannot read the bytes, but it
+    can be told what was sent."""
     if not isinstance(parts, list):
         return ""
     pieces: list[str] = []
@@ -173,9 +177,30 @@ def text_of(parts: Any) -> str:
             pieces.append(part["text"])
         elif "data" in part:
             pieces.append(json.dumps(part["data"], ensure_ascii=False))
-        elif part.get("url") or part.get("filename"):
-            pieces.append(f"[file {part.get('filename') or part.get('url')}]")
+        elif any(part.get(key) for key in ("raw", "url", "filename")):
+            pieces.append(_file_description(part))
     return "".join(pieces)
+
+
+def _file_description(part: JsonObject) -> str:
+    facts = [str(part[key]) for key in ("filename", "url", "mediaType") if part.get(key)]
+    if not part.get("filename") and not part.get("url"):
+        facts.insert(0, "unnamed")
+    size = raw_size(part["raw"]) if isinstance(part.get("raw"), str) else None
+    if size is not None:
+        facts.append(f"{size} bytes")
+    return f"[file: {', '.join(facts)}]"
+
+
+def raw_size(raw: str) -> int | None:
+    """The number of bytes a part's base64 ``raw`` holds; None when it is not base64. Decoded
+    the way the protobuf JSON mapping (the a2a-sdk's parser) does: padding optional, URL-safe
+    or standard alphabet."""
+    try:
+        encoded = raw.encode("utf-8")
+        return len(base64.urlsafe_b64decode(encoded + b"=" * (4 - len(encoded) % 4)))
+    except ValueError:  # binascii.Error and UnicodeEncodeError are ValueErrors
+        return None
 
 
 _PART_CONTENT = ("text", "raw", "url", "data")
@@ -210,6 +235,9 @@ def _check_part(part: Any, where: str) -> None:
             raise _invalid(f"{where}.{key} must be a string, not {part[key]!r}")
     if "metadata" in part and not isinstance(part["metadata"], dict):
         raise _invalid(f"{where}.metadata must be an object, not {part['metadata']!r}")
+    if isinstance(part.get("raw"), str) and raw_size(part["raw"]) is None:
+        # the a2a-sdk's parser would fail on it, and with it every read of the task
+        raise _invalid(f"{where}.raw must be base64, not {part['raw']!r}")
 
 
 def _invalid(text: str) -> RpcError:
@@ -414,8 +442,11 @@ def params_from_v03(method: str, params: JsonObject) -> JsonObject:
     config = params.get("configuration") or {}
     if isinstance(config, dict):
         converted: JsonObject = {}
-        if "blocking" in config:
-            converted["returnImmediately"] = not config["blocking"]
+        blocking = config.get("blocking")
+        if blocking is not None:  # null is "not said", as the a2a-sdk's v0.3 model reads it
+            if not isinstance(blocking, bool):  # "false" is not false (the 1.0 path agrees)
+                raise _invalid(f"configuration.blocking must be true or false, not {blocking!r}")
+            converted["returnImmediately"] = not blocking
         if config.get("historyLength") is not None:
             converted["historyLength"] = config["historyLength"]
         out["configuration"] = converted
