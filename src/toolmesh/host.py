@@ -196,14 +196,14 @@ class Host:
     @property
     def healthy(self) -> bool:
         """False once an audit entry could not be stored (it was logged instead)."""
-        return self.pipeline.audit_failures == 0
+        return self.pipeline.audit_failures == 0 and self.store.audit_rows_lost == 0
 
     def health(self) -> dict[str, Any]:
         return {
             "status": "ok" if self.healthy else "degraded",
             "tools": len(self.toolkit),
             "sessions": len(self.sessions),
-            "audit_failures": self.pipeline.audit_failures,
+            "audit_failures": self.pipeline.audit_failures + self.store.audit_rows_lost,
             "uptime_seconds": round(time.monotonic() - self.started_at, 3),
         }
 

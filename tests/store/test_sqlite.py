@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from toolmesh import ConfigError, Host, Toolkit, tool
+from toolmesh import ConfigError, Host, Toolkit, connect_async, tool
 from toolmesh.audit import AuditEntry
 from toolmesh.store import MemoryStore, SqliteStore, open_store
 from toolmesh.store.base import A2ATaskRecord, SessionRecord
@@ -220,3 +221,34 @@ async def test_switching_to_wal_is_tried_again_when_another_connection_switches_
     assert SwitchingTooConnection.switches == 2
     assert store.connection().execute("PRAGMA journal_mode").fetchone() == ("wal",)
     await store.close()
+
+
+async def test_a_batched_commit_that_fails_is_counted_and_raises_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("toolmesh.store.sqlite.BUSY_TIMEOUT_S", 0.05)
+
+    @tool
+    def ping() -> str:
+        """Pong."""
+        return "pong"
+
+    path = tmp_path / "a.db"
+    host = Host(ping, audit=path)
+    loop_errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: loop_errors.append(ctx))
+    client = await connect_async(host)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    with caplog.at_level(logging.ERROR, logger="toolmesh.audit"):
+        for _ in range(2):  # in-process calls: their rows share a commit scheduled after them
+            assert (await client.call_tool("ping", {})).success
+        await asyncio.sleep(0)  # one turn of the loop: the scheduled commit runs (and fails)
+    other.execute("ROLLBACK")
+    other.close()
+    assert loop_errors == []  # it used to be an "Exception in callback" traceback
+    assert host.store.audit_rows_lost == 2 and not host.healthy
+    assert host.health()["audit_failures"] == 2
+    assert sum("ping" in record.getMessage() for record in caplog.records) == 2  # logged in full
+    await client.close()
+    await host.close()

@@ -66,6 +66,8 @@ class Store(ABC):
     url: str = ""
     shared: bool = False
     """True when other hosts write to the same store: nothing read may be cached across calls."""
+    audit_rows_lost: int = 0
+    """Audit rows of earlier calls a batched commit lost (each was logged in full instead)."""
 
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Connect and apply schema migrations."""

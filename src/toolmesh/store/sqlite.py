@@ -169,8 +169,10 @@ class SqliteStore(Store):
 
     def commit(self, *, last_reported: bool = False) -> None:
         """Write and commit the rows appended without ``durable`` (a no-op when there are none).
-        On failure every row is logged in full (``last_reported``: but the newest, whose caller
-        reports it) and the error raised."""
+        On failure every row is logged in full and counted in ``audit_rows_lost``;
+        ``last_reported``: but the newest, whose caller reports it, so the error is raised to
+        it. Otherwise nobody is left to raise to (a scheduled commit, or a session being saved
+        that has no part in those rows), and the error ends here."""
         with self._lock:
             self._commit_scheduled = False
             if not self._pending:
@@ -183,9 +185,12 @@ class SqliteStore(Store):
                     self._insert([storable(row) for row in rows])
             except Exception as exc:
                 # Rows batched from earlier calls have no caller left to report them.
-                for row in rows[:-1] if last_reported else rows:
+                orphans = rows[:-1] if last_reported else rows
+                for row in orphans:
                     log_lost_entry(AuditEntry(**dict(zip(_AUDIT_COLUMNS, row, strict=True))), exc)
-                raise
+                self.audit_rows_lost += len(orphans)
+                if last_reported:
+                    raise
 
     def _insert(self, rows: list[tuple[Any, ...]]) -> None:
         db = self.connection()
