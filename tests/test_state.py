@@ -22,6 +22,7 @@ from toolmesh import (
     connect_async,
     tool,
 )
+from toolmesh.errors import RemoteError
 from toolmesh.state import MAX_DEPTH
 from toolmesh.store import MemoryStore, SqliteStore
 from toolmesh.transports.http import HttpServer
@@ -395,3 +396,47 @@ async def test_a_locked_sqlite_file_fails_the_call_and_the_next_one_succeeds(
         stored = await toolkit.store.load_state(toolkit.session.id)
         assert stored is not None
         assert (stored.document, stored.version) == ({"context": {"a": 1, "b": 2}}, 2)
+
+
+@pytest.mark.parametrize("stored", ["{not json", "[1, 2]"])
+async def test_a_damaged_state_record_fails_the_call_and_the_read_clearly(
+    stored: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.db"
+    host = demo_host(path)
+    client = await connect_async(host)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(
+        "INSERT INTO state (session_id, document, version) VALUES (?, ?, 1)",
+        (client.session_id, stored),
+    )
+    db.close()
+    result = await client.call_tool("recall", {"key": "k"})
+    assert result.error_code == ToolErrorCode.TOOL_ERROR  # not an exception out of the host
+    assert f"stored state of session {client.session_id}" in (result.error or "")
+    with pytest.raises(RemoteError, match="stored state of session") as refused:
+        await client.get_state()
+    assert refused.value.code == "runtime_error"
+    await client.close()
+    await host.close()
+
+
+async def test_a_patch_refused_by_a_stale_copy_is_judged_again_on_the_stored_document(
+    tmp_path: Path,
+) -> None:
+    from toolmesh.state import StateManager
+
+    path = tmp_path / "a.db"
+    first, second = SqliteStore(path), SqliteStore(path)  # two processes on one file
+    one, two = StateManager(first), StateManager(second)
+    await one.apply("s", [{"op": "add", "path": "/context/n", "value": 1}])
+    assert (await two.current("s")).document == {"context": {"n": 1}}  # two caches it
+    await one.apply("s", [{"op": "replace", "path": "/context/n", "value": 2}])
+    checked = [
+        {"op": "test", "path": "/context/n", "value": 2},
+        {"op": "add", "path": "/context/seen", "value": True},
+    ]
+    record = await two.apply("s", checked)  # its copy says 1: the store says 2
+    assert (record.document, record.version) == ({"context": {"n": 2, "seen": True}}, 3)
+    await first.close()
+    await second.close()

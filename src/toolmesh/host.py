@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolmesh.capabilities import CapabilityPolicy, CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
-from toolmesh.errors import CapabilityError, ConfigError, ProtocolError
+from toolmesh.errors import CapabilityError, ConfigError, ProtocolError, StateError
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, new_id, secret_id
 from toolmesh.pipeline import (
     ApprovalFailed,
@@ -383,7 +383,10 @@ class Connection:
             return self._list(message)
         if isinstance(message, StateRequest):
             session = self._tools_session()
-            record = await self.host.state.current(session.id)
+            try:
+                record = await self.host.state.current(session.id)
+            except StateError as exc:  # a damaged record in the store
+                raise ProtocolError(ErrorCode.RUNTIME_ERROR, str(exc)) from exc
             return StateResponse(
                 req_id=message.id, state=record.document, state_version=record.version
             )

@@ -350,7 +350,10 @@ class Pipeline:
         if self.state is not None:
             state = None if self.state.read_through else self.state.cached(session.id)
             if state is None:
-                state = await self.state.ensure_loaded(session.id)
+                try:
+                    state = await self.state.ensure_loaded(session.id)
+                except StateError as exc:  # a damaged record: the call fails, and is audited
+                    return _failure(tool.name, ToolErrorCode.TOOL_ERROR, str(exc))
         now = time.monotonic()
         ctx = ToolContext(
             tool_name=tool.name,

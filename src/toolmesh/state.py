@@ -89,8 +89,11 @@ class StateManager:
                 try:
                     document = _patched(record.document, operations, budget.copy())
                 except StateError:
-                    if cached is not None and self.read_through:
-                        continue  # judge the patch against the stored document, not a copy
+                    if cached is not None:
+                        # Judge it against the stored document, not a copy: another process
+                        # on the same file may have changed it since (a failing `test`).
+                        self._cache.pop(session_id, None)
+                        continue
                     raise
                 if await self.store.save_state(
                     session_id, document, expected_version=record.version
@@ -108,7 +111,17 @@ class StateManager:
     async def _load(self, session_id: str) -> StateRecord:
         record = None if self.read_through else self._cache.get(session_id)
         if record is None:
-            stored = await self.store.load_state(session_id)
+            try:
+                stored = await self.store.load_state(session_id)
+            except ValueError as exc:  # the store holds text that is not JSON (damaged)
+                raise StateError(
+                    f"the stored state of session {session_id} cannot be read: {exc}"
+                ) from exc
+            if stored is not None and not isinstance(stored.document, dict):
+                raise StateError(
+                    f"the stored state of session {session_id} is not a JSON object "
+                    f"but {type(stored.document).__name__}"
+                )
             record = stored or StateRecord(copy.deepcopy(INITIAL_STATE), 0)
             self._cache[session_id] = record
         return record
