@@ -330,6 +330,8 @@ async def test_a_rejected_streaming_message_ends_its_stream(served: Served) -> N
         ("ListTasks", {"status": "TASK_STATE_DONE"}, {}, -32602),
         ("ListTasks", {"pageSize": True}, {}, -32602),
         ("ListTasks", {"includeArtifacts": "yes"}, {}, -32602),
+        ("ListTasks", {"statusTimestampAfter": "yesterday"}, {}, -32602),
+        ("ListTasks", {"statusTimestampAfter": 1700000000}, {}, -32602),
         (
             "SendMessage",
             {"message": {"role": "ROLE_USER", "parts": [{"text": "hi"}]}, "configuration": C},
@@ -368,6 +370,17 @@ async def test_the_sdk_reads_what_the_card_does_not_claim(served: Served) -> Non
             )
     finally:
         await client.close()
+
+
+async def test_list_tasks_filters_by_status_timestamp(served: Served) -> None:
+    first = await rpc(served.rpc, "SendMessage", {"message": _wire_message("one")})
+    stamp = first["result"]["task"]["status"]["timestamp"]  # when the first one completed
+    second = await rpc(served.rpc, "SendMessage", {"message": _wire_message("two")})
+    later = await rpc(served.rpc, "ListTasks", {"statusTimestampAfter": stamp})
+    assert [t["id"] for t in later["result"]["tasks"]] == [second["result"]["task"]["id"]]
+    assert later["result"]["totalSize"] == 1  # it used to be ignored: both were listed
+    every = await rpc(served.rpc, "ListTasks", {"statusTimestampAfter": "2000-01-01T00:00:00Z"})
+    assert every["result"]["totalSize"] == 2
 
 
 async def test_history_length_cuts_the_history(served: Served) -> None:

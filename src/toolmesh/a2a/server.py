@@ -317,6 +317,7 @@ class A2AServer:
         docs, total = await self.board.page(
             context_id=str(params.get("contextId") or ""),
             state=_state_filter(params.get("status")),
+            updated_after=_timestamp_filter(params.get("statusTimestampAfter")),
             limit=size,
             offset=int(token),
         )
@@ -732,6 +733,21 @@ def _flag(params: JsonObject, key: str, default: bool) -> bool:
             wire.INVALID_PARAMS, f"{key} must be true or false, not {value!r}"[:200]
         )
     return value
+
+
+def _timestamp_filter(value: Any) -> float:
+    """ListTasks' ``statusTimestampAfter`` (RFC 3339 text) as epoch seconds, 0 when absent."""
+    if value is None or value == "":
+        return 0.0
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return wire.parse_timestamp(value)
+    except ValueError:
+        raise wire.RpcError(
+            wire.INVALID_PARAMS,
+            f"statusTimestampAfter must be an RFC 3339 time, not {value!r}"[:200],
+        ) from None
 
 
 def _state_filter(value: Any) -> str:

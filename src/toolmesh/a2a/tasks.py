@@ -12,6 +12,7 @@ Streaming listeners get every status and artifact update of a running task, in o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -157,7 +158,7 @@ class TaskBoard:
     async def save(self, doc: JsonObject) -> None:
         state = wire.task_state(doc)
         await self.store.save_a2a_task(
-            A2ATaskRecord(doc["id"], doc.get("contextId", ""), state, time.time(), doc)
+            A2ATaskRecord(doc["id"], doc.get("contextId", ""), state, _status_time(doc), doc)
         )
         running = self.running.get(doc["id"])
         if running is not None and running.doc is doc:
@@ -177,11 +178,15 @@ class TaskBoard:
             self._recent.popitem(last=False)
 
     async def page(
-        self, *, context_id: str, state: str, limit: int, offset: int
+        self, *, context_id: str, state: str, updated_after: float, limit: int, offset: int
     ) -> tuple[list[JsonObject], int]:
         await self.store_running()
         records, total = await self.store.list_a2a_tasks(
-            context_id=context_id, state=state, limit=limit, offset=offset
+            context_id=context_id,
+            state=state,
+            updated_after=updated_after,
+            limit=limit,
+            offset=offset,
         )
         docs = []
         for record in records:
@@ -211,3 +216,14 @@ class TaskBoard:
     def forget(self, running: RunningTask) -> None:
         self.running.pop(running.id, None)
         self._remember(running.doc)
+
+
+def _status_time(doc: JsonObject) -> float:
+    """When the task's status last changed (its ``status.timestamp``), as epoch seconds: the
+    time tasks are listed by and ``statusTimestampAfter`` filters on. Now, without one."""
+    status = doc.get("status")
+    stamp = status.get("timestamp") if isinstance(status, dict) else None
+    if isinstance(stamp, str):
+        with contextlib.suppress(ValueError):
+            return wire.parse_timestamp(stamp)
+    return time.time()

@@ -9,6 +9,7 @@ translates at the edge for v0.3 peers (``"kind": "task"``, ``"completed"``, ``"u
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import time
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "message",
     "params_from_v03",
     "params_to_v03",
+    "parse_timestamp",
     "raw_size",
     "short_state",
     "state_name",
@@ -138,6 +140,15 @@ def timestamp() -> str:
 
 
 _second_text: tuple[int, str] = (-1, "")
+
+
+def parse_timestamp(text: str) -> float:
+    """RFC 3339 text (``2026-12-01T15:00:00.5Z``; an offset, or none for UTC) as epoch
+    seconds; ValueError when it is not one."""
+    when = datetime.datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
 
 
 def message(

@@ -120,10 +120,17 @@ class Store(ABC):
 
     @abstractmethod
     async def list_a2a_tasks(
-        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+        self,
+        *,
+        context_id: str = "",
+        state: str = "",
+        updated_after: float = 0.0,
+        limit: int = 50,
+        offset: int = 0,
     ) -> tuple[list[A2ATaskRecord], int]:
-        """Tasks (of one context and/or in one state when given), most recently updated first,
-        and how many match in all."""
+        """Tasks (of one context and/or in one state when given, updated after the epoch time
+        ``updated_after`` when it is not 0), most recently updated first, and how many match in
+        all."""
 
     # -- signals between the hosts sharing the store -------------------------------------------
 

@@ -60,12 +60,20 @@ class MemoryStore(Store):
         return None if record is None else _copy_task(record)
 
     async def list_a2a_tasks(
-        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+        self,
+        *,
+        context_id: str = "",
+        state: str = "",
+        updated_after: float = 0.0,
+        limit: int = 50,
+        offset: int = 0,
     ) -> tuple[list[A2ATaskRecord], int]:
         found = [
             r
             for r in self._tasks.values()
-            if (not context_id or r.context_id == context_id) and (not state or r.state == state)
+            if (not context_id or r.context_id == context_id)
+            and (not state or r.state == state)
+            and (not updated_after or r.updated_at > updated_after)
         ]
         found.sort(key=lambda r: r.updated_at, reverse=True)
         return [_copy_task(r) for r in found[offset : offset + limit]], len(found)

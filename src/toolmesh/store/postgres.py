@@ -430,23 +430,33 @@ class PostgresStore(Store):
         return None if row is None else _task_record(row)
 
     async def list_a2a_tasks(
-        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+        self,
+        *,
+        context_id: str = "",
+        state: str = "",
+        updated_after: float = 0.0,
+        limit: int = 50,
+        offset: int = 0,
     ) -> tuple[list[A2ATaskRecord], int]:
-        # '' matches every context / state, as for SQLite
-        where = "($1 = '' OR context_id = $1) AND ($2 = '' OR state = $2)"
+        where = (  # '' and 0 match every context, state and time, as for SQLite
+            "($1 = '' OR context_id = $1) AND ($2 = '' OR state = $2) "
+            "AND ($3 = 0 OR updated_at > $3)"
+        )
         total = await self.run(
             lambda db: db.fetchval(
                 f"SELECT COUNT(*) FROM a2a_tasks WHERE {where}",  # noqa: S608
                 context_id,
                 state,
+                updated_after,
             )
         )
         rows = await self.run(
             lambda db: db.fetch(
                 "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "  # noqa: S608
-                f"WHERE {where} ORDER BY updated_at DESC LIMIT $3 OFFSET $4",
+                f"WHERE {where} ORDER BY updated_at DESC LIMIT $4 OFFSET $5",
                 context_id,
                 state,
+                updated_after,
                 limit,
                 offset,
             )

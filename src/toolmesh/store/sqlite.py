@@ -312,15 +312,25 @@ class SqliteStore(Store):
         return None if row is None else _task_record(row)
 
     async def list_a2a_tasks(
-        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+        self,
+        *,
+        context_id: str = "",
+        state: str = "",
+        updated_after: float = 0.0,
+        limit: int = 50,
+        offset: int = 0,
     ) -> tuple[list[A2ATaskRecord], int]:
-        where, values = [], []
+        where: list[str] = []
+        values: list[str | float] = []
         if context_id:
             where.append("context_id = ?")
             values.append(context_id)
         if state:
             where.append("state = ?")
             values.append(state)
+        if updated_after:
+            where.append("updated_at > ?")
+            values.append(updated_after)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         db = self.connection()
         total = db.execute(f"SELECT COUNT(*) FROM a2a_tasks{clause}", values).fetchone()[0]  # noqa: S608
