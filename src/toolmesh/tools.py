@@ -246,7 +246,7 @@ class ToolContext:
 
     def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
         """Stream an event to the caller. Safe from any thread; dropped once the call is over."""
-        payload: dict[str, Any] = mend_text(data or {})  # a copy any peer can be sent
+        payload: dict[str, Any] = mend_text(dict(data or {}))  # a copy any peer can be sent
         check_event_data(kind, payload)
         loop = self._loop
         if loop is not None and not _on_loop_thread(loop):
