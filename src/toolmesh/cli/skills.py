@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from toolmesh.sources.skills import load_skills
-
 __all__ = ["add_parser"]
 
 
@@ -23,6 +21,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from toolmesh.sources.skills import load_skills  # here: `serve` starts without it
+
     skills, problems = load_skills(args.folder)
     width = max((len(s.name) for s in skills), default=4)
     for skill in skills:
