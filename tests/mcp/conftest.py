@@ -29,6 +29,13 @@ def fixture_server(kind: str = "tools", **settings: Any) -> MCPServerConfig:
     return parse_mcp_server(name, table)
 
 
+def raw_server(kind: str, **settings: Any) -> MCPServerConfig:
+    """The hand-written misbehaving server (tests/mcp/servers/raw_server.py) of ``kind``."""
+    name = settings.pop("name", "raw")
+    table = {"command": sys.executable, "args": [str(SERVERS / "raw_server.py"), kind], **settings}
+    return parse_mcp_server(name, table)
+
+
 def time_server(name: str = "time", **settings: Any) -> MCPServerConfig:
     """mcp-server-time, the PyPI package, over stdio."""
     table = {

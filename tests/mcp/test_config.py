@@ -248,3 +248,15 @@ async def test_a_manifest_entrys_allow_matches_the_servers_own_tool_names(
         assert kit.names() == ["clock_get_current_time"]  # as `allow` does in mcpServers
     (source,) = load_manifest(manifest).sources
     assert layers(source) == [Prefixed, Filtered, MCPSource]
+
+
+def test_a_urls_user_info_never_shows_in_a_repr() -> None:
+    remote = parse_mcp_config({"r": {"url": "https://user:pw@host.example/mcp"}})[0]
+    assert "pw" not in repr(remote)
+    assert "url='https://host.example/mcp'" in repr(remote)
+
+
+@pytest.mark.parametrize("key", ["connect_timeout", "max_total_timeout"])
+def test_a_nan_timeout_is_refused(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{key}' must be a positive number"):
+        parse_mcp_config({"s": {"command": "x", key: float("nan")}})

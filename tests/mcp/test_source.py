@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -14,6 +15,7 @@ from tests.mcp.conftest import (
     everything_stdio,
     fixture_server,
     live_children,
+    raw_server,
     time_server,
 )
 from toolmesh import ToolEvent, Toolkit
@@ -251,3 +253,64 @@ async def test_a_source_that_was_never_opened_serves_nothing() -> None:
     assert source.status.state == "pending"
     assert source.tools() == []
     await source.close()
+
+
+# -- a hand-written server that breaks the spec -------------------------------------------------
+
+
+async def test_malformed_tool_entries_do_not_fail_the_whole_server() -> None:
+    before = live_children()
+    async with await started(raw_server("malformed")) as toolkit:
+        source = toolkit.sources[0]
+        assert source.status.state == "connected", source.status.reason
+        assert toolkit.names() == [
+            "raw_no_schema",
+            "raw_string_schema",
+            "raw_bad_hints",
+            "raw_bad_output",
+            "raw_twice",
+            "raw_good",
+        ]
+        reason = source.status.reason
+        assert "tool 'no_schema': ignored inputSchema (Field required)" in reason
+        assert "tool #4: left out (name:" in reason
+        assert reason.startswith("6 malformed tool entries: ") and reason.endswith("and 1 more")
+        assert toolkit["raw_twice"].definition.description == "first"
+        assert toolkit["raw_bad_output"].definition.output_schema is None
+        result = await toolkit.execute("raw_no_schema", {})
+        assert result.success and result.output == "called no_schema"
+    assert live_children() == before
+
+
+async def test_a_malformed_call_result_is_a_short_tool_error() -> None:
+    async with await started(raw_server("calls")) as toolkit:
+        result = await toolkit.execute("raw_video", {})
+        assert result.error_code == "tool_error"
+        error = result.error or ""
+        assert error.startswith("MCP server 'raw' sent a malformed result: content.0")
+        assert "pydantic.dev" not in error and "\n" not in error
+
+
+async def test_progress_with_extreme_numbers_still_arrives() -> None:
+    events: list[ToolEvent] = []
+    async with await started(raw_server("calls")) as toolkit:
+        result = await toolkit.execute("raw_good", {}, on_event=events.append)
+    assert result.success, result.error
+    progress = [e.data for e in events if e.kind == "progress"]
+    assert [p["pct"] for p in progress] == [100, 0, 0]  # 1e300 of 1e-300 is not infinity %
+
+
+async def test_an_empty_next_cursor_ends_the_listing() -> None:
+    async with await started(raw_server("cursor")) as toolkit:
+        assert toolkit.sources[0].status.reason == ""
+        result = await toolkit.execute("raw_list_requests", {})
+        assert result.output == "1"  # not asked again with cursor ""
+
+
+async def test_a_missing_working_folder_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    async with await started(raw_server("malformed", cwd=str(missing))) as toolkit:
+        status = toolkit.sources[0].status
+        assert status.state == "failed"
+        assert f"its working folder {str(missing)!r} does not exist" in status.reason
+        assert "cannot start" not in status.reason  # the command is there

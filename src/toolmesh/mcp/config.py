@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -101,7 +101,7 @@ class MCPServerConfig:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     cwd: str | None = None
-    url: str = ""
+    url: str = field(default="", repr=False)  # shown by __repr__ without its user-info
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     bearer_token: str | None = field(default=None, repr=False)
     prefix: str | None = None
@@ -115,6 +115,12 @@ class MCPServerConfig:
     enabled: bool = True
     defer_loading: bool | int = False
     mode: ConnectMode = "auto"
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        shown["url"] = _without_userinfo(self.url)  # user:password@ is a secret too
+        settings = ", ".join(f"{name}={value!r}" for name, value in shown.items())
+        return f"MCPServerConfig({settings})"
 
     @property
     def tool_prefix(self) -> str:
@@ -419,7 +425,8 @@ def _bool(settings: Mapping[str, Any], key: str, where: str, default: bool) -> b
 
 def _seconds(settings: Mapping[str, Any], key: str, where: str, default: float) -> float:
     value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    # `not value > 0` also refuses NaN (TOML has `nan`, Python's JSON reader `NaN`)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"{where}: {key!r} must be a positive number of seconds")
     return float(value)
 

@@ -12,12 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mcp_types import ListToolsResult
+from mcp_types import methods as wire_methods
+from pydantic import ValidationError
+
 from toolmesh.errors import SchemaError
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import schema_to_parameters
 from toolmesh.tools import Tool
 
-__all__ = ["HINTS", "definition_from_mcp", "input_schema_of", "mcp_tool_entry"]
+__all__ = [
+    "HINTS",
+    "definition_from_mcp",
+    "input_schema_of",
+    "mcp_tool_entry",
+    "usable_tool_entries",
+]
 
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 _HINT_TAGS = {
@@ -61,6 +71,83 @@ def input_schema_of(tool: Mapping[str, Any]) -> dict[str, Any]:
     """An MCP tool's input schema (an empty object schema when it gave none)."""
     schema = tool.get("inputSchema")
     return dict(schema) if isinstance(schema, Mapping) else dict(_EMPTY_INPUT)
+
+
+def usable_tool_entries(result: Mapping[str, Any], *, version: str) -> tuple[list[Any], list[str]]:
+    """The entries of a raw ``tools/list`` result the SDK will accept, and what was wrong.
+
+    The SDK rejects a whole listing for one malformed tool; here a bad field is dropped instead
+    (a bad input schema becomes the empty object schema: the server validates its own
+    arguments) and only an entry without a usable name is left out."""
+    if not _listing_errors(result, version):
+        return list(result["tools"]), []  # the usual case: one check of the whole listing
+    kept: list[Any] = []
+    problems: list[str] = []
+    for index, entry in enumerate(result["tools"]):
+        fixed, problem = _repaired_entry(result, entry, version)
+        if problem:
+            problems.append(f"tool {_label(entry, index)}: {problem}")
+        if fixed is not None:
+            kept.append(fixed)
+    return kept, problems
+
+
+def _repaired_entry(
+    result: Mapping[str, Any], entry: Any, version: str
+) -> tuple[dict[str, Any] | None, str]:
+    if not isinstance(entry, Mapping):
+        return None, f"left out (not an object but {type(entry).__name__})"
+    fixed = dict(entry)
+    dropped: list[str] = []
+    for _ in range(len(entry) + 1):
+        errors = _entry_errors(result, fixed, version)
+        if not errors:
+            return fixed, f"ignored {'; '.join(dropped)}" if dropped else ""
+        if "name" in errors:
+            return None, f"left out (name: {errors['name']})"
+        for key, message in errors.items():
+            dropped.append(f"{key} ({message})")
+            if key == "inputSchema":
+                fixed[key] = dict(_EMPTY_INPUT)
+            else:
+                fixed.pop(key, None)
+    return None, "left out (malformed)"
+
+
+def _entry_errors(result: Mapping[str, Any], entry: dict[str, Any], version: str) -> dict[str, str]:
+    """The top-level fields of one entry that break the schema, each with the first message."""
+    errors: dict[str, str] = {}
+    for exc in _listing_errors({**result, "tools": [entry]}, version):
+        _add_entry_errors(errors, exc)
+    return errors
+
+
+def _listing_errors(listing: Mapping[str, Any], version: str) -> list[ValidationError]:
+    """Why the SDK would refuse ``listing``: the negotiated revision's rules, then its model."""
+    errors: list[ValidationError] = []
+    try:
+        wire_methods.validate_server_result("tools/list", version, listing)
+    except ValidationError as exc:
+        errors.append(exc)
+    except (KeyError, ValueError):
+        pass  # a revision the SDK has no table for: the general model below still applies
+    try:
+        ListToolsResult.model_validate(listing, by_name=False)
+    except ValidationError as exc:
+        errors.append(exc)
+    return errors
+
+
+def _add_entry_errors(errors: dict[str, str], exc: ValidationError) -> None:
+    for error in exc.errors(include_url=False):
+        where = error["loc"]
+        if len(where) > 2 and where[:2] == ("tools", 0):  # not the listing's own fields
+            errors.setdefault(str(where[2]), str(error["msg"]))
+
+
+def _label(entry: Any, index: int) -> str:
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    return repr(name) if isinstance(name, str) else f"#{index}"
 
 
 def mcp_tool_entry(tool: Tool) -> dict[str, Any]:

@@ -21,15 +21,18 @@ import collections
 import contextlib
 import functools
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from toolmesh.errors import SchemaError
 from toolmesh.mcp.config import MCPServerConfig
-from toolmesh.mcp.definitions import definition_from_mcp, input_schema_of
+from toolmesh.mcp.definitions import definition_from_mcp, input_schema_of, usable_tool_entries
 from toolmesh.mcp.results import result_from_mcp
 from toolmesh.models import ToolErrorCode, ToolResult
 from toolmesh.schema import Validator, compile_validator
@@ -46,6 +49,7 @@ logger = logging.getLogger("toolmesh.mcp")
 
 MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 STDERR_LINES = 20
+MAX_PROBLEMS_SHOWN = 5
 _CONNECTION_CLOSED = -32000
 
 
@@ -140,13 +144,17 @@ class MCPSource(Source):
         self._connection = connection
         self.server_info = connection.server_info
         self.protocol_version = connection.protocol_version
-        self.status = SourceStatus("connected")
-        self._set_tools(listing)
+        self._set_tools(listing, connection.listing_problems)
         return connection
 
     # -- tools -----------------------------------------------------------------------------------
 
-    def _set_tools(self, listing: list[dict[str, Any]]) -> None:
+    def _set_tools(self, listing: list[dict[str, Any]], problems: Sequence[str]) -> None:
+        listing, duplicates = _without_duplicates(listing)
+        problems = [*problems, *duplicates]
+        self.status = SourceStatus("connected", _listing_reason(problems))
+        if problems:
+            logger.warning("MCP server %r: %s", self.name, self.status.reason)
         known = {t.name: t for t in self._tools}
         defer = self.config.defers(len(listing))
         tools = []
@@ -204,6 +212,10 @@ class MCPSource(Source):
             return _failure(
                 ctx.tool_name, f"MCP server {self.name!r} answered error {exc.code}: {exc}"
             )
+        except ValidationError as exc:  # an answer that is not a CallToolResult
+            return _failure(
+                ctx.tool_name, f"MCP server {self.name!r} sent a malformed result: {_fields(exc)}"
+            )
         except (RuntimeError, ValueError) as exc:  # e.g. content that breaks its outputSchema
             return _failure(ctx.tool_name, f"MCP server {self.name!r}: {exc}")
         return result_from_mcp(result, ctx, tool_name=ctx.tool_name)
@@ -228,7 +240,7 @@ class MCPSource(Source):
             except Exception as exc:
                 logger.warning("MCP server %r: re-reading the tool list failed: %s", self.name, exc)
                 return
-            self._set_tools(listing)
+            self._set_tools(listing, connection.listing_problems)
             if not self._refresh_again:
                 return
 
@@ -258,6 +270,8 @@ class _Connection:
         self._ready: asyncio.Future[list[dict[str, Any]]] | None = None
         self._client: Client | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._repair = _ListingRepair(lambda: self.protocol_version)
+        self.listing_problems: list[str] = []
         self.alive = False
         self.server_info: dict[str, Any] = {}
         self.protocol_version = ""
@@ -307,15 +321,17 @@ class _Connection:
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
+        self._repair.problems = []
         for _ in range(MAX_PAGES):
             page = await client.list_tools(cursor=cursor, cache_mode="bypass")
             tools.extend(
                 t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
             )
             cursor = page.next_cursor
-            if cursor is None or cursor in seen:
+            if not cursor or cursor in seen:  # "" ends a listing too: some servers send it
                 break
             seen.add(cursor)
+        self.listing_problems = self._repair.problems
         return tools
 
     async def _run(self) -> None:
@@ -403,7 +419,8 @@ class _Connection:
             timeout=httpx2.Timeout(self.config.connect_timeout, read=None),
         )
         async with client:
-            yield _Watched(streamable_http_client(self.config.url, http_client=client), self.lost)
+            http = streamable_http_client(self.config.url, http_client=client)
+            yield _Watched(http, self.lost, self._repair)
 
     @contextlib.asynccontextmanager
     async def _stdio(self) -> AsyncIterator[Any]:
@@ -420,7 +437,8 @@ class _Connection:
         errlog = os.fdopen(write_fd, "w")
         reader = asyncio.ensure_future(self._read_stderr(read_fd))
         try:
-            yield _Watched(stdio_client(params, errlog=errlog), self.lost, after_enter=errlog.close)
+            stdio = stdio_client(params, errlog=errlog)
+            yield _Watched(stdio, self.lost, self._repair, after_enter=errlog.close)
         finally:
             errlog.close()
             with contextlib.suppress(TimeoutError):
@@ -459,11 +477,13 @@ class _Watched:
         self,
         inner: Any,
         on_end: Callable[[], None],
+        repair: _ListingRepair,
         *,
         after_enter: Callable[[], None] | None = None,
     ) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._repair = repair
         self._after_enter = after_enter
 
     async def __aenter__(self) -> tuple[Any, Any]:
@@ -472,7 +492,76 @@ class _Watched:
         finally:
             if self._after_enter is not None:
                 self._after_enter()  # the child holds its own copy of the stderr pipe now
-        return _WatchedRead(read_stream, self._on_end), write_stream
+        read = _WatchedRead(read_stream, self._on_end, self._repair)
+        return read, _WatchedWrite(write_stream, self._repair)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
+        return result
+
+
+class _ListingRepair:
+    """Mends ``tools/list`` answers on their way in: the SDK would reject a whole listing for
+    one malformed tool, and with it every tool of the server."""
+
+    def __init__(self, version: Callable[[], str]) -> None:
+        self._version = version
+        self._pending: set[Any] = set()
+        self.problems: list[str] = []
+
+    def sent(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if getattr(message, "method", None) == "tools/list":
+            self._pending.add(getattr(message, "id", None))
+
+    def received(self, item: Any) -> Any:
+        if not self._pending:
+            return item  # no listing asked for: every call's answer passes here untouched
+        message: Any = getattr(item, "message", None)
+        if getattr(message, "method", None) is not None:
+            return item  # a request or notification from the server
+        request_id = getattr(message, "id", None)
+        if request_id not in self._pending:
+            return item
+        self._pending.discard(request_id)
+        result = getattr(message, "result", None)
+        if isinstance(result, dict) and isinstance(result.get("tools"), list):
+            try:
+                tools, problems = usable_tool_entries(result, version=self._version())
+                if problems:
+                    message.result = {**result, "tools": tools}
+            except Exception:  # mending is a courtesy: never lose the connection over it
+                logger.exception("MCP: mending a tools/list answer failed")
+                return item
+            self.problems += problems
+        return item
+
+
+class _WatchedWrite:
+    """Delegates to a write stream; notes the ``tools/list`` requests sent."""
+
+    def __init__(self, inner: Any, repair: _ListingRepair) -> None:
+        self._inner = inner
+        self._repair = repair
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(self, item: Any) -> None:
+        self._repair.sent(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedWrite:
+        await self._inner.__aenter__()
+        return self
 
     async def __aexit__(
         self,
@@ -485,18 +574,19 @@ class _Watched:
 
 
 class _WatchedRead:
-    """Delegates to a read stream; notices its end."""
+    """Delegates to a read stream; notices its end and mends tool listings."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], repair: _ListingRepair) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._repair = repair
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            return self._repair.received(await self._inner.receive())
         except Exception:
             self._on_end()
             raise
@@ -506,7 +596,7 @@ class _WatchedRead:
 
     async def __anext__(self) -> Any:
         try:
-            return await self._inner.__anext__()
+            return self._repair.received(await self._inner.__anext__())
         except StopAsyncIteration:
             self._on_end()
             raise
@@ -547,9 +637,8 @@ class _ProgressRelay:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         ctx = self.ctx
-        pct = progress / total * 100 if total else 0
         data: dict[str, Any] = {
-            "pct": max(0, min(100, round(pct))),
+            "pct": _percent(progress, total),
             "message": message or "",
             "progress": progress,
         }
@@ -558,6 +647,24 @@ class _ProgressRelay:
         ctx.emit("progress", data)
         if self.extend and self.window is not None:
             ctx.extend_deadline(time.monotonic() + self.window, limit=self.limit)
+
+
+def _fields(exc: ValidationError, shown: int = 3) -> str:
+    """A validation error in one line: the first few fields and what is wrong with them."""
+    errors = exc.errors(include_url=False)
+    parts = [f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in errors[:shown]]
+    more = f"; and {len(errors) - shown} more" if len(errors) > shown else ""
+    return "; ".join(parts) + more
+
+
+def _percent(progress: float, total: float | None) -> int:
+    """Progress as a whole percentage in 0..100, whatever numbers the server sends."""
+    if not total:
+        return 0
+    pct = progress / total * 100
+    if not math.isfinite(pct):  # e.g. 1e300 of 1e-300: the event still goes out
+        return 100 if pct > 0 else 0
+    return max(0, min(100, round(pct)))
 
 
 @functools.cache
@@ -584,6 +691,35 @@ def _failure(tool_name: str, message: str) -> ToolResult:
     )
 
 
+def _without_duplicates(
+    listing: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The listing with each name once (the first entry wins), and the names listed twice."""
+    unique: dict[str, dict[str, Any]] = {}
+    for entry in listing:
+        unique.setdefault(str(entry["name"]), entry)
+    if len(unique) == len(listing):
+        return listing, []
+    counts = collections.Counter(str(entry["name"]) for entry in listing)
+    twice = [
+        f"tool {name!r}: listed {n} times, the first one is kept"
+        for name, n in counts.items()
+        if n > 1
+    ]
+    return list(unique.values()), twice
+
+
+def _listing_reason(problems: Sequence[str]) -> str:
+    """The status reason of a server whose listing had malformed entries ("" when none)."""
+    if not problems:
+        return ""
+    shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+    more = len(problems) - MAX_PROBLEMS_SHOWN
+    suffix = f"; and {more} more" if more > 0 else ""
+    entries = "entry" if len(problems) == 1 else "entries"
+    return f"{len(problems)} malformed tool {entries}: {shown}{suffix}"
+
+
 def _lost_message(source: MCPSource, connection: _Connection) -> str:
     kind = "its process exited" if source.config.transport == "stdio" else "the connection closed"
     message = f"MCP server {source.name!r} went away during the call ({kind})"
@@ -598,6 +734,8 @@ def _connect_failure(config: MCPServerConfig, exc: BaseException, stderr: str) -
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
         reason = f"no answer within the connect timeout of {config.connect_timeout:g}s"
+    elif isinstance(exc, FileNotFoundError) and config.cwd and not os.path.isdir(config.cwd):
+        reason = f"its working folder {config.cwd!r} does not exist"  # not the command's fault
     elif isinstance(exc, FileNotFoundError | PermissionError):
         reason = f"cannot start {config.command!r}: {exc.strerror}"
     else:
@@ -612,5 +750,7 @@ def _connect_failure(config: MCPServerConfig, exc: BaseException, stderr: str) -
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
+    if isinstance(exc, ValidationError):
+        return f"the server sent a malformed answer: {_fields(exc)}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,87 @@
+"""A hand-written stdio MCP server (JSON-RPC lines, 2025 handshake) that misbehaves on purpose,
+for what the SDK's own server API would never send. Run as a script:
+
+python raw_server.py malformed   # tools/list with malformed entries
+python raw_server.py calls      # a clean listing, odd call results and progress values
+python raw_server.py cursor      # tools/list answers with nextCursor "" (meaning: no more)
+"""
+
+import json
+import sys
+from typing import Any
+
+MODE = sys.argv[1]
+OBJECT = {"type": "object"}
+
+
+def send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def listing() -> dict[str, Any]:
+    if MODE == "calls":
+        return {"tools": [{"name": n, "inputSchema": OBJECT} for n in ("video", "good")]}
+    if MODE == "cursor":
+        return {"tools": [{"name": "list_requests", "inputSchema": OBJECT}], "nextCursor": ""}
+    return {
+        "tools": [
+            {"name": "no_schema"},  # inputSchema is required by the spec
+            {"name": "string_schema", "inputSchema": {"type": "string"}},
+            {"name": "bad_hints", "inputSchema": OBJECT, "annotations": {"title": 5}},
+            {"name": "bad_output", "inputSchema": OBJECT, "outputSchema": {"type": "string"}},
+            {"name": 5, "inputSchema": OBJECT},  # no usable name: left out
+            {"name": "twice", "inputSchema": OBJECT, "description": "first"},
+            {"name": "twice", "inputSchema": OBJECT, "description": "second"},
+            {"name": "good", "inputSchema": OBJECT},
+        ]
+    }
+
+
+def call(params: dict[str, Any]) -> dict[str, Any]:
+    name = params["name"]
+    token = (params.get("_meta") or {}).get("progressToken")
+    if name == "good" and token is not None:
+        for progress, total in [(1e300, 1e-300), (-1e300, 1e-300), (1, None)]:
+            update = {"progressToken": token, "progress": progress}
+            if total is not None:
+                update["total"] = total
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": update})
+    if name == "video":
+        return {"content": [{"type": "video", "data": "?"}]}  # no such content block
+    if name == "list_requests":
+        return {"content": [{"type": "text", "text": str(LIST_REQUESTS[0])}]}
+    return {"content": [{"type": "text", "text": f"called {name}"}]}
+
+
+LIST_REQUESTS = [0]
+
+
+def main() -> None:
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue  # notifications, and answers to requests this server never sends
+        if method == "initialize":
+            result: dict[str, Any] = {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "1"},
+            }
+        elif method == "tools/list":
+            LIST_REQUESTS[0] += 1
+            result = listing()
+        elif method == "tools/call":
+            result = call(message.get("params") or {})
+        elif method == "ping":
+            result = {}
+        else:  # server/discover included: this is a 2025 server
+            error = {"code": -32601, "message": f"unknown method {method}"}
+            send({"jsonrpc": "2.0", "id": request_id, "error": error})
+            continue
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+if __name__ == "__main__":
+    main()
