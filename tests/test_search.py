@@ -132,3 +132,16 @@ def test_words_in_any_script_are_found() -> None:
     assert built.search("münchen", limit=1)[0][0] == "karte"
     assert built.search("für", limit=5) == []  # no longer matched letter by letter
     assert tokenize("MünchenPlan sendEmail") == ["münchenplan", "send", "email"]
+
+
+def test_words_keep_their_combining_marks() -> None:
+    # Devanagari vowel signs are marks, not letters: "मौसम" is one word, not "म" + "सम".
+    assert tokenize("मौसम का पूर्वानुमान") == ["मौसम", "का", "पूर्वानुमान"]
+    index = SearchIndex()
+    index.add("hindi", ToolDefinition(name="forecast_hi", description="मौसम का पूर्वानुमान"))
+    index.add("cafe", ToolDefinition(name="find_place", description="find a café nearby"))
+    index.add("thai", ToolDefinition(name="forecast_th", description="พยากรณ์อากาศ"))
+    assert index.search("अनुमान") == []  # another word, sharing only letters
+    assert [key for key, _ in index.search("पूर्वानुमान")] == ["hindi"]
+    assert [key for key, _ in index.search("cafe\u0301")] == ["cafe"]  # "café" typed decomposed
+    assert [key for key, _ in index.search("อากาศ")] == ["thai"]  # Thai has no spaces

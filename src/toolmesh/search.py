@@ -19,6 +19,7 @@ import functools
 import heapq
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,11 +50,14 @@ STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 # A word: letters and digits, broken where camelCase starts a new word ("sendEmail", "HTTPServer").
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
-# Text beyond ASCII: runs of letters and digits in any script ("München", "погоды"), camelCase
-# split inside the ASCII runs only; a run in a script written without spaces (Chinese, Japanese,
-# Korean) gives its overlapping character pairs, so "天气" finds "查询城市天气预报".
-_RUN = re.compile(r"[^\W_]+")
-_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# Text beyond ASCII: runs of letters and digits in any script ("München", "погоды"), with their
+# combining marks (the vowel signs of "मौसम"), camelCase split inside the ASCII runs only; a run
+# in a script written without spaces (Chinese, Japanese, Korean, Thai, Lao, Myanmar, Khmer) gives
+# its overlapping character pairs, so "天气" finds "查询城市天气预报".
+_UNSPACED = re.compile(
+    r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
+    r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+)
 _TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
 
 
@@ -93,11 +97,28 @@ def _term(word: str) -> str:
     return term
 
 
+@functools.lru_cache(maxsize=1)
+def _run_pattern() -> re.Pattern[str]:
+    """Letters, digits and combining marks (which ``\\w`` leaves out: "म" + "ौ" is one word).
+    Built on the first text beyond ASCII, in a few ms, from the BMP's marks."""
+    marks = [c for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M")]
+    ranges: list[list[int]] = []
+    for code in marks:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    marks_class = "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+    return re.compile(rf"(?:[^\W_]|[{marks_class}])+")
+
+
 def _words(text: str) -> list[str]:
     if text.isascii():  # nearly all text: one pass of the regex
         return _WORD.findall(text)
+    # NFC: "café" typed as e + U+0301 is the same word as the precomposed one.
+    text = unicodedata.normalize("NFC", text)
     words: list[str] = []
-    for run in _RUN.findall(text):
+    for run in _run_pattern().findall(text):
         if run.isascii():
             words += _WORD.findall(run)
         elif _UNSPACED.search(run) and len(run) > 1:

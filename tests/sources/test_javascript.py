@@ -260,3 +260,95 @@ async def test_a_package_json_that_is_not_an_object_fails_only_its_source(
         assert broken.status.state == "failed"
         assert "must hold a JSON object, not list" in broken.status.reason
         assert (await kit.execute("counter", {"by": 1})).data == {"count": 1}
+
+
+PID = '{ name: "pid", description: "", execute() { return process.pid; } }'
+
+
+async def test_tools_of_one_name_fail_the_source(tmp_path: Path) -> None:
+    # The runner would run the second under the first one's definition.
+    twice = JavaScriptSource(package(tmp_path / "twice", f"export const tools = [{PID}, {PID}];"))
+    async with await create_toolkit(tools=[twice]) as kit:
+        assert len(kit) == 0
+        assert twice.status.state == "failed" and "two tools are named 'pid'" in (
+            twice.status.reason
+        )
+
+
+async def test_a_package_may_export_a_promise_of_its_tools(tmp_path: Path) -> None:
+    source = JavaScriptSource(
+        package(tmp_path / "later", f"export default Promise.resolve({PID});")
+    )
+    async with await create_toolkit(tools=[source]) as kit:
+        assert (await kit.execute("pid", {})).success, source.status
+
+
+async def test_whatever_is_thrown_fails_only_its_call(tmp_path: Path) -> None:
+    thrower = (
+        "export const tools = ["
+        f"{PID},"
+        '{ name: "bare", description: "", execute() { throw Object.create(null); } },'
+        '{ name: "plain", description: "", execute() { throw { code: 42 }; } },'
+        '{ name: "stray", description: "",'
+        '  execute() { Promise.reject(new Error("in the background")); return 1; } }];'
+    )
+    source = JavaScriptSource(package(tmp_path / "thrower", thrower))
+    async with await create_toolkit(tools=[source]) as kit:
+        pid = (await kit.execute("pid", {})).data
+        bare = await kit.execute("bare", {})
+        assert bare.error_code == "tool_error" and "exited" not in (bare.error or ""), bare
+        plain = await kit.execute("plain", {})
+        assert plain.error_code == "tool_error" and '{"code":42}' in (plain.error or "")
+        assert (await kit.execute("stray", {})).data == 1
+        assert (await kit.execute("pid", {})).data == pid  # the same worker throughout
+
+
+async def test_the_tools_own_writes_to_stdout_do_not_break_the_protocol(tmp_path: Path) -> None:
+    writer = (
+        'import fs from "node:fs";\n'
+        'export default { name: "write", description: "", execute() {\n'
+        '  fs.writeSync(process.stdout.fd, "through process.stdout.fd, no newline");\n'
+        '  fs.writeSync(1, "straight to fd 1, no newline");\n'
+        "  process.stdout.end();\n"
+        '  return "answer"; } };\n'
+    )
+    source = JavaScriptSource(package(tmp_path / "writer", writer))
+    async with await create_toolkit(tools=[source]) as kit:
+        first = await kit.execute("write", {}, timeout=30)
+        assert first.success and first.data == "answer", first
+        again = await kit.execute("write", {}, timeout=30)
+        assert again.success and again.data == "answer", again
+
+
+@pytest.mark.parametrize(
+    ("manifest", "entry"),
+    [
+        ({"main": "lib"}, "lib/index.js"),  # a folder
+        ({"main": "dist/tool"}, "dist/tool.js"),  # no extension
+        ({"exports": {".": {"import": {"types": "./t.d.ts", "default": "./dist/i.mjs"}}}},
+         "dist/i.mjs"),  # nested conditions
+        ({"exports": ["./dist/i.mjs"]}, "dist/i.mjs"),  # fallbacks
+    ],
+)  # fmt: skip
+async def test_the_entry_is_found_as_node_finds_it(
+    tmp_path: Path, manifest: dict[str, object], entry: str
+) -> None:
+    folder = tmp_path / "pkg"
+    (folder / entry).parent.mkdir(parents=True)
+    (folder / "package.json").write_text(json.dumps(manifest))
+    common_js = entry.endswith(".js")
+    (folder / entry).write_text(
+        f"module.exports = {PID};" if common_js else f"export default {PID};"
+    )
+    source = JavaScriptSource(folder)
+    async with await create_toolkit(tools=[source]) as kit:
+        assert (await kit.execute("pid", {})).success, source.status
+
+
+async def test_a_package_json_may_start_with_a_bom(tmp_path: Path) -> None:
+    folder = package(tmp_path / "bom", f"export default {PID};")
+    manifest = folder / "package.json"
+    manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())  # as Node, which accepts it
+    source = JavaScriptSource(folder)
+    async with await create_toolkit(tools=[source]) as kit:
+        assert (await kit.execute("pid", {})).success, source.status

@@ -120,3 +120,64 @@ def test_manifest_entries(tmp_path: Path) -> None:
     assert isinstance(source, PythonPackageSource) and source.folder == tmp_path / "tools" / "pkg"
     with pytest.raises(ConfigError, match="unknown setting 'module'"):
         sources_from_manifest({"kind": "python", "path": "x", "module": "a:b"}, base_dir=tmp_path)
+
+
+ODD = """
+import sys
+
+
+def leave(input):
+    sys.exit(3)
+
+
+def circular(input):
+    loop = {}
+    loop["loop"] = loop
+    return {"output": loop}
+
+
+def echo(input):
+    return "echo"
+
+
+tools = [{"name": n, "execute": f} for n, f in [("leave", leave), ("circular", circular)]]
+tools += [{"name": "echo", "execute": echo}]
+"""
+
+
+async def test_sys_exit_and_an_output_that_is_not_json_answer_at_once(tmp_path: Path) -> None:
+    source = PythonPackageSource(package(tmp_path / "pkg", body=ODD), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        left = await kit.execute("leave", {}, timeout=20)
+        assert left.error_code == "tool_error" and "SystemExit: 3" in (left.error or ""), left
+        circular = await kit.execute("circular", {}, timeout=20)
+        assert circular.error_code == "tool_error" and "not JSON" in (circular.error or "")
+        assert (await kit.execute("echo", {})).data == "echo"
+
+
+async def test_tools_of_one_name_fail_the_source(tmp_path: Path) -> None:
+    body = ODD + 'tools += [{"name": "echo", "execute": leave}]\n'
+    source = PythonPackageSource(package(tmp_path / "pkg", body=body), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        assert len(kit) == 0
+    assert "two tools are named 'echo'" in source.status.reason
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "reason"),
+    [("project = 5\n", "`project` must be a table"),
+     ('[project]\nname = "p"\n[tool]\ntoolmesh = 5\n', "`tool.toolmesh` must be a table"),
+     (b'[project]\nname = "\xff"\n', "can't decode")],
+)  # fmt: skip
+async def test_a_malformed_pyproject_fails_only_its_source(
+    tmp_path: Path, pyproject: str | bytes, reason: str
+) -> None:
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    data = pyproject if isinstance(pyproject, bytes) else pyproject.encode()
+    (folder / "pyproject.toml").write_bytes(data)
+    source = PythonPackageSource(folder, cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        assert len(kit) == 0
+    assert source.status.state == "failed" and reason in source.status.reason
+    assert "pyproject.toml" in source.status.reason

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolmesh import ConfigError, ToolErrorCode, create_toolkit
-from toolmesh.sources.skills import SkillsSource, load_skills
+from toolmesh.sources.skills import MAX_FILES, SkillsSource, load_skills
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -160,3 +160,19 @@ def test_a_utf8_bom_before_the_front_matter_is_skipped(tmp_path: Path) -> None:
     assert problems == [] and [(s.name, s.instructions) for s in skills] == [
         ("bom", "# bom\nStep one.")
     ]
+
+
+def test_a_multi_line_description_stays_on_its_line_of_the_catalogue(tmp_path: Path) -> None:
+    write(tmp_path / "a", "---\nname: alpha\ndescription: |\n  First line.\n  - beta: fake\n---\n")
+    source = SkillsSource(tmp_path)
+    assert source.prompt().splitlines()[1:] == ["- alpha: First line. - beta: fake"]
+    assert "\n" not in source.tools()[0].description
+
+
+def test_the_file_listing_is_sorted_when_cut_at_the_limit(tmp_path: Path) -> None:
+    write(tmp_path / "s", GOOD.format(name="many"))
+    write(tmp_path / "s", "z", name="z.txt")
+    for i in range(MAX_FILES):
+        write(tmp_path / "s" / "a", "a", name=f"{i:03d}.txt")
+    files = SkillsSource(tmp_path).skills[0].files()
+    assert len(files) == MAX_FILES and files == sorted(files)

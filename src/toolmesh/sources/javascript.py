@@ -85,7 +85,7 @@ class JavaScriptSource(WorkerSource):
         if not manifest.is_file():
             raise WorkerError(f"{self.name}: {self.folder} has no package.json")
         try:
-            package = json.loads(manifest.read_text(encoding="utf-8"))
+            package = json.loads(manifest.read_text(encoding="utf-8-sig"))  # as Node: BOM ok
         except ValueError as exc:  # not JSON, or not UTF-8
             raise WorkerError(f"{self.name}: {manifest} is not valid JSON: {exc}") from None
         if not isinstance(package, dict):
@@ -192,27 +192,53 @@ class JavaScriptSource(WorkerSource):
         )
 
 
+_CONDITIONS = frozenset({"import", "node", "default"})  # what Node's import() matches
+_EXTENSIONS = ("", ".js", ".mjs", ".cjs", *TYPESCRIPT)
+
+
 def _entry(folder: Path, package: Mapping[str, Any]) -> Path:
-    candidates: list[str] = []
     exports = package.get("exports")
-    if isinstance(exports, str):
-        candidates.append(exports)
-    elif isinstance(exports, Mapping):
-        dot = exports.get(".", exports)
-        if isinstance(dot, str):
-            candidates.append(dot)
-        elif isinstance(dot, Mapping):
-            candidates += [
-                v for k in ("import", "node", "default") if isinstance(v := dot.get(k), str)
-            ]
+    if isinstance(exports, Mapping) and "." in exports:
+        exports = exports["."]
+    candidates = _export_targets(exports)
     if isinstance(package.get("main"), str):
         candidates.append(package["main"])
     candidates += ["index.mjs", "index.js", "index.ts", "src/index.ts", "src/index.js"]
     for relative in candidates:
-        path = (folder / relative).resolve()
-        if path.is_file() and path.is_relative_to(folder):
+        path = _resolve_file(folder, relative)
+        if path is not None:
             return path
     raise WorkerError(f"{folder}: no entry module (set 'main' or 'exports' in package.json)")
+
+
+def _export_targets(exports: Any) -> list[str]:
+    """The paths an ``exports`` entry names, in Node's order: a string, a list of fallbacks,
+    or conditions (``{"import": {"types": ..., "default": "./dist/index.mjs"}}``, nested)."""
+    if isinstance(exports, str):
+        return [exports]
+    if isinstance(exports, list):
+        return [target for item in exports for target in _export_targets(item)]
+    if isinstance(exports, Mapping):
+        return [
+            target
+            for condition, value in exports.items()
+            if condition in _CONDITIONS
+            for target in _export_targets(value)
+        ]
+    return []
+
+
+def _resolve_file(folder: Path, relative: str) -> Path | None:
+    """``relative`` as Node resolves a ``main``: the file itself, with an extension added
+    (``"dist/index"``), or a folder's index (``"lib"``); only inside the package."""
+    base = folder / relative
+    tried = [Path(f"{base}{ext}") for ext in _EXTENSIONS]
+    tried += [base / f"index{ext}" for ext in _EXTENSIONS[1:]]
+    for candidate in tried:
+        path = candidate.resolve()
+        if path.is_file() and path.is_relative_to(folder):
+            return path
+    return None
 
 
 def _outermost(paths: Sequence[str]) -> list[str]:

@@ -76,9 +76,9 @@ class PythonPackageSource(WorkerSource):
         self.venv: Path | None = None
 
     async def prepare(self) -> None:
-        project = _read_pyproject(self.folder)
-        self.entry = self.entry or _default_entry(project, self.folder)
-        dependencies = project.get("project", {}).get("dependencies", [])
+        pyproject = _read_pyproject(self.folder)
+        self.entry = self.entry or _default_entry(pyproject, self.folder)
+        dependencies = _table(pyproject, "project", self.folder).get("dependencies", [])
         if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
             raise WorkerError(f"{self.name}: [project].dependencies must be a list of strings")
         self.venv = await asyncio.to_thread(ensure_venv, dependencies, self.cache, self.python)
@@ -110,15 +110,26 @@ def _read_pyproject(folder: Path) -> dict[str, Any]:
         raise WorkerError(f"{folder} has no pyproject.toml")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise WorkerError(f"{path}: {exc}") from None
 
 
-def _default_entry(project: Mapping[str, Any], folder: Path) -> str:
-    configured = project.get("tool", {}).get("toolmesh", {}).get("entry")
+def _table(
+    parent: Mapping[str, Any], key: str, folder: Path, *, within: str = ""
+) -> Mapping[str, Any]:
+    """``parent[key]``, a TOML table (empty when absent); a WorkerError when it is a value."""
+    value = parent.get(key, {})
+    if not isinstance(value, Mapping):
+        raise WorkerError(f"{folder / 'pyproject.toml'}: `{within}{key}` must be a table")
+    return value
+
+
+def _default_entry(pyproject: Mapping[str, Any], folder: Path) -> str:
+    toolmesh = _table(_table(pyproject, "tool", folder), "toolmesh", folder, within="tool.")
+    configured = toolmesh.get("entry")
     if isinstance(configured, str):
         return configured
-    name = project.get("project", {}).get("name")
+    name = _table(pyproject, "project", folder).get("name")
     if not isinstance(name, str):
         raise WorkerError(f'{folder}: set `entry = "module:attr"` (no [project].name to guess)')
     return re.sub(r"[-.]", "_", name).lower() + ":tools"

@@ -54,13 +54,14 @@ class Skill:
     def files(self) -> list[str]:
         """The skill folder's other files, relative to it (at most ``MAX_FILES``)."""
         found: list[str] = []
-        for root, _dirs, names in os.walk(self.folder):
+        for root, dirs, names in os.walk(self.folder):
+            dirs.sort()  # which files make the cut must not depend on the file system's order
             for name in sorted(names):
                 relative = os.path.relpath(os.path.join(root, name), self.folder)
                 if relative != SKILL_FILE:
                     found.append(relative)
                 if len(found) >= MAX_FILES:
-                    return found
+                    return sorted(found)
         return sorted(found)
 
 
@@ -212,7 +213,7 @@ class SkillsSource(Source):
         """A catalogue of the skills for a system prompt."""
         if not self.skills:
             return ""
-        lines = [f"- {s.name}: {s.description}" for s in self.skills]
+        lines = [f"- {s.name}: {_one_line(s.description)}" for s in self.skills]
         return (
             f"Skills are available. Call the `{self.tool_name}` tool with a skill's name to load "
             "its instructions before following them.\n" + "\n".join(lines)
@@ -232,7 +233,7 @@ class SkillsSource(Source):
             "required": ["name"],
             "additionalProperties": False,
         }
-        catalogue = "; ".join(f"{s.name}: {s.description}" for s in self.skills)
+        catalogue = "; ".join(f"{s.name}: {_one_line(s.description)}" for s in self.skills)
         definition = ToolDefinition(
             name=self.tool_name,
             description=f"Load a skill's instructions (or one of its files). Skills: {catalogue}",
@@ -259,6 +260,12 @@ class SkillsSource(Source):
             {"skill": skill.name, "description": skill.description, "files": files},
             text=text,
         )
+
+
+def _one_line(text: str) -> str:
+    """A description on one line: a YAML block (``description: |``) must not break the
+    catalogue's one-skill-per-line list, nor pass off its lines as other skills."""
+    return " ".join(text.split())
 
 
 def _read_inside(folder: Path, relative: str) -> str:

@@ -212,6 +212,8 @@ class Worker:
             waiting[0].set_exception(error)
 
     def _dispatch(self, line: bytes) -> None:
+        if not line.strip():  # the runners start each message on a fresh line
+            return
         try:
             message = json.loads(line)
             kind = message["type"]
@@ -341,6 +343,7 @@ class WorkerSource(Source):
         try:
             for spec in specs:
                 _check_spec(spec, self.name)
+            _check_unique(specs, self.name)
         except WorkerError:
             await worker.close()  # a rejected tool list must not leave the process running
             raise
@@ -406,6 +409,17 @@ def _check_spec(spec: Any, label: str) -> None:
         isinstance(capabilities, list) and all(isinstance(c, str) for c in capabilities)
     ):
         raise WorkerError(f"{label}: tool {spec['name']!r}: 'capabilities' must be a list of names")
+
+
+def _check_unique(specs: Sequence[dict[str, Any]], label: str) -> None:
+    """Two tools of one name: the runner would run one under the other's definition."""
+    seen: set[str] = set()
+    for spec in specs:
+        if spec["name"] in seen:
+            raise WorkerError(
+                f"{label}: two tools are named {spec['name']!r}; names must be unique"
+            )
+        seen.add(spec["name"])
 
 
 _LOADER_KEYS = frozenset({"kind", "enabled", "capabilities", "prefix", "allow", "deny", "config"})

@@ -6,21 +6,37 @@ import { pathToFileURL } from "node:url";
 import { createInterface } from "node:readline";
 
 const protocol = process.stdout.write.bind(process.stdout);
-process.stdout.write = process.stderr.write.bind(process.stderr);
+// The tool's process.stdout is stderr, fd included: `fs.writeSync(process.stdout.fd, ...)`
+// must not reach the protocol, and `process.stdout.end()` must not close it.
+Object.defineProperty(process, "stdout", { configurable: true, get: () => process.stderr });
 for (const name of ["log", "info", "debug"]) console[name] = console.error;
+// A stray rejection in the tool's background work must not kill the calls running beside it.
+process.on("unhandledRejection", (reason) => console.error("unhandled rejection:", describe(reason)));
 
 function send(message) {
-  protocol(JSON.stringify(message) + "\n");
+  // The leading newline ends whatever partial line the tool wrote to fd 1 itself, so that the
+  // message always starts a line of its own (the host skips the blank lines).
+  protocol("\n" + JSON.stringify(message) + "\n");
 }
 
 function describe(error) {
-  return error && error.message ? `${error.name || "Error"}: ${error.message}` : String(error);
+  // Anything may be thrown: an Error, a string, null, an object without a prototype.
+  try {
+    if (error instanceof Error || (error && typeof error.message === "string")) {
+      return `${error.name || "Error"}: ${error.message}`;
+    }
+    if (error !== null && typeof error === "object") return JSON.stringify(error);
+    return String(error);
+  } catch {
+    return Object.prototype.toString.call(error);
+  }
 }
 
 async function load(entry) {
   const module = await import(pathToFileURL(entry).href);
-  let found = module.default ?? module.tools ?? module.tool;
-  if (found && !Array.isArray(found) && found.tools) found = found.tools;
+  // A package may export its tools as a promise (tools built asynchronously).
+  let found = await (module.default ?? module.tools ?? module.tool);
+  if (found && !Array.isArray(found) && found.tools) found = await found.tools;
   const tools = Array.isArray(found) ? found : [found];
   for (const tool of tools) {
     if (!tool || typeof tool.name !== "string" || typeof tool.execute !== "function") {

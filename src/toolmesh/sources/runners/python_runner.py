@@ -54,6 +54,8 @@ def load(root: str, entry: str) -> dict[str, Any]:
             raise TypeError(
                 f"{entry} must be a tool (name, description, parameters, execute) or a list of them"
             )
+        if field(item, "name") in tools:  # one would silently shadow the other
+            raise ValueError(f"two tools are named {field(item, 'name')!r}; names must be unique")
         tools[field(item, "name")] = item
     return tools
 
@@ -114,19 +116,23 @@ async def call(
             answer = await execute(payload)
         else:
             answer = await asyncio.to_thread(execute, payload)
-    except Exception as exc:
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # sys.exit() in a tool must answer, not hang the call
         send({"type": "error", "id": call_id, "message": f"{type(exc).__name__}: {exc}"})
         return
     if not (isinstance(answer, dict) and "output" in answer):
         answer = {"output": answer}
-    send(
-        {
-            "type": "result",
-            "id": call_id,
-            "output": answer.get("output"),
-            "state_update": answer.get("state_update"),
-        }
-    )
+    result = {
+        "type": "result",
+        "id": call_id,
+        "output": answer.get("output"),
+        "state_update": answer.get("state_update"),
+    }
+    try:
+        send(result)
+    except Exception as exc:  # a circular or unprintable output: answer, or the call hangs
+        send({"type": "error", "id": call_id, "message": f"the output is not JSON: {exc!r}"})
 
 
 if __name__ == "__main__":
