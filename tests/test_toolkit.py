@@ -239,3 +239,14 @@ def test_budget_deferral_marks_definitions_and_follows_changes() -> None:
     assert [d.name for d in kit.definitions()] == ["tool_1", "tool_2"]
     assert not kit["tool_2"].definition.defer_loading
     assert kit.deferred_names() == {"tool_3"}
+
+
+def test_a_limit_of_zero_or_less_finds_nothing_whoever_ranks() -> None:
+    class Ranked(ToolSet):
+        def search(self, query: str, filter_tags: object = ()) -> list[str]:
+            return ["b", "a"]  # its own ranking, not the toolkit's index
+
+    kit = Toolkit(Ranked([make("a"), make("b")]), make("c"))
+    assert {t.name for t in kit.search("d", limit=3)} == {"a", "b", "c"}
+    for limit in (0, -1):
+        assert kit.search("d", limit=limit) == []  # -1 was every tool but the last

@@ -359,6 +359,8 @@ class Toolkit(ToolResolver):
         limit: int | None = None,
     ) -> list[Tool]:
         """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call."""
+        if limit is not None and limit <= 0:
+            return []  # whoever ranks them: `tools[:-1]` would be nearly all
         held = capabilities or self.capabilities
 
         def accept(name: str) -> bool:

@@ -77,7 +77,7 @@ class ToolSearchSource(Source):
                 ),
                 self._search,
                 source="tool_search",
-                input_schema=_schema("query", {"type": "string", "minLength": 1}),
+                input_schema=_schema("query", {"type": "string", "pattern": r"\S"}),  # not blank
             ),
             Tool(
                 ToolDefinition(
