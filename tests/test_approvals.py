@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import APPROVAL_TIMEOUT, RawPeer, demo_host, serve_stdio_command
-from toolmesh import AsyncClient, Host, ToolErrorCode, ToolEvent, connect_async
+from toolmesh import AsyncClient, Host, Limits, ToolErrorCode, ToolEvent, connect_async
 from toolmesh.transports.http import HttpServer
 
 
@@ -190,3 +190,28 @@ async def test_an_in_process_approver_must_answer_true_to_approve() -> None:
         "approval failed: the approver answered 'no' (str), not True or False"
     )
     assert outcomes[6][1] == "the approver denied 'deploy'"
+
+
+async def test_closing_an_in_process_client_ends_its_pending_approval(tmp_path: Path) -> None:
+    """The call ends at once, denied and audited, instead of waiting out the approval timeout."""
+    import asyncio
+
+    host = demo_host(tmp_path / "audit.db", limits=Limits(approval_timeout=60.0))
+    asked = asyncio.Event()
+
+    async def on_approval(event: ToolEvent) -> bool:
+        asked.set()
+        await asyncio.Event().wait()  # nobody ever answers
+        return True
+
+    client = await connect_async(host, on_approval=on_approval)
+    call = asyncio.ensure_future(client.call_tool("deploy", {"env": "x"}))
+    await asked.wait()
+    await client.close()
+    async with asyncio.timeout(5.0):  # not the 60 s approval timeout
+        result = await call
+    await host.close()
+    assert result.error_code == ToolErrorCode.TOOL_DENIED
+    assert "connection closed before the approval was answered" in (result.error or "")
+    rows = sqlite3.connect(tmp_path / "audit.db").execute("SELECT decision FROM audit").fetchall()
+    assert rows == [("approval:failed",)]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from toolmesh import ConfigError, ToolErrorCode, Toolkit, tool
+from toolmesh import ConfigError, ToolDefinition, ToolErrorCode, Toolkit, tool
 from toolmesh.policy import ArgumentCondition, Policy, Rule
 from toolmesh.store import MemoryStore
+from toolmesh.tools import Tool
 
 
 @tool
@@ -181,3 +182,133 @@ def test_from_config_refuses_malformed_tables() -> None:
         Policy.from_config({"rules": [{"name": "r", "effect": "deny"}, "x"]})
     with pytest.raises(ConfigError, match=r"^policy\.default: must be allow, deny or approve"):
         Policy.from_config({"default": "nope"})
+
+
+# -- regressions: ways past a deny rule -----------------------------------------------------------
+
+
+@tool
+def run_all(commands: list[str]) -> str:
+    """Pretend batch shell."""
+    return "ran " + "; ".join(commands)
+
+
+@tool
+def flagged(force: bool = False, data: Any = None) -> str:
+    """Pretend tool with a flag and a free-form argument."""
+    return "ran"
+
+
+@tool
+def set_mode(mode: Literal["safe", "force"] = "force") -> str:
+    """Pretend tool whose default is the dangerous choice."""
+    return f"ran {mode}"
+
+
+@pytest.mark.parametrize(
+    ("rule", "tool_name", "arguments"),
+    [
+        # A list argument was tested as its Python repr: "['rm -rf /']" has no "^rm".
+        (
+            Rule("no-rm", "deny", when=[ArgumentCondition("commands", matches=r"^rm\s")]),
+            "run_all",
+            {"commands": ["ls", "rm -rf /"]},
+        ),
+        # ... and a tab in a list item became the two characters "\t".
+        (
+            Rule("no-rm", "deny", when=[ArgumentCondition("commands", matches=r"rm\s+-rf")]),
+            "run_all",
+            {"commands": ["rm\t-rf /"]},
+        ),
+        # A boolean was tested as "True", not the JSON "true" a config author writes.
+        (
+            Rule("no-force", "deny", when=[ArgumentCondition("force", matches="^true$")]),
+            "flagged",
+            {"force": True},
+        ),
+        # A path crossing a list reached nothing.
+        (
+            Rule("no-etc", "deny", when=[ArgumentCondition("data.path", matches="^/etc")]),
+            "flagged",
+            {"data": [{"path": "/tmp/x"}, {"path": "/etc/passwd"}]},
+        ),
+        # An omitted argument runs with its default, which the rule must see.
+        (
+            Rule("no-force", "deny", when=[ArgumentCondition("mode", equals="force")]),
+            "set_mode",
+            {},
+        ),
+    ],
+)
+async def test_deny_rules_see_arguments_as_the_tool_gets_them(
+    rule: Rule, tool_name: str, arguments: dict[str, Any]
+) -> None:
+    store = MemoryStore()
+    toolkit = Toolkit(run_all, flagged, set_mode, hooks=[Policy([rule])], store=store)
+    result = await toolkit.execute(tool_name, arguments)
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert store.audit[-1].decision == rule.name
+
+
+async def test_an_allow_rule_on_a_list_must_hold_for_every_item() -> None:
+    policy = Policy(
+        [
+            Rule("workspace", "allow", when=[ArgumentCondition("commands", matches=r"^ls\b")]),
+            Rule("rest", "deny"),
+        ]
+    )
+    toolkit = Toolkit(run_all, hooks=[policy], store=MemoryStore())
+    assert (await toolkit.execute("run_all", {"commands": ["ls /ws", "ls -l"]})).success
+    mixed = await toolkit.execute("run_all", {"commands": ["ls /ws", "rm -rf /"]})
+    assert mixed.error_code == ToolErrorCode.TOOL_DENIED and "rest" in (mixed.error or "")
+
+
+async def test_a_rule_that_cannot_be_evaluated_denies_instead_of_raising() -> None:
+    deep: Any = "secret"
+    for _ in range(50_000):  # deeper than Python's stack
+        deep = [deep]
+    store = MemoryStore()
+    policy = Policy([Rule("no-secrets", "deny", when=[ArgumentCondition("data", matches="s")])])
+    toolkit = Toolkit(flagged, hooks=[policy], store=store)
+    result = await toolkit.execute("flagged", {"data": deep})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED
+    broken = Policy([Rule("odd", "deny", when=[lambda arguments: 1 / 0 > 0])])
+    toolkit = Toolkit(flagged, hooks=[broken], store=store)
+    result = await toolkit.execute("flagged", {})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED
+    assert "could not be evaluated: ZeroDivisionError" in (result.error or "")
+    assert store.audit[-1].decision == "odd"
+
+
+@pytest.mark.parametrize("pattern", ["fs.read", "fs.*", "fs.rea?"])
+@pytest.mark.parametrize("called_as", ["fs.read", "fs_read"])
+async def test_a_rule_naming_a_tool_as_its_source_does_catches_it(
+    pattern: str, called_as: str
+) -> None:
+    """A source's ``fs.read`` is listed as ``fs_read`` and callable by both names."""
+
+    async def read(arguments: dict[str, Any], ctx: Any) -> str:
+        return "read"
+
+    fs_read = Tool(ToolDefinition(name="fs.read", description="Read a file."), read)
+    policy = Policy([Rule("no-fs", "deny", tools=[pattern])])
+    toolkit = Toolkit(fs_read, hooks=[policy], store=MemoryStore())
+    result = await toolkit.execute(called_as, {})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED
+
+
+def test_rules_and_conditions_refuse_shapes_that_would_switch_them_off() -> None:
+    # tools="deploy" used to be the patterns "d", "e", "p", ... matching no real tool.
+    assert Rule("r", "deny", tools="deploy").tools == ("deploy",)
+    condition = ArgumentCondition("env", equals="prod")
+    assert Rule("r", "deny", when=condition).when == (condition,)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="one_of must be a list"):
+        ArgumentCondition("env", one_of="prod")  # "pr" in "prod" is a substring test
+    with pytest.raises(ConfigError, match="empty parts"):
+        ArgumentCondition("options..mode", equals="x")
+    with pytest.raises(ConfigError, match=r"^policy\.rules\[0\]\.when: .*empty parts"):
+        Policy.from_config(
+            {"rules": [{"name": "r", "effect": "deny", "when": {"argument": "a.", "equals": 1}}]}
+        )
+    with pytest.raises(ConfigError, match=r"^policy\.rules\[0\]: .*non-empty name patterns"):
+        Policy.from_config({"rules": [{"name": "r", "effect": "deny", "tools": ["shell", ""]}]})

@@ -79,6 +79,7 @@ logger = logging.getLogger("toolmesh.host")
 
 Deliver = Callable[[Any], None]
 SUPPORTED_A2E_CAPS = frozenset({"tools"})
+_CLOSED_BEFORE_ANSWER = "the connection closed before the approval was answered"
 
 
 class Host:
@@ -298,6 +299,7 @@ class Connection:
         self._deliver = deliver
         self._calls: dict[str, asyncio.Future[None]] = {}
         self._approvals: dict[str, asyncio.Future[bool]] = {}
+        self._deciding: set[asyncio.Future[Any]] = set()  # in-process handlers' answers
         self._closed = False
         self.approval_handler: Callable[[ApprovalRequest], Any] | None = None
         """In-process clients answer approvals directly; wire peers get an `approval` event."""
@@ -560,10 +562,12 @@ class Connection:
     # -- approvals -------------------------------------------------------------------------------
 
     async def _ask_approval(self, request: ApprovalRequest) -> Any:
+        if self._closed:  # nobody is left to answer
+            raise ApprovalFailed(_CLOSED_BEFORE_ANSWER)
         handler = self.approval_handler
         if handler is not None:  # the pipeline judges the answer: only True approves
             answer = handler(request)
-            return await answer if inspect.isawaitable(answer) else answer
+            return await self._handler_answer(answer) if inspect.isawaitable(answer) else answer
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._approvals[request.id] = future
         self._deliver(request.event)  # even for a non-streaming call: it needs an answer
@@ -571,6 +575,29 @@ class Connection:
             return await future
         finally:
             self._approvals.pop(request.id, None)
+
+    async def _handler_answer(self, answer: Awaitable[Any]) -> Any:
+        """Await an in-process handler's answer, which closing the connection ends: the call
+        is denied then, not left waiting for the approval timeout."""
+        deciding = asyncio.ensure_future(answer)
+        self._deciding.add(deciding)
+        try:
+            return await deciding
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._closed and current is not None and not current.cancelling():
+                raise ApprovalFailed(_CLOSED_BEFORE_ANSWER) from None
+            raise
+        finally:
+            self._deciding.discard(deciding)
+
+    def _end_approvals(self) -> None:
+        """Closing: every approval still waiting ends as failed (audited so), at once."""
+        for future in list(self._approvals.values()):
+            if not future.done():
+                future.set_exception(ApprovalFailed(_CLOSED_BEFORE_ANSWER))
+        for deciding in list(self._deciding):
+            deciding.cancel()
 
     def _answer_approval(self, response: ApprovalResponse) -> None:
         future = self._approvals.get(response.req_id)
@@ -601,6 +628,7 @@ class Connection:
     async def close(self) -> None:
         """Cancel running calls (each is audited as cancelled) and forget the session."""
         self._closed = True
+        self._end_approvals()
         running = list(self._calls.values())
         for task in running:
             task.cancel()

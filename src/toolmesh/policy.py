@@ -15,6 +15,7 @@ decides. Rules come from code or from the ``[[policy.rules]]`` tables of toolmes
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,12 @@ Predicate = Callable[[Mapping[str, Any]], bool]
 class ArgumentCondition:
     """A test on one argument: ``matches`` (regex search on its text), ``equals`` or ``one_of``.
 
-    ``argument`` is a name or a dotted path (``options.mode``). A missing argument never matches.
+    ``argument`` is a name or a dotted path (``options.mode``); a path crosses lists too
+    (``files.path`` reaches the ``path`` of every item of ``files``). A missing argument never
+    matches. Numbers, booleans and null are tested as their JSON text (``true``, not ``True``).
+    A list or object is tested item by item (keys too): for a deny or approve rule the condition
+    holds when any item holds; for an allow rule only when every item does, so that hiding one
+    value among others never widens what a rule lets through.
     """
 
     argument: str
@@ -46,37 +52,130 @@ class ArgumentCondition:
     one_of: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.argument, str) or not all(self.argument.split(".")):
+            raise ConfigError(
+                f"condition on {self.argument!r}: the argument must be a name or a dotted path "
+                "without empty parts"
+            )
         given = [self.matches is not None, self.equals is not None, self.one_of is not None]
         if sum(given) != 1:
             raise ConfigError(
                 f"condition on {self.argument!r} needs exactly one of matches, equals, one_of"
             )
+        if isinstance(self.one_of, str | bytes | Mapping):  # `in` a str tests substrings
+            raise ConfigError(f"condition on {self.argument!r}: one_of must be a list of values")
         if self.matches is not None:
             try:
                 re.compile(self.matches)
-            except re.error as exc:
+            except (re.error, TypeError) as exc:
                 raise ConfigError(f"condition on {self.argument!r}: bad regex: {exc}") from exc
 
     def __call__(self, arguments: Mapping[str, Any]) -> bool:
-        found, value = _lookup(arguments, self.argument)
-        if not found:
+        return self.holds(arguments)
+
+    def holds(self, arguments: Mapping[str, Any], *, every: bool = False) -> bool:
+        """Whether the condition holds; ``every``: a list or object must hold in each item
+        (allow rules), else in any item (deny and approve rules)."""
+        found = _lookup(arguments, self.argument)
+        present = [value for value in found if value is not _MISSING]
+        if not present:
             return False
+        if every:  # an item without the argument is one the rule cannot vouch for
+            return len(present) == len(found) and all(map(self._holds_every, present))
+        return any(map(self._holds_any, present))
+
+    def _holds_any(self, value: Any) -> bool:
+        if self._holds_whole(value):
+            return True
+        return _is_container(value) and any(map(self._holds_whole, _leaves(value)))
+
+    def _holds_every(self, value: Any) -> bool:
+        if self._holds_whole(value):
+            return True
+        leaves = _leaves(value) if _is_container(value) else []
+        return bool(leaves) and all(map(self._holds_whole, leaves))
+
+    def _holds_whole(self, value: Any) -> bool:
         if self.matches is not None:
-            return (
-                re.search(self.matches, value if isinstance(value, str) else str(value)) is not None
-            )
+            if _is_container(value):
+                return False  # tested item by item
+            return re.search(self.matches, _text(value)) is not None
         if self.one_of is not None:
-            return value in self.one_of
-        return bool(value == self.equals)
+            return any(_equal(value, option) for option in self.one_of)
+        return _equal(value, self.equals)
 
 
-def _lookup(arguments: Mapping[str, Any], path: str) -> tuple[bool, Any]:
-    value: Any = arguments
+def _text(value: Any) -> str:
+    """The text a regex sees: a string as it is, a number, boolean or null as JSON writes it."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool | int | float):
+        try:
+            return json.dumps(value)
+        except ValueError:  # not reachable for these types; kept total
+            return str(value)
+    return str(value)
+
+
+def _equal(value: Any, expected: Any) -> bool:
+    try:
+        return bool(value == expected)
+    except Exception:  # an in-process caller's object with a broken __eq__ decides nothing
+        return False
+
+
+_MISSING = object()
+"""What a path reaches in a list item that lacks it."""
+
+
+def _is_container(value: Any) -> bool:
+    return isinstance(value, list | tuple | Mapping)
+
+
+def _leaves(value: Any) -> list[Any]:
+    """Every key and scalar inside a list or object, walked without recursion (an argument
+    may nest deeper than Python's stack) and each container once (it may contain itself)."""
+    leaves: list[Any] = []
+    seen: set[int] = set()
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            leaves.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            pending.extend(item)
+        else:
+            leaves.append(item)
+    return leaves
+
+
+def _lookup(arguments: Mapping[str, Any], path: str) -> list[Any]:
+    """The values at ``path``: one for plain nesting, one per item where it crosses a list
+    (``_MISSING`` for an item without it); none when the path reaches nothing."""
+    values: list[Any] = [arguments]
+    crossed = False  # past a list, an absence is one item's, kept so `every` can see it
     for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return False, None
-        value = value[part]
-    return True, value
+        crossed = crossed or any(isinstance(v, list | tuple) for v in values)
+        reached: list[Any] = []
+        for value in values:
+            reached.extend(_step(value, part, crossed))
+        values = reached
+    return values
+
+
+def _step(value: Any, part: str, crossed: bool) -> list[Any]:
+    if isinstance(value, Mapping) and part in value:
+        return [value[part]]
+    if isinstance(value, list | tuple):
+        return [found for item in value for found in _step(item, part, True)]
+    return [_MISSING] if crossed else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +187,59 @@ class Rule:
     tools: Sequence[str] = ("*",)
     when: Sequence[Predicate] = ()
     reason: str = ""
+    _patterns: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.effect not in ("allow", "deny", "approve"):
             raise ConfigError(f"rule {self.name!r}: effect must be allow, deny or approve")
         if not self.name:
             raise ConfigError("every policy rule needs a name (the audit log records it)")
+        # A bare string is a Sequence of one-letter patterns, and a bare condition is not a
+        # sequence at all: either would quietly switch the rule off.
+        tools = (self.tools,) if isinstance(self.tools, str) else tuple(self.tools)
+        if not tools or not all(isinstance(pattern, str) and pattern for pattern in tools):
+            raise ConfigError(f"rule {self.name!r}: tools must be non-empty name patterns")
+        when = (self.when,) if callable(self.when) else tuple(self.when)
+        if not all(callable(condition) for condition in when):
+            raise ConfigError(f"rule {self.name!r}: when must be a list of conditions")
+        object.__setattr__(self, "tools", tools)
+        object.__setattr__(self, "when", when)
+        object.__setattr__(self, "_patterns", _with_public_forms(tools))
 
     def matches(self, tool_name: str, arguments: Mapping[str, Any]) -> bool:
-        if not any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in self.tools):
+        if not any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in self._patterns):
             return False
-        return all(condition(arguments) for condition in self.when)
+        every = self.effect == "allow"  # an allow rule must hold for every item of a list
+        return all(
+            condition.holds(arguments, every=every)
+            if isinstance(condition, ArgumentCondition)
+            else condition(arguments)
+            for condition in self.when
+        )
+
+
+def _with_public_forms(patterns: Sequence[str]) -> tuple[str, ...]:
+    """The patterns, plus each as the toolkit's public names spell it: a tool its source calls
+    ``fs.read`` is ``fs_read`` (reachable by both names), and a rule naming ``fs.read`` must
+    still catch it."""
+    from toolmesh.toolkit import sanitize_name  # the toolkit imports far more than we need
+
+    forms = list(patterns)
+    for pattern in patterns:
+        if not _GLOB.search(pattern):
+            public = sanitize_name(pattern)
+        else:
+            public = _ILLEGAL_IN_GLOB.sub("_", pattern)
+            if _NEEDS_LEAD.match(public):
+                public = "_" + public  # "1pass*" names "_1password"
+        if public not in forms:
+            forms.append(public)
+    return tuple(forms)
+
+
+_GLOB = re.compile(r"[*?\[]")
+_ILLEGAL_IN_GLOB = re.compile(r"[^A-Za-z0-9_\-*?\[\]!]")
+_NEEDS_LEAD = re.compile(r"[0-9\-]")
 
 
 @dataclass
@@ -109,8 +250,14 @@ class Policy:
     default: Effect = "allow"
 
     def __call__(self, session: Session, tool: Tool, arguments: Mapping[str, Any]) -> Decision:
+        seen = _with_defaults(arguments, tool.input_schema)
         for rule in self.rules:
-            if rule.matches(tool.name, arguments):
+            try:
+                matched = rule.matches(tool.name, seen)
+            except Exception as exc:  # a rule that cannot be judged must not let a call by
+                reason = f"policy rule {rule.name!r} could not be evaluated: {_describe(exc)}"
+                return Decision(False, reason, rule=rule.name)
+            if matched:
                 return _decision(rule.effect, rule.name, rule.reason, tool.name)
         return _decision(self.default, "default", "", tool.name)
 
@@ -208,6 +355,26 @@ def _condition_from_config(raw: Any, where: str) -> ArgumentCondition:
         )
     except ConfigError as exc:
         raise ConfigError(str(exc), location=where) from None
+
+
+def _with_defaults(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The arguments as the tool will see them: a missing top-level argument with a default in
+    the schema has that value (a rule on ``mode = "force"`` must catch a call that omits a
+    ``mode`` defaulting to "force"). A default of null stays missing: it means "not given"."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping):
+        return arguments
+    defaults = {
+        name: spec["default"]
+        for name, spec in properties.items()
+        if name not in arguments and isinstance(spec, Mapping) and spec.get("default") is not None
+    }
+    return {**arguments, **defaults} if defaults else arguments
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _decision(effect: Effect, rule: str, reason: str, tool: str) -> Decision:
