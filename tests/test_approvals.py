@@ -215,3 +215,28 @@ async def test_closing_an_in_process_client_ends_its_pending_approval(tmp_path: 
     assert "connection closed before the approval was answered" in (result.error or "")
     rows = sqlite3.connect(tmp_path / "audit.db").execute("SELECT decision FROM audit").fetchall()
     assert rows == [("approval:failed",)]
+
+
+async def test_a_call_cancelled_while_it_waits_for_approval_is_audited_so() -> None:
+    import asyncio
+
+    from tests.fixtures.demo_tools import deploy
+    from toolmesh import Toolkit
+    from toolmesh.store import MemoryStore
+
+    asked = asyncio.Event()
+
+    async def silent(request: Any) -> bool:
+        asked.set()
+        await asyncio.Event().wait()  # nobody answers
+        return True
+
+    store = MemoryStore()
+    kit = Toolkit(deploy, store=store)
+    call = asyncio.ensure_future(kit.execute("deploy", {"env": "x"}, on_approval=silent))
+    await asked.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    (entry,) = store.audit
+    assert (entry.error_code, entry.decision) == ("cancelled", "approval:cancelled")  # was ""

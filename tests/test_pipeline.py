@@ -292,3 +292,15 @@ async def test_a_result_names_the_tool_it_was_called_by() -> None:
     kit.add(answer, prefix="p")
     result = await kit.execute("p_answer", {})
     assert result.tool_name == "p_answer" and result.error == "no"
+
+
+async def test_a_policy_hook_that_raises_denies_the_call() -> None:
+    def broken(session: Session, tool: Tool, arguments: Mapping[str, Any]) -> Decision | None:
+        raise KeyError("rules")
+
+    store = MemoryStore()
+    kit = Toolkit(echo, hooks=[broken], store=store)
+    result = await kit.execute("echo", {"text": "hi"})  # it used to raise out of execute
+    assert result.error_code == ToolErrorCode.TOOL_DENIED
+    assert "policy hook 'broken' failed: KeyError" in (result.error or "")
+    assert [e.decision for e in store.audit] == ["hook:0:error"]

@@ -190,6 +190,8 @@ class Pipeline:
                 if verdict.allowed and (
                     verdict.needs_approval or tool.definition.requires_approval
                 ):
+                    # What the audit says if the call is cancelled while it waits for the answer
+                    decision = f"{verdict.rule}:approval:cancelled".lstrip(":")
                     verdict = await self._approve(session, tool, spec, verdict)
                 decision = verdict.rule
                 if not verdict.allowed:
@@ -255,10 +257,15 @@ class Pipeline:
     async def _ask_hooks(
         self, session: Session, tool: Tool, arguments: Mapping[str, Any]
     ) -> Decision:
-        for hook in self.hooks:
-            verdict = hook(session, tool, arguments)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
+        for index, hook in enumerate(self.hooks):
+            try:
+                verdict = hook(session, tool, arguments)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+            except Exception as exc:  # a hook that cannot judge lets nothing by
+                name = getattr(hook, "__name__", type(hook).__name__)
+                reason = f"policy hook {name!r} failed: {_describe(exc)}"
+                return Decision(False, reason, rule=f"hook:{index}:error")
             if verdict is not None:
                 return verdict
         return _ALLOWED

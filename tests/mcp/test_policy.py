@@ -183,3 +183,25 @@ async def test_capability_override(policy: str, tmp_path: Path) -> None:
         await http.aclose()
         await server.stop()
         await host.close()
+
+
+@pytest.mark.parametrize("variant", ["stdio-auto", "http-auto"])
+async def test_a_sealed_approval_runs_one_call_only(variant: str, tmp_path: Path) -> None:
+    from toolmesh.mcp.approvals import APPROVAL_INPUT
+
+    async def never(context: Any, params: Any) -> ElicitResult:
+        raise AssertionError("the test answers the input request itself")
+
+    async with serving(variant, tmp_path / "a.db", never) as client:
+        assert client.protocol_version == "2026-07-28"
+        asked = await client.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
+        state = asked.request_state
+        approve = {APPROVAL_INPUT: ElicitResult(action="accept", content={"approve": True})}
+        ran = await client.call_tool(
+            "deploy", {"env": "prod"}, input_responses=approve, request_state=state
+        )
+        assert not ran.is_error and text_of(ran) == "deployed to prod"
+        again = await client.call_tool(  # the same approval sent back: not a second deploy
+            "deploy", {"env": "prod"}, input_responses=approve, request_state=state
+        )
+        assert again.is_error and "used already" in text_of(again)

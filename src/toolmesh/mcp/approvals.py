@@ -6,7 +6,8 @@
 - 2026-07-28 (stateless): ``tools/call`` answers ``input_required`` with the same elicitation as
   an input request and a sealed ``requestState``; the client retries the call with its answer.
   The state is bound to the tool and its arguments and signed with the host's key, so it cannot
-  be reused for another call or forged, and it expires with the approval timeout.
+  be reused for another call or forged, and it expires with the approval timeout. It carries
+  the approval's id, which the host spends on first use: one approval runs one call.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from typing import Any
 from toolmesh.audit import digest_arguments
 from toolmesh.pipeline import ApprovalPending, ApprovalRequest
 
-__all__ = ["APPROVAL_INPUT", "ElicitationNeeded", "answer_of", "elicitation", "seal", "unseal"]
+__all__ = [
+    "APPROVAL_INPUT",
+    "ElicitationNeeded",
+    "SpentApprovals",
+    "answer_of",
+    "elicitation",
+    "seal",
+    "unseal",
+]
 
 APPROVAL_INPUT = "toolmesh_approval"
 """The key of the approval among a 2026-07-28 call's input requests and responses."""
@@ -72,6 +81,7 @@ def seal(key: bytes, request: ApprovalRequest, ttl: float) -> str:
     """An opaque ``requestState`` for ``request``, valid for ``ttl`` seconds."""
     body = json.dumps(
         {
+            "id": request.id,
             "tool": request.tool_name,
             "args": digest_arguments(dict(request.arguments))[1],
             "exp": time.time() + ttl,
@@ -82,28 +92,51 @@ def seal(key: bytes, request: ApprovalRequest, ttl: float) -> str:
     return _b64(body) + "." + _b64(mac)
 
 
-def unseal(key: bytes, state: Any, tool_name: str, arguments: Mapping[str, Any]) -> bool:
-    """Whether ``state`` is one this host sealed for exactly this call, and still valid."""
+def unseal(
+    key: bytes, state: Any, tool_name: str, arguments: Mapping[str, Any]
+) -> tuple[str, float] | None:
+    """The approval id and expiry of ``state`` when this host sealed it for exactly this call
+    and it is still valid, else None."""
     if not isinstance(state, str) or state.count(".") != 1:
-        return False
+        return None
     body_text, mac_text = state.split(".")
     try:
         body, mac = _unb64(body_text), _unb64(mac_text)
     except (ValueError, TypeError):
-        return False
+        return None
     if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
-        return False  # checked first: only what this host sealed is ever parsed
+        return None  # checked first: only what this host sealed is ever parsed
     try:
         sealed = json.loads(body)
     except ValueError:
-        return False
-    return (
+        return None
+    valid = (
         isinstance(sealed, dict)
+        and isinstance(sealed.get("id"), str)
         and sealed.get("tool") == tool_name
         and sealed.get("args") == digest_arguments(dict(arguments))[1]
         and isinstance(sealed.get("exp"), int | float)
         and sealed["exp"] > time.time()
     )
+    return (sealed["id"], float(sealed["exp"])) if valid else None
+
+
+class SpentApprovals:
+    """The sealed approvals a host has used, until they expire: a ``requestState`` sent back
+    twice would otherwise run its approved call twice (a deploy, say)."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, float] = {}
+
+    def spend(self, approval_id: str, expires: float) -> bool:
+        """False when ``approval_id`` was spent already; else it is spent now."""
+        now = time.time()
+        if len(self._spent) > 1024:  # forget the expired ones now and then
+            self._spent = {key: exp for key, exp in self._spent.items() if exp > now}
+        if approval_id in self._spent:
+            return False
+        self._spent[approval_id] = expires
+        return True
 
 
 def _b64(data: bytes) -> str:

@@ -38,6 +38,7 @@ from toolmesh.errors import ArgumentError, ConfigError
 from toolmesh.mcp.approvals import (
     APPROVAL_INPUT,
     ElicitationNeeded,
+    SpentApprovals,
     answer_of,
     elicitation,
     seal,
@@ -102,6 +103,7 @@ class MCPService:
         instructions: str | None = None,
     ) -> None:
         self.approval_key = os.urandom(32)  # seals 2026-07-28 approval states
+        self.spent_approvals = SpentApprovals()  # each runs one call
         from toolmesh import __version__
 
         self.host = host
@@ -506,8 +508,11 @@ class MCPPeer:
             responses = params.get("inputResponses")
             state = params.get("requestState")
             if isinstance(responses, dict) and APPROVAL_INPUT in responses:
-                if not unseal(service.approval_key, state, request.tool_name, request.arguments):
+                sealed = unseal(service.approval_key, state, request.tool_name, request.arguments)
+                if sealed is None:
                     raise ValueError("the approval's requestState is missing, expired or forged")
+                if not service.spent_approvals.spend(*sealed):
+                    raise ValueError("the approval's requestState was used already")
                 return answer_of(responses[APPROVAL_INPUT])
             ask = {"method": "elicitation/create", "params": elicitation(request)}
             ttl = service.host.pipeline.limits.approval_timeout
