@@ -328,3 +328,73 @@ async def test_connect_names_an_unusable_url(url: str, reason: str) -> None:
     with pytest.raises(ConfigError, match=reason) as refused:
         await connect_async(url)
     assert f"cannot connect to {url!r}" in str(refused.value)
+
+
+async def test_a_client_gone_mid_body_is_no_error(tmp_path: Path) -> None:
+    """The body stops with a disconnect: POST /send ends quietly (an exception out of the app
+    is a traceback in uvicorn's log) and nothing reaches the session."""
+    from toolmesh.transports.http import build_app
+
+    host = demo_host(tmp_path / "a.db")
+    app = build_app(host)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        session_id = (await http.post("/session")).json()["session_id"]
+    arriving: list[dict[str, object]] = [
+        {"type": "http.request", "body": b'{"type"', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return arriving.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/send",
+        "headers": [(b"x-session-id", session_id.encode())],
+    }
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    assert sent == []
+    assert app.state.sessions.peers[session_id].queue.empty()
+    await host.close()
+
+
+async def test_a_huge_unknown_session_id_is_not_echoed_whole(server: str) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        unknown = await http.post(
+            f"{server}/send", content=b"{}", headers={"X-Session-Id": "a" * 50_000}
+        )
+    assert unknown.status_code == 404
+    assert len(unknown.content) < 300 and "50000 characters" in unknown.json()["error"]
+
+
+async def test_answers_nobody_streams_are_bounded(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that never opens (or reads) its stream: /send answers 429 once the answers
+    waiting pass the limit, and takes messages again once the stream collected them."""
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", 1000)
+    ping = b'{"type":"ping","id":"p"}'
+    async with httpx.AsyncClient(timeout=30) as http:
+        session_id = (await http.post(f"{server}/session")).json()["session_id"]
+        headers = {"X-Session-Id": session_id}
+        statuses = [
+            (await http.post(f"{server}/send", content=ping, headers=headers)).status_code
+            for _ in range(20)
+        ]
+        assert statuses[:7] == [200] * 7 and statuses[-1] == 429
+        refused = await http.post(f"{server}/send", content=ping, headers=headers)
+        assert "wait for GET /stream" in refused.json()["error"]
+        async with http.stream("GET", f"{server}/stream", headers=headers) as stream:
+            pongs = 0
+            async for line in stream.aiter_lines():
+                pongs += line.startswith("data: ")
+                if pongs == statuses.count(200):
+                    break
+            sent = await http.post(f"{server}/send", content=ping, headers=headers)
+            assert sent.status_code == 200

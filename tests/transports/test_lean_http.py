@@ -263,3 +263,51 @@ def test_a_bad_port_is_named(url: str) -> None:
     with pytest.raises(ValueError, match="is not a usable URL") as refused:
         LeanClient(url)
     assert repr(url) in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "interim",
+    [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"],
+)
+async def test_interim_1xx_answers_are_skipped(interim: bytes) -> None:
+    async def early(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(interim + answer(b"final"))
+
+    async with Server(early) as url:
+        assert await post(url) == (200, b"final")
+
+
+async def test_chunked_framing_wins_over_a_content_length() -> None:
+    async def both(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"2;ext=1\r\nok\r\n0\r\n\r\n"
+        )
+
+    async with Server(both) as url:
+        assert await post(url) == (200, b"ok")
+
+
+async def test_conflicting_content_lengths_are_refused_and_not_resent() -> None:
+    requests = 0
+
+    async def conflicting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        while True:
+            await read_request(reader)
+            requests += 1
+            if requests == 1:
+                writer.write(answer(b"ok"))
+            else:
+                writer.write(answer(b"hello", b"Content-Length: 2"))
+
+    async with Server(conflicting) as url:
+        client = LeanClient(url)
+        async with await client.post(url, b"{}") as response:
+            assert await response.aread() == b"ok"
+        with pytest.raises(LeanProtocolError, match="conflicting lengths"):
+            await client.post(url, b"{}")  # on the reused connection
+        await client.aclose()
+    assert requests == 2  # an unusable answer is no reason to send the request again

@@ -128,3 +128,24 @@ async def test_a_long_backlog_pauses_the_pipe_until_it_drains() -> None:
     feed.end()
     await feed.finished
     assert pipe.reading and len(handle.handled) == 1001
+
+
+async def test_a_crlf_line_end_does_not_count_against_the_limit() -> None:
+    seen = Recorder()
+    feed = LineFeed(seen, 10)
+    feed.feed(b"x" * 10 + b"\r")  # at the limit, its LF still to come
+    feed.feed(b"\n" + b"y" * 10 + b"\r\n" + b"z" * 11 + b"\r\n")
+    feed.end()
+    assert seen.lines == [b"x" * 10, b"y" * 10, Oversized(11)]
+    await feed.finished
+
+
+async def test_a_byte_order_mark_before_a_line_is_dropped() -> None:
+    """Windows tools start a file with a BOM (and cat joins such files): not JSON."""
+    seen = Recorder()
+    feed = LineFeed(seen, 10)
+    feed.feed(b"\xef\xbb")  # split across reads
+    feed.feed(b'\xbf{"a":1}\n\xef\xbb\xbf{"b":2}\r\n')
+    feed.end()
+    assert seen.lines == [b'{"a":1}', b'{"b":2}']
+    await feed.finished

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -134,3 +135,31 @@ def test_a_terminal_as_stdin_and_stdout(tmp_path: Path) -> None:
         process.terminate()
         process.wait(timeout=30)
         os.close(leader)
+
+
+def test_a_peer_that_closes_stdout_ends_the_host_cleanly(tmp_path: Path) -> None:
+    """Nobody reads the answers any more (even while stdin stays open, say held by a process
+    the peer started): the host stops, without a traceback, and exits 0."""
+    process = subprocess.Popen(
+        serve_stdio_command(tmp_path / "a.db"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(b'{"type":"handshake/req","id":"h","agent_caps":["tools"]}\n')
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["type"] == "handshake/resp"
+        process.stdout.close()
+        call = b'{"type":"tool/call/req","id":"c","tool_name":"hold","arguments":{"seconds":60}}'
+        with contextlib.suppress(BrokenPipeError):  # the host may have gone already
+            process.stdin.write(call + b"\n")
+            process.stdin.flush()
+        assert process.wait(timeout=30) == 0
+        assert process.stderr is not None and b"Traceback" not in process.stderr.read()
+    finally:
+        process.kill()
+        process.wait()
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()

@@ -50,6 +50,8 @@ SESSION_HEADER = "X-Session-Id"
 _END = b""  # queued to wake a stream so it ends (None in a queue asks for a keepalive)
 IDLE_SESSION_SECONDS = 600.0
 KEEPALIVE_SECONDS = 15.0
+MAX_UNSENT_BYTES = 16 * 1024 * 1024  # answers waiting for a stream; past it /send answers 429
+SHOWN_ID_CHARS = 64  # of a session id echoed in an error (ours have 32)
 
 
 class _Peer:
@@ -188,8 +190,9 @@ def build_app(
             return JSONResponse({"error": f"missing {SESSION_HEADER} header"}, status_code=400)
         peer = sessions.peers.get(session_id) or await sessions.adopt(session_id)
         if peer is None:
+            shown = _shortened(session_id)
             return JSONResponse(
-                {"error": f"unknown session {session_id!r}; POST /session first"},
+                {"error": f"unknown session {shown!r}; POST /session first"},
                 status_code=404,
             )
         peer.last_seen = time.monotonic()
@@ -207,10 +210,15 @@ def build_app(
         """POST /send as plain ASGI: every call passes here (``_A2EApp`` skips the router)."""
         headers = Headers(scope=scope)
         answer = refuse_unwelcome(headers, origins, auth_token) or await peer_of(headers)
+        if not isinstance(answer, Response):
+            answer = _backlog_refusal(answer) or answer
         if isinstance(answer, Response):
             await answer(scope, receive, reply)
             return
-        body = await _bounded_body(receive, host.max_message_bytes)
+        try:
+            body = await _bounded_body(receive, host.max_message_bytes)
+        except ClientDisconnect:
+            return  # the client gave up mid-body: nothing to handle, nobody to answer
         if body is None:
             answer._deliver(
                 ErrorMessage(
@@ -325,6 +333,29 @@ class _Asgi:
         await self._app(scope, receive, send)
 
 
+def _shortened(session_id: str) -> str:
+    """A session id as an error shows it: a huge header is not echoed whole."""
+    if len(session_id) <= SHOWN_ID_CHARS:
+        return session_id
+    return f"{session_id[:SHOWN_ID_CHARS]}... ({len(session_id)} characters)"
+
+
+def _backlog_refusal(peer: _Peer) -> Response | None:
+    """429 while too many answers wait for the session's stream (a client that never opens
+    or never reads it): the queue would otherwise grow without bound."""
+    waiting = peer.queue.unsent_bytes
+    if waiting <= MAX_UNSENT_BYTES:
+        return None
+    return JSONResponse(
+        {
+            "error": f"{waiting} bytes of answers wait for GET /stream (limit "
+            f"{MAX_UNSENT_BYTES}); read the stream, then send again"
+        },
+        status_code=429,
+        headers={"Retry-After": "1"},
+    )
+
+
 _OK = b'{"ok":true}'
 _OK_HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"11")]
 
@@ -387,15 +418,19 @@ class _StreamQueue(asyncio.Queue[bytes | None]):
     def _init(self, maxsize: int) -> None:
         self._queue: collections.deque[bytes | None] = collections.deque()
         self._to_front = False
+        self.unsent_bytes = 0  # of the messages waiting (what bounds a session's backlog)
 
     def _put(self, item: bytes | None) -> None:
+        self.unsent_bytes += len(item or b"")
         if self._to_front:
             self._queue.appendleft(item)
         else:
             self._queue.append(item)
 
     def _get(self) -> bytes | None:
-        return self._queue.popleft()
+        item = self._queue.popleft()
+        self.unsent_bytes -= len(item or b"")
+        return item
 
     def put_back(self, item: bytes | None) -> None:
         self._to_front = True

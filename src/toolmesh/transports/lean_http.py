@@ -59,6 +59,10 @@ class LeanProtocolError(LeanError):
     pass
 
 
+class _Unanswered(LeanProtocolError):
+    """The server closed the connection before answering (an idle one it had dropped)."""
+
+
 class _Connection:
     __slots__ = ("reader", "writer")
 
@@ -143,7 +147,9 @@ class LeanClient:
                 )
             except (LeanProtocolError, OSError) as exc:
                 connection.close()
-                if reused and attempt == 0:
+                # Only a connection the server had closed is tried again: an answer that
+                # came but is unusable means the server may have acted on the request.
+                if reused and attempt == 0 and isinstance(exc, _Unanswered | OSError):
                     continue  # the server closed an idle connection; one fresh try
                 if isinstance(exc, LeanError):
                     raise
@@ -219,7 +225,13 @@ class LeanResponse:
     async def aread(self) -> bytes:
         """The whole body."""
         connection = self._connection
-        if connection is not None and not self._done and self._length and not self._decoder:
+        if (
+            connection is not None
+            and not self._done
+            and self._length
+            and not self._chunked  # chunked framing wins over a Content-Length (RFC 9112 6.3)
+            and not self._decoder
+        ):
             # A body of known length is read at once, under one timeout.
             reading = connection.reader.readexactly(self._length)
             body = await _read(reading, self._read_timeout)
@@ -370,15 +382,27 @@ def _decoder(coding: str) -> zlib._Decompress | None:
 async def _read_head(
     reader: asyncio.StreamReader, timeout: float | None
 ) -> tuple[int, dict[str, str], int | None, bool, bool]:
+    """The final answer's head: interim 1xx answers (100 Continue, 103 Early Hints) that a
+    server may send first are skipped (RFC 9110 15.2)."""
+    while True:
+        head = _parse_head(await _read_raw_head(reader, timeout))
+        if not 100 <= head[0] < 200 or head[0] == 101:
+            return head
+
+
+async def _read_raw_head(reader: asyncio.StreamReader, timeout: float | None) -> bytes:
     try:
         async with asyncio.timeout(timeout):
-            raw = await reader.readuntil(b"\r\n\r\n")
+            return await reader.readuntil(b"\r\n\r\n")
     except TimeoutError:
         raise LeanTimeout("the server did not answer in time") from None
     except asyncio.IncompleteReadError:
-        raise LeanProtocolError("the server closed the connection without answering") from None
+        raise _Unanswered("the server closed the connection without answering") from None
     except asyncio.LimitOverrunError:
         raise LeanProtocolError("the answer's head is too long") from None
+
+
+def _parse_head(raw: bytes) -> tuple[int, dict[str, str], int | None, bool, bool]:
     status_line, *header_lines = raw[:-4].split(b"\r\n")
     parts = status_line.split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
@@ -393,6 +417,8 @@ async def _read_head(
         text = value.strip().decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
         if key == "content-length" and text.isdigit():
+            if length is not None and length != int(text):  # which one frames the body?
+                raise LeanProtocolError(f"the answer has conflicting lengths: {headers[key]}")
             length = int(text)
         elif key == "transfer-encoding" and "chunked" in text.lower():
             chunked = True

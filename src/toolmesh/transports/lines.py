@@ -32,6 +32,8 @@ LineHandler = Callable[["bytes | Oversized"], "Awaitable[Any] | None"]
 """Takes one line; returns None when done with it, or an awaitable the next lines wait for."""
 
 _BACKLOG = 256  # lines waiting behind a busy handler before the pipe is paused
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark: Windows tools start files with it
+_FRAMING_SLACK = len(_BOM) + 1  # a BOM and the CR of a CRLF are not part of the message
 
 
 class LineFeed(asyncio.Protocol):
@@ -84,7 +86,7 @@ class LineFeed(asyncio.Protocol):
                     self._skipping += rest
                 elif rest:
                     buffer += data[start:]
-                    if len(buffer) > self._max_bytes:
+                    if len(buffer) > self._max_bytes + _FRAMING_SLACK:
                         self._skipping = len(buffer)
                         buffer.clear()
                 break
@@ -121,6 +123,9 @@ class LineFeed(asyncio.Protocol):
     # -- handling --------------------------------------------------------------------------------
 
     def _take(self, line: bytes) -> None:
+        # The limit is the message's: a CRLF line end or a leading BOM (a file saved on
+        # Windows, or files joined by cat) does not count, and JSON would refuse the BOM.
+        line = line.removeprefix(_BOM).removesuffix(b"\r")
         if len(line) > self._max_bytes:
             self._lines.append(Oversized(len(line)))
         elif line.strip():

@@ -44,12 +44,15 @@ async def serve_stdio(
         return None if pending is None else _then_stop_if_closed(pending, connection, feed)
 
     feed = LineFeed(handle, limit)
+    # A peer that closed our stdout reads no answers: stop reading requests (its stdin may
+    # stay open, say held by a process it started), and cancel what runs.
+    streams.output_lost.add_done_callback(lambda _lost: feed.stop())
     try:
         await streams.read_into(feed)
         await feed.finished
         # End of input means no more requests, not that the peer stopped reading (a pipe is
         # half-closed): calls still running finish (each within its deadline) and answer.
-        await connection.drain(timeout=None)
+        await _unless_lost(connection.drain(timeout=None), streams.output_lost)
     finally:
         await connection.close()
         streams.close()
@@ -61,6 +64,15 @@ async def _then_stop_if_closed(
     await pending
     if connection.closed:  # a shutdown message: read no further
         feed.stop()
+
+
+async def _unless_lost(work: Awaitable[None], lost: asyncio.Future[None]) -> None:
+    """``work``, cut short once ``lost`` resolves."""
+    task = asyncio.ensure_future(work)
+    await asyncio.wait([task, lost], return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _pipe_like(fd: int) -> bool:
@@ -90,18 +102,34 @@ async def _read_into(fd: int, feed: LineFeed) -> Callable[[], None]:
     return lambda: None
 
 
-async def _writer_for(fd: int) -> tuple[Callable[[bytes], None], Callable[[], None]]:
+class _Output(asyncio.Protocol):
+    """The protocol of a pipe we write: ``lost`` resolves once it is gone (its reader closed
+    it: the write end sees EPIPE, which asyncio handles without a traceback)."""
+
+    def __init__(self) -> None:
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+Writer = tuple[Callable[[bytes], None], Callable[[], None], "asyncio.Future[None]"]
+
+
+async def _writer_for(fd: int) -> Writer:
     """Writing lines to ``fd``: through the event loop for pipes and sockets, directly for a
-    regular file or a device (output to disk, a terminal or /dev/null never blocks for long)."""
+    regular file or a device (output to disk, a terminal or /dev/null never blocks for long).
+    Also returns how to stop, and a future resolved when the pipe's reader went away."""
+    loop = asyncio.get_running_loop()
     if not _pipe_like(fd):
 
         def write_file(data: bytes) -> None:
             os.write(fd, data)
 
-        return write_file, lambda: None
-    loop = asyncio.get_running_loop()
-    transport, _protocol = await loop.connect_write_pipe(
-        asyncio.Protocol, os.fdopen(fd, "wb", buffering=0, closefd=False)
+        return write_file, lambda: None, loop.create_future()
+    transport, output = await loop.connect_write_pipe(
+        _Output, os.fdopen(fd, "wb", buffering=0, closefd=False)
     )
 
     def write_pipe(data: bytes) -> None:
@@ -112,17 +140,25 @@ async def _writer_for(fd: int) -> tuple[Callable[[bytes], None], Callable[[], No
         with contextlib.suppress(Exception):
             transport.close()
 
-    return write_pipe, close
+    return write_pipe, close, output.lost
 
 
 class StdioStreams:
     """This process's stdin and stdout for one protocol: lines are written with ``write``, and
     stdin is read into a ``LineFeed`` from ``read_into`` on."""
 
-    def __init__(self, in_fd: int, write: Callable[[bytes], None], close: Callable[[], None]):
+    def __init__(
+        self,
+        in_fd: int,
+        write: Callable[[bytes], None],
+        close: Callable[[], None],
+        output_lost: asyncio.Future[None] | None = None,
+    ):
         self._in_fd = in_fd
         self.write = write
         self._closers = [close]
+        self.output_lost = output_lost or asyncio.get_running_loop().create_future()
+        """Resolves when the reader of stdout went away (no answer can reach the peer)."""
 
     async def read_into(self, feed: LineFeed) -> None:
         self._closers.insert(0, await _read_into(self._in_fd, feed))
@@ -137,8 +173,8 @@ async def open_stdio(*, stdin_fd: int | None = None, stdout_fd: int | None = Non
     kept for protocol lines only: file descriptor 1 then writes to stderr."""
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
-    write, stop_writing = await _writer_for(out_fd)
-    return StdioStreams(in_fd, write, stop_writing)
+    write, stop_writing, output_lost = await _writer_for(out_fd)
+    return StdioStreams(in_fd, write, stop_writing, output_lost)
 
 
 def _too_large(size: int, limit: int) -> ErrorMessage:
