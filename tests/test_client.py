@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_host, serve_stdio_command
+from tests.conftest import Served, demo_host, serve_stdio_command
 from toolmesh import (
     AsyncClient,
     AsyncToolAPI,
@@ -20,6 +20,7 @@ from toolmesh import (
     connect,
     connect_async,
 )
+from toolmesh.errors import RemoteError
 from toolmesh.models import ToolEvent
 from toolmesh.protocol import ApprovalResponse, HandshakeRequest, HandshakeResponse
 from toolmesh.transports.http import HttpServer
@@ -169,3 +170,15 @@ async def test_a_wire_approval_handler_answering_true_or_false_is_sent_as_is() -
     denied = await _wire_answer(lambda e: False)
     assert (approved.approved, approved.reason) == (True, "")
     assert (denied.approved, denied.reason) == (False, "")
+
+
+async def test_a_call_too_large_to_send_fails_at_once(served: Served) -> None:
+    from tests.conftest import MAX_MESSAGE_BYTES
+
+    huge = {"text": "x" * (MAX_MESSAGE_BYTES + 10)}
+    if served.transport == "inprocess":  # no wire, no message: no size limit
+        assert (await served.client.call_tool("echo", huge)).success
+        return
+    with pytest.raises(RemoteError, match="exceeds the limit"):  # not a wait for the timeout
+        await served.client.call_tool("echo", huge, timeout=60)
+    assert (await served.client.call_tool("echo", {"text": "ok"})).data == "ok"

@@ -166,6 +166,7 @@ async def test_oversized_message_is_refused_and_the_session_goes_on(raw: RawPeer
     error = await raw.next_message()
     assert error["code"] == "message_too_large"
     assert error["detail"]["limit"] == MAX_MESSAGE_BYTES
+    assert error["req_id"] == "huge"  # read from the message's start: its caller is answered
     await raw.send(type="tool/call/req", id="after", tool_name="echo", arguments={"text": "ok"})
     assert (await raw.next_message())["data"]["data"] == "ok"
 

@@ -355,14 +355,15 @@ def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> 
         raise _invalid(exc, str(kind)) from None
 
 
-def request_id_of(line: bytes | str) -> str:
-    """The ``id`` of a message that failed to decode, when it can still be read."""
+def request_id_of(line: bytes | str, *, partial: bool = False) -> str:
+    """The ``id`` of a message that failed to decode, when it can still be read; ``partial``:
+    ``line`` is only the start of a message (one too large to read whole)."""
     try:
-        raw = strictjson.loads(line)
+        raw = strictjson.loads(line) if not partial else from_json(line, allow_partial=True)
     except ValueError:
         return ""
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-        return str(raw["id"])
+        return str(raw["id"])  # a cut-off id is left out by the partial parse, never guessed
     return ""
 
 

@@ -39,8 +39,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolmesh.errors import ConfigError, ProtocolError, TransportError
 from toolmesh.host import Connection, Host
 from toolmesh.models import secret_id
-from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode
+from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode, request_id_of
 from toolmesh.transports.lean_http import LeanClient, LeanError, lean_suits
+from toolmesh.transports.lines import HEAD_BYTES, Oversized
 
 __all__ = ["HotRoute", "HttpChannel", "HttpServer", "build_app", "check_bind", "serve_http"]
 
@@ -219,9 +220,10 @@ def build_app(
             body = await _bounded_body(receive, host.max_message_bytes)
         except ClientDisconnect:
             return  # the client gave up mid-body: nothing to handle, nobody to answer
-        if body is None:
+        if isinstance(body, Oversized):
             answer._deliver(
                 ErrorMessage(
+                    req_id=request_id_of(body.head, partial=True),  # its call fails at once
                     code=ErrorCode.MESSAGE_TOO_LARGE,
                     message=f"message exceeds the limit of {host.max_message_bytes} bytes",
                     detail={"limit": host.max_message_bytes},
@@ -360,8 +362,9 @@ _OK = b'{"ok":true}'
 _OK_HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"11")]
 
 
-async def _bounded_body(receive: Receive, limit: int) -> bytes | None:
-    """A request's body, or None when it is larger than ``limit`` (read no further)."""
+async def _bounded_body(receive: Receive, limit: int) -> bytes | Oversized:
+    """A request's body, or ``Oversized`` (its start) when it is larger than ``limit`` (read
+    no further)."""
     chunks = bytearray()
     while True:
         message = await receive()
@@ -369,7 +372,7 @@ async def _bounded_body(receive: Receive, limit: int) -> bytes | None:
             raise ClientDisconnect()
         chunks += message.get("body", b"")
         if len(chunks) > limit:
-            return None
+            return Oversized(len(chunks), bytes(chunks[:HEAD_BYTES]))
         if not message.get("more_body", False):
             return bytes(chunks)
 

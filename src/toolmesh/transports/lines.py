@@ -18,14 +18,16 @@ from typing import Any
 
 from toolmesh.eager import start_eagerly
 
-__all__ = ["LineFeed", "LineHandler", "Oversized"]
+__all__ = ["HEAD_BYTES", "LineFeed", "LineHandler", "Oversized"]
 
 
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """Stands in for a line longer than the limit; ``size`` is how long it was."""
+    """Stands in for a line longer than the limit; ``size`` is how long it was, and ``head``
+    its first bytes (where a message's ``id`` is, so the refusal can name the request)."""
 
     size: int
+    head: bytes = b""
 
 
 LineHandler = Callable[["bytes | Oversized"], "Awaitable[Any] | None"]
@@ -34,6 +36,7 @@ LineHandler = Callable[["bytes | Oversized"], "Awaitable[Any] | None"]
 _BACKLOG = 256  # lines waiting behind a busy handler before the pipe is paused
 _BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark: Windows tools start files with it
 _FRAMING_SLACK = len(_BOM) + 1  # a BOM and the CR of a CRLF are not part of the message
+HEAD_BYTES = 1024  # kept of an oversized line: enough for a message's envelope
 
 
 class LineFeed(asyncio.Protocol):
@@ -48,6 +51,7 @@ class LineFeed(asyncio.Protocol):
         self._max_bytes = max_bytes
         self._buffer = bytearray()
         self._skipping = 0  # bytes of an oversized line discarded so far (0: not skipping)
+        self._head = b""  # the start of the oversized line being skipped
         self._lines: collections.deque[bytes | Oversized] = collections.deque()
         self._busy: asyncio.Future[Any] | None = None
         self._ended = False
@@ -88,10 +92,11 @@ class LineFeed(asyncio.Protocol):
                     buffer += data[start:]
                     if len(buffer) > self._max_bytes + _FRAMING_SLACK:
                         self._skipping = len(buffer)
+                        self._head = bytes(buffer[:HEAD_BYTES])
                         buffer.clear()
                 break
             if self._skipping:
-                self._lines.append(Oversized(self._skipping + end - start))
+                self._lines.append(Oversized(self._skipping + end - start, self._head))
                 self._skipping = 0
             elif buffer:
                 buffer += data[start:end]
@@ -108,7 +113,7 @@ class LineFeed(asyncio.Protocol):
             return
         self._ended = True
         if self._skipping:
-            self._lines.append(Oversized(self._skipping))
+            self._lines.append(Oversized(self._skipping, self._head))
         elif self._buffer:
             self._take(bytes(self._buffer))
         self._buffer.clear()
@@ -127,7 +132,7 @@ class LineFeed(asyncio.Protocol):
         # Windows, or files joined by cat) does not count, and JSON would refuse the BOM.
         line = line.removeprefix(_BOM).removesuffix(b"\r")
         if len(line) > self._max_bytes:
-            self._lines.append(Oversized(len(line)))
+            self._lines.append(Oversized(len(line), line[:HEAD_BYTES]))
         elif line.strip():
             self._lines.append(line)
 

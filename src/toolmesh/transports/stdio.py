@@ -20,7 +20,14 @@ from typing import Any, cast
 
 from toolmesh.errors import ProtocolError, TransportError
 from toolmesh.host import Connection, Host
-from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode, ErrorMessage, decode, encode
+from toolmesh.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ErrorCode,
+    ErrorMessage,
+    decode,
+    encode,
+    request_id_of,
+)
 from toolmesh.transports.lines import LineFeed, Oversized
 
 __all__ = ["StdioChannel", "StdioStreams", "open_stdio", "serve_stdio"]
@@ -38,7 +45,7 @@ async def serve_stdio(
 
     def handle(line: bytes | Oversized) -> Awaitable[None] | None:
         if isinstance(line, Oversized):
-            write(encode(_too_large(line.size, limit)))
+            write(encode(_too_large(line, limit)))
             return None
         pending = connection.take_line(line)
         return None if pending is None else _then_stop_if_closed(pending, connection, feed)
@@ -177,11 +184,14 @@ async def open_stdio(*, stdin_fd: int | None = None, stdout_fd: int | None = Non
     return StdioStreams(in_fd, write, stop_writing, output_lost)
 
 
-def _too_large(size: int, limit: int) -> ErrorMessage:
+def _too_large(line: Oversized, limit: int) -> ErrorMessage:
+    """The refusal of an oversized line, naming its request when its start shows the ``id``
+    (the caller's call then fails at once, not at its timeout)."""
     return ErrorMessage(
+        req_id=request_id_of(line.head, partial=True),
         code=ErrorCode.MESSAGE_TOO_LARGE,
-        message=f"message of {size} bytes exceeds the limit of {limit} bytes",
-        detail={"size": size, "limit": limit},
+        message=f"message of {line.size} bytes exceeds the limit of {limit} bytes",
+        detail={"size": line.size, "limit": limit},
     )
 
 
