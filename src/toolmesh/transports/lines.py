@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolmesh.eager import start_eagerly
@@ -27,7 +27,7 @@ class Oversized:
     its first bytes (where a message's ``id`` is, so the refusal can name the request)."""
 
     size: int
-    head: bytes = b""
+    head: bytes = field(default=b"", compare=False, repr=False)
 
 
 LineHandler = Callable[["bytes | Oversized"], "Awaitable[Any] | None"]
