@@ -398,3 +398,24 @@ async def test_answers_nobody_streams_are_bounded(
                     break
             sent = await http.post(f"{server}/send", content=ping, headers=headers)
             assert sent.status_code == 200
+
+
+async def test_idle_sessions_are_closed_without_a_new_one_being_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toolmesh.transports.http as http_transport
+
+    monkeypatch.setattr(http_transport, "IDLE_SESSION_SECONDS", -1.0)  # idle at once
+    monkeypatch.setattr(http_transport, "REAP_EVERY_SECONDS", 0.0)
+    host = demo_host(tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            session = (await http.post(f"{url}/session")).json()["session_id"]
+            # The reaper ran on its timer, not on the next POST /session (there is none).
+            sent = await http.post(f"{url}/send", content=b"{}", headers={"X-Session-Id": session})
+            assert sent.status_code == 404
+    finally:
+        await server.stop()
+        await host.close()

@@ -50,6 +50,7 @@ logger = logging.getLogger("toolmesh.http")
 SESSION_HEADER = "X-Session-Id"
 _END = b""  # queued to wake a stream so it ends (None in a queue asks for a keepalive)
 IDLE_SESSION_SECONDS = 600.0
+REAP_EVERY_SECONDS = 60.0  # how often idle sessions are looked for, while any exist
 KEEPALIVE_SECONDS = 15.0
 MAX_UNSENT_BYTES = 16 * 1024 * 1024  # answers waiting for a stream; past it /send answers 429
 SHOWN_ID_CHARS = 64  # of a session id echoed in an error (ours have 32)
@@ -85,6 +86,7 @@ class _Sessions:
         self.host = host
         self.peers: dict[str, _Peer] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         """Called once the host is started."""
@@ -106,6 +108,14 @@ class _Sessions:
         """``peer``'s stream ended (messages may still be queued)."""
 
     def _reap(self) -> None:
+        """Look for idle sessions now and then, on a timer: a session a client abandoned is
+        closed even when no new session is ever made (and a create never scans them all)."""
+        if self._reaper is None:
+            loop = asyncio.get_running_loop()
+            self._reaper = loop.call_later(REAP_EVERY_SECONDS, self._reap_idle)
+
+    def _reap_idle(self) -> None:
+        self._reaper = None
         now = time.monotonic()
         for peer in list(self.peers.values()):
             if peer.stream_owner is None and now - peer.last_seen > IDLE_SESSION_SECONDS:
@@ -113,9 +123,14 @@ class _Sessions:
                 task = asyncio.ensure_future(peer.connection.close())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
+        if self.peers:
+            self._reap()
 
     async def close(self) -> None:
         """End every stream cleanly (so clients see a complete response) and every session."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         if self.host._agui is not None:
             self.host._agui.close()  # AG-UI streams end too
         for peer in list(self.peers.values()):
