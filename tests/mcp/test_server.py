@@ -387,3 +387,36 @@ async def test_http_names_an_unsupported_or_incomplete_protocol_version(tmp_path
     finally:
         await server.stop()
         await host.close()
+
+
+async def test_idle_http_sessions_are_closed_on_a_timer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toolmesh.mcp.http as mcp_http
+
+    monkeypatch.setattr(mcp_http, "IDLE_SESSION_SECONDS", -1.0)  # idle at once
+    monkeypatch.setattr(mcp_http, "REAP_EVERY_SECONDS", 0.0)
+    host = Host(*TOOLS, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            opened = await http.post("/mcp", json=init, headers=headers)
+            session = opened.headers["mcp-session-id"]
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            later = await http.post(
+                "/mcp",
+                json=ping,
+                headers={
+                    **headers,
+                    "Mcp-Session-Id": session,
+                    "MCP-Protocol-Version": "2025-11-25",
+                },
+            )
+            assert later.status_code == 404  # closed by the timer: no new session was opened
+    finally:
+        await server.stop()
+        await host.close()

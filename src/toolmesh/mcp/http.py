@@ -51,6 +51,7 @@ SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 KEEPALIVE_SECONDS = 15.0
 IDLE_SESSION_SECONDS = 600.0
+REAP_EVERY_SECONDS = 60.0  # how often idle sessions are looked for, while any exist
 
 # HTTP status of a 2026-07-28 JSON-RPC error, as the SDK maps them.
 _MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400}
@@ -94,6 +95,7 @@ class MCPHttpEndpoint:
         self.allowed_origins = set(allowed_origins)
         self.sessions: dict[str, _HttpSession] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.TimerHandle | None = None
         self._started = False
 
     def routes(self, path: str = "/mcp") -> list[BaseRoute]:
@@ -101,6 +103,9 @@ class MCPHttpEndpoint:
 
     async def close(self) -> None:
         """End every session (running calls are cancelled and audited as such)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         for session in list(self.sessions.values()):
             await session.close()
         self.sessions.clear()
@@ -185,6 +190,14 @@ class MCPHttpEndpoint:
         return session
 
     def _reap(self) -> None:
+        """Look for idle sessions on a timer: one a client abandoned is closed even when no
+        new session is ever opened (and opening one never scans them all)."""
+        if self._reaper is None:
+            loop = asyncio.get_running_loop()
+            self._reaper = loop.call_later(REAP_EVERY_SECONDS, self._reap_idle)
+
+    def _reap_idle(self) -> None:
+        self._reaper = None
         now = time.monotonic()
         for session in list(self.sessions.values()):
             if not session.streams and now - session.last_seen > IDLE_SESSION_SECONDS:
@@ -192,6 +205,8 @@ class MCPHttpEndpoint:
                 task = asyncio.ensure_future(session.close())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
+        if self.sessions:
+            self._reap()
 
     # -- GET: the session's notification stream ----------------------------------------------------
 
