@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sources.builtins.conftest import Make
+from tests.sources.builtins.conftest import SECRET, Make
 from toolmesh import ToolErrorCode
 from toolmesh.sources.builtins.commandline import CommandRefused, Policy, check_command
 from toolmesh.sources.builtins.confine import Roots
@@ -240,3 +240,54 @@ async def test_symlink_following_options_do_not_leave_the_workspace(
     for command in ("grep -R secret .", "grep -Rn secret .", "find -L . -name secret.txt"):
         result = await kit.execute("shell", {"command": command})
         assert result.error_code == ToolErrorCode.TOOL_DENIED, (command, result)
+
+
+async def test_file_name_lists_cannot_name_files_outside(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    # --files0-from reads the names to open from a file, which no argument check sees
+    (workspace / "names").write_text(f"{outside / 'secret.txt'}\0")
+    kit = await make_kit()  # the default allow-list
+    for command in (
+        "sort --files0-from=names",
+        "sort --files0 names",
+        "wc --files0-from=names",
+        "du --files0-from=names",
+        "find -files0-from names",
+    ):
+        result = await kit.execute("shell", {"command": command})
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, (command, result)
+        assert "secret" not in (result.output or ""), command
+
+
+async def test_listing_programs_do_not_follow_symlinks_out(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    (workspace / "mine").mkdir()
+    (workspace / "theirs").mkdir()
+    os.symlink(outside / "secret.txt", workspace / "mine" / "notes")
+    (workspace / "theirs" / "notes").write_text("mine\n")
+    os.symlink(outside, workspace / "link_out")
+    kit = await make_kit()
+    for command in ("diff mine theirs", "diff -r . theirs", "diff -u mine/../mine theirs"):
+        result = await kit.execute("shell", {"command": command})
+        assert SECRET.strip() not in (result.output or ""), (command, result)
+    for command in ("ls -RL .", "ls --dereference link_out/..", "du -aL ."):
+        result = await kit.execute("shell", {"command": command})
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, (command, result)
+
+
+def test_date_cannot_set_the_clock(workspace: Path) -> None:
+    # only checked, never run: `date MMDDhhmm` sets the clock when toolmesh may
+    roots = Roots([workspace])
+    policy = Policy.from_allow(["date"])
+    for command in ("date 01010000", "date -u 0101000030", "date -- 010100002030.59"):
+        with pytest.raises(CommandRefused, match="sets the system clock"):
+            check_command(command, policy, roots, str(workspace))
+    for command in ("date +%s", "date -d 2020-01-01 +%F", "date -u"):
+        assert check_command(command, policy, roots, str(workspace)).argv[0].endswith("date")
+
+
+def test_diff_is_pinned_to_not_dereference(workspace: Path) -> None:
+    plan = check_command("diff a b", Policy.from_allow(["diff"]), Roots([workspace]), ".")
+    assert plan.argv[1:] == ["--no-dereference", "a", "b"]

@@ -218,3 +218,21 @@ async def test_write_file_creates_no_folder_under_a_swapped_parent(
     result = await kit.execute("write_file", {"path": "r/d/e/f.txt", "content": "x"})
     assert result.error_code == ToolErrorCode.TOOL_DENIED, result
     assert sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+async def test_dotdot_after_a_symlink_climbs_from_its_target(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    # a link that stays inside: "x/y/top/.." is the workspace's parent to the kernel, which
+    # follows "top" before the "..", although the text collapses to "x/y"
+    (workspace / "x" / "y").mkdir(parents=True)
+    os.symlink(workspace, workspace / "x" / "y" / "top")
+    climbing = "x/y/top/../outside/secret.txt"
+    roots = Roots([workspace])
+    with pytest.raises(PathRefused, match="outside the workspace"):
+        roots.resolve(climbing)
+    assert roots.resolve("x/y/top/x/y") == str(workspace / "x" / "y")
+    kit = await make_kit()
+    shell = await kit.execute("shell", {"command": f"cat {climbing}"})
+    assert shell.error_code == ToolErrorCode.TOOL_DENIED, shell
+    assert SECRET not in (shell.output or "")

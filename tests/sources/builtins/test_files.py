@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import tracemalloc
 from pathlib import Path
 
 from tests.sources.builtins.conftest import Make
@@ -34,6 +35,23 @@ async def test_read_limits_bytes_and_describes_binary(make_kit: Make, workspace:
     blob = await kit.execute("read_file", {"path": "blob.bin"})
     assert blob.data == {"path": "blob.bin", "binary": True, "size": 700}
     assert "binary file" in blob.output
+
+
+async def test_a_huge_line_is_not_read_whole(make_kit: Make, workspace: Path) -> None:
+    kit = await make_kit({"read_file": {"max_read_bytes": 1000}})
+    with (workspace / "one-line.txt").open("wb") as handle:
+        handle.write(b"x" * (32 << 20))  # 32 MiB without a newline, then a short line
+        handle.write(b"\nsecond\n")
+    tracemalloc.start()
+    try:
+        head = await kit.execute("read_file", {"path": "one-line.txt"})
+        after = await kit.execute("read_file", {"path": "one-line.txt", "offset": 2})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert head.success and head.data["content"] == "x" * 1000 + "\n" and head.data["more"]
+    assert after.data["content"] == "second\n" and after.data["total_lines"] == 2
+    assert peak < 8 << 20
 
 
 async def test_read_errors_are_clear(make_kit: Make, workspace: Path) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import gzip
 import threading
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -11,6 +15,29 @@ import pytest
 
 from tests.sources.builtins.conftest import Make
 from toolmesh import ToolErrorCode
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """256 MiB of zeros as gzip inside gzip: under 1 KiB on the wire."""
+    inner = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(1 << 20)
+    layer = b"".join(inner.compress(zeros) for _ in range(256)) + inner.flush()
+    return gzip.compress(layer, 9)
+
+
+def raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+ENCODED = {  # path: (content-encoding, body), all but the bomb saying "hello"
+    "/bomb": ("gzip, gzip", gzip_bomb),
+    "/gzip": ("gzip", lambda: gzip.compress(b"hello")),
+    "/deflate": ("deflate", lambda: zlib.compress(b"hello")),
+    "/raw-deflate": ("deflate", lambda: raw_deflate(b"hello")),
+    "/br": ("br", lambda: b"\x0b\x02\x80hello\x03"),
+}
 
 PAGE = b"<html><head><title>T</title></head><body><h1>Hello</h1><p>A <a href='/x'>link</a></p></body></html>"
 
@@ -39,6 +66,9 @@ class Server:
                     self._send(200, b"x" * 10_000)
                 elif self.path == "/page":
                     self._send(200, PAGE, kind="text/html; charset=utf-8")
+                elif self.path in ENCODED:
+                    coding, make = ENCODED[self.path]
+                    self._send(200, make(), **{"content-encoding": coding})
                 elif self.path == "/missing":
                     self._send(404, b"no such thing")
                 else:
@@ -202,3 +232,28 @@ async def test_other_encodings_and_queries_under_a_prefix_still_work(
     assert [r[1] for r in server.requests] == ["/api/a%20b?next=%2e%2e%2f"]
     anywhere = await make_kit({"http_request": {"allow_private": True}})
     assert (await anywhere.execute("http_request", {"url": server.url + "/a%2fb"})).success
+
+
+async def test_a_compression_bomb_is_inflated_only_up_to_the_limit(
+    make_kit: Make, server: Server
+) -> None:
+    gzip_bomb()  # built before measuring
+    kit = await make_kit({"http_request": {"allow_private": True, "max_bytes": 1000}})
+    tracemalloc.start()
+    try:
+        result = await kit.execute("http_request", {"url": server.url + "/bomb"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.success and result.truncated, result
+    assert result.data["body"] == "\0" * 1000
+    assert peak < 32 * 1024 * 1024  # httpx alone holds the 256 MiB at once
+
+
+async def test_content_codings_are_decoded_or_described(make_kit: Make, server: Server) -> None:
+    kit = await make_kit({"http_request": {"allow_private": True}})
+    for path in ("/gzip", "/deflate", "/raw-deflate"):
+        result = await kit.execute("http_request", {"url": server.url + path})
+        assert result.success and result.data["body"] == "hello", (path, result)
+    brotli = await kit.execute("http_request", {"url": server.url + "/br"})
+    assert brotli.data["body"] == "[9 bytes in content coding 'br', not decoded]"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
@@ -121,9 +122,14 @@ TRAPS: Mapping[str, tuple[str, ...]] = {
         "-fprint0",
         "-fprintf",
         "-fls",
+        "-files0-from",  # starting points read from a file: unchecked paths
     ),
     "grep": ("-R", "--dereference-recursive"),
-    "sort": ("-o", "--output", "--compress-program"),
+    # --files0-from: the names of the files to read come from a file, where no check sees them
+    "sort": ("-o", "--output", "--compress-program", "--files0-from"),
+    "wc": ("--files0-from",),
+    "du": ("--files0-from", "-L", "--dereference"),
+    "ls": ("-L", "--dereference"),
     "git": (
         "-c",
         "--config-env",
@@ -159,6 +165,13 @@ TRAPS: Mapping[str, tuple[str, ...]] = {
     "man": ("-P", "--pager", "-H", "--html"),
     "zip": ("-T", "--unzip-command", "-TT"),
 }
+
+# Options put right after the program: diff compares the files its folder arguments hold,
+# following symlinks among them (out of the workspace) unless told not to.
+PINNED: Mapping[str, tuple[str, ...]] = {"diff": ("--no-dereference",)}
+
+# `date MMDDhhmm[[CC]YY][.ss]` sets the system clock, as `date -s` does.
+_DATE_TO_SET = re.compile(r"\d{8}(?:\d{2}){0,2}(?:\.\d{2})?")
 
 _SPECIAL = {
     "$": "'$' (variables, $(...) command substitution, $((...)) arithmetic) is not allowed",
@@ -408,7 +421,10 @@ def check_command(line: str, policy: Policy, roots: Roots, cwd: str) -> Plan:
     for command in parsed.commands:
         argv = _expand(command.words, cwd)
         argv[0] = _program(argv[0], command.words[0], policy)
-        _check_traps(os.path.basename(argv[0]), argv[1:], policy)
+        program = os.path.basename(argv[0])
+        _check_traps(program, argv[1:], policy)
+        _check_operands(program, argv[1:], policy)
+        argv[1:1] = PINNED.get(program, ())
         if policy.confine_args:
             for arg in argv[1:]:
                 _confine_arg(arg, roots, cwd)
@@ -488,6 +504,18 @@ def _check_traps(program: str, args: list[str], policy: Policy) -> None:
                     f"workspace; {arg!r} is refused unless the allow-list admits it "
                     f'("{program} {trap}")'
                 )
+
+
+def _check_operands(program: str, args: list[str], policy: Policy) -> None:
+    """Refuse operands that make a program change the system (admitted like traps)."""
+    if program != "date" or "-s" in policy.programs.get(program, frozenset()):
+        return
+    for arg in args:
+        if _DATE_TO_SET.fullmatch(arg):
+            raise CommandRefused(
+                f"'date {arg}' sets the system clock; it is refused unless the allow-list "
+                'admits it ("date -s")'
+            )
 
 
 def _is_trap(arg: str, trap: str) -> bool:

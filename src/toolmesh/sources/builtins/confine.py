@@ -79,7 +79,9 @@ class Roots:
             if os.path.isabs(path):
                 raise PathRefused(f"absolute path {path!r} is outside the workspace")
             raise PathRefused(f"path {path!r} uses '..' to leave the workspace")
-        real = os.path.realpath(joined)
+        # Resolve the path as given, not ``joined``: the kernel follows a symlink before the
+        # ``..`` after it ("link/.." is the parent of the link's target), normpath does not.
+        real = os.path.realpath(os.path.join(start, path or "."))
         if not self.contains(real):
             raise PathRefused(_symlink_reason(path, joined, self))
         return real

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +105,7 @@ def _page(handle: Any, shown: str, offset: int, limit: int, max_bytes: int) -> O
     lines: list[str] = []
     used = number = 0
     stop = ""  # why the page ended before the file did: "lines" or "bytes"
-    for number, raw in enumerate(handle, start=1):
+    for number, raw in enumerate(_lines_cut_at(handle, max_bytes + 1), start=1):
         if number < offset:
             continue
         if len(lines) == limit:
@@ -131,6 +132,16 @@ def _page(handle: Any, shown: str, offset: int, limit: int, max_bytes: int) -> O
         if offset > max(number, 1):
             text = f"[{shown} has {number} lines; offset {offset} is past the end]"
     return Output(data, text=text)
+
+
+def _lines_cut_at(handle: Any, cap: int) -> Iterator[bytes]:
+    """The lines of ``handle``, each cut to its first ``cap`` bytes: iterating a file reads a
+    whole line into memory, and one line can be the whole of a huge file."""
+    while line := handle.readline(cap):
+        if len(line) == cap and not line.endswith(b"\n"):
+            while (rest := handle.readline(cap)) and not rest.endswith(b"\n"):
+                pass  # skip the rest of the long line, a bounded piece at a time
+        yield line
 
 
 def _looks_binary(head: bytes) -> bool:

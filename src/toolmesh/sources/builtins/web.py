@@ -7,7 +7,9 @@ IPv6 included: mapped, NAT64, 6to4, Teredo), and then connects to the very addre
 so a second DNS answer cannot swap in another one. Proxies from the environment are ignored
 (they would connect on the model's behalf). Redirects are followed by hand, each one checked
 against the URL prefixes and methods again, at most ``max_redirects`` of them; credentials are
-not carried to another origin. The body is read up to ``max_bytes`` (after decompression).
+not carried to another origin. The body is read up to ``max_bytes`` (after decompression, which
+is done here, bounded at every layer: httpx inflates each chunk whole, and a few hundred bytes of
+gzip inside gzip grow to hundreds of megabytes).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ipaddress
 import re
 import socket
 import ssl
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +41,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 _CREDENTIALS = {"authorization", "cookie", "proxy-authorization"}
+_INFLATED = ("gzip", "x-gzip", "deflate")  # content codings decoded here; others come back raw
+DECODE_STEP = 64 * 1024  # bytes handed from one decoding layer to the next at a time
 
 
 class AddressRefused(Refused):
@@ -255,7 +260,11 @@ def http_request_tool(settings: HttpSettings) -> tuple[Tool, HttpClients]:
     prefixes = [_parse_prefix(p) for p in settings.allow]
     methods = {m.upper() for m in settings.methods}
     clients = HttpClients(AddressPolicy(settings.allow_private), settings.timeout)
-    base_headers = {"user-agent": "toolmesh-http-request/0.1", **(settings.headers or {})}
+    base_headers = {
+        "user-agent": "toolmesh-http-request/0.1",
+        "accept-encoding": "gzip, deflate",  # what _Decoder undoes
+        **(settings.headers or {}),
+    }
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         method = str(args.get("method") or "GET").upper()
@@ -341,10 +350,10 @@ async def _fetch(
                     headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIALS}
                 url = target
                 continue
-            content, truncated = await _read_bounded(response, settings.max_bytes)
+            read = await _read_bounded(response, settings.max_bytes)
         finally:
             await response.aclose()
-        return _shape(response, content, truncated, hops, settings)
+        return _shape(response, read, hops, settings)
 
 
 def _redirected_method(status: int, method: str, body: str | None) -> tuple[str, str | None]:
@@ -355,28 +364,97 @@ def _redirected_method(status: int, method: str, body: str | None) -> tuple[str,
     return method, body
 
 
-async def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        if size + len(chunk) > limit:
-            chunks.append(chunk[: limit - size])
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks), False
+@dataclass(frozen=True, slots=True)
+class _Body:
+    content: bytes
+    truncated: bool
+    undecoded: str = ""  # a content coding not undone here ("br"): content is still encoded
+
+
+async def _read_bounded(response: httpx.Response, limit: int) -> _Body:
+    codings = _content_codings(response)
+    unknown = ", ".join(c for c in codings if c not in _INFLATED)
+    decoder = None if unknown else _Decoder(codings)
+    content = bytearray()
+    async for chunk in response.aiter_raw():
+        room = limit + 1 - len(content)  # one byte more than the limit tells it was reached
+        content += decoder.feed(chunk, room) if decoder else chunk[:room]
+        if len(content) > limit:
+            return _Body(bytes(content[:limit]), True, unknown)
+    return _Body(bytes(content), False, unknown)
+
+
+def _content_codings(response: httpx.Response) -> list[str]:
+    header = response.headers.get("content-encoding", "")
+    codings = (c.strip().lower() for c in header.split(","))
+    return [c for c in codings if c and c != "identity"]
+
+
+class _Decoder:
+    """Undoes gzip and deflate codings, any number of layers deep, producing no more than it is
+    asked for: each layer inflates at most what the next one (or the caller) wants."""
+
+    def __init__(self, codings: list[str]) -> None:
+        self.layers = [_Inflater(c) for c in reversed(codings)]  # the last applied comes first
+        self.pending = [b""] * len(self.layers)  # input each layer has not consumed yet
+
+    def feed(self, raw: bytes, room: int) -> bytes:
+        """The decoded bytes ``raw`` adds, at most ``room`` of them."""
+        if not self.layers:
+            return raw[:room]
+        self.pending[0] += raw
+        return self._pull(len(self.layers) - 1, room)
+
+    def _pull(self, index: int, want: int) -> bytes:
+        layer = self.layers[index]
+        out = bytearray()
+        while len(out) < want and not layer.eof:
+            if not self.pending[index] and index > 0:
+                self.pending[index] = self._pull(index - 1, DECODE_STEP)
+            if not self.pending[index]:
+                break  # the layer below needs more of the body
+            out += layer.decompress(self.pending[index], want - len(out))
+            self.pending[index] = layer.unconsumed_tail
+        return bytes(out)
+
+
+class _Inflater:
+    """One gzip or deflate layer; deflate may come zlib-wrapped or raw, as servers send both."""
+
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        gzip = coding in ("gzip", "x-gzip")
+        self.inner = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else None
+
+    @property
+    def eof(self) -> bool:
+        return self.inner is not None and self.inner.eof
+
+    @property
+    def unconsumed_tail(self) -> bytes:
+        return self.inner.unconsumed_tail if self.inner is not None else b""
+
+    def decompress(self, data: bytes, limit: int) -> bytes:
+        if self.inner is None:
+            wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and int.from_bytes(data[:2]) % 31 == 0
+            self.inner = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+        try:
+            return self.inner.decompress(data, limit)
+        except zlib.error as exc:
+            raise ConnectionError(
+                f"the response's {self.coding} coding is damaged: {exc}"
+            ) from None
 
 
 def _shape(
-    response: httpx.Response,
-    content: bytes,
-    truncated: bool,
-    hops: list[str],
-    settings: HttpSettings,
+    response: httpx.Response, read: _Body, hops: list[str], settings: HttpSettings
 ) -> ToolResult:
+    content, truncated = read.content, read.truncated
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     textual = kind.startswith("text/") or kind.endswith(("json", "xml", "javascript")) or not kind
-    if textual:
+    if read.undecoded:
+        body = f"[{len(content)} bytes in content coding {read.undecoded!r}, not decoded]"
+    elif textual:
         body = content.decode(response.encoding or "utf-8", "replace")
         if kind in ("text/html", "application/xhtml+xml") and settings.html != "raw":
             body = html_to_text(body, settings.html)
