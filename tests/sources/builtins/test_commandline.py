@@ -291,3 +291,13 @@ def test_date_cannot_set_the_clock(workspace: Path) -> None:
 def test_diff_is_pinned_to_not_dereference(workspace: Path) -> None:
     plan = check_command("diff a b", Policy.from_allow(["diff"]), Roots([workspace]), ".")
     assert plan.argv[1:] == ["--no-dereference", "a", "b"]
+
+
+def test_uniq_cannot_write_its_output_file(workspace: Path) -> None:
+    (workspace / "in.txt").write_text("a\na\n")
+    roots, policy = Roots([workspace]), Policy.from_allow(["uniq"])
+    for command in ("uniq in.txt out.txt", "uniq -c in.txt out.txt", "uniq -- in.txt out.txt"):
+        with pytest.raises(CommandRefused, match="writes OUTPUT"):
+            check_command(command, policy, roots, str(workspace))
+    for command in ("uniq in.txt", "uniq -f 1 in.txt", "uniq -w 3 -c in.txt", "uniq -"):
+        assert check_command(command, policy, roots, str(workspace)).argv[0].endswith("uniq")

@@ -137,3 +137,31 @@ async def test_list_files(make_kit: Make, workspace: Path) -> None:
     assert top.data["more"] == 1 and top.output.splitlines()[:2] == ["a/", "b.txt  (5 bytes)"]
     not_folder = await kit.execute("list_files", {"path": "b.txt"})
     assert "not a folder" in not_folder.error
+
+
+async def test_a_long_non_ascii_name_can_be_written(make_kit: Make, workspace: Path) -> None:
+    name = "é" * 120 + ".txt"  # 244 bytes: a legal name whose temporary copy must fit too
+    kit = await make_kit()
+    written = await kit.execute("write_file", {"path": name, "content": "x"})
+    assert written.success, written.error
+    assert (workspace / name).read_text() == "x"
+
+
+def test_a_deletion_cannot_follow_a_folder_swapped_for_a_symlink(
+    workspace: Path, outside: Path
+) -> None:
+    import pytest
+
+    from toolmesh.sources.builtins.confine import Roots
+    from toolmesh.sources.builtins.files import checked_unlink
+
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "f").write_text("mine")
+    (outside / "f").write_text("theirs")
+    real = Roots([workspace]).resolve("sub/f")  # checked while sub was a folder
+    (workspace / "sub" / "f").unlink()
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(outside)  # then swapped, before the deletion
+    with pytest.raises(OSError):
+        checked_unlink(Roots([workspace]), real)
+    assert (outside / "f").read_text() == "theirs"

@@ -507,7 +507,12 @@ def _check_traps(program: str, args: list[str], policy: Policy) -> None:
 
 
 def _check_operands(program: str, args: list[str], policy: Policy) -> None:
-    """Refuse operands that make a program change the system (admitted like traps)."""
+    """Refuse operands that make a program change the system (admitted like traps) or write a
+    file (``uniq IN OUT``: the default list is meant to read)."""
+    if program == "uniq" and len(_uniq_operands(args)) > 1:
+        raise CommandRefused(
+            "'uniq INPUT OUTPUT' writes OUTPUT; give one input and read what uniq prints"
+        )
     if program != "date" or "-s" in policy.programs.get(program, frozenset()):
         return
     for arg in args:
@@ -516,6 +521,25 @@ def _check_operands(program: str, args: list[str], policy: Policy) -> None:
                 f"'date {arg}' sets the system clock; it is refused unless the allow-list "
                 'admits it ("date -s")'
             )
+
+
+_UNIQ_VALUED = frozenset({"-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"})
+
+
+def _uniq_operands(args: list[str]) -> list[str]:
+    """uniq's file operands: its arguments without options (and the values they take)."""
+    operands: list[str] = []
+    options_end = takes_value = False
+    for arg in args:
+        if takes_value:
+            takes_value = False
+        elif not options_end and arg == "--":
+            options_end = True
+        elif not options_end and arg.startswith("-") and arg != "-":
+            takes_value = arg in _UNIQ_VALUED
+        else:
+            operands.append(arg)
+    return operands
 
 
 def _is_trap(arg: str, trap: str) -> bool:

@@ -214,13 +214,14 @@ def _write(roots: Roots, settings: FileSettings, path: str, content: str) -> Out
 def atomic_write(roots: Roots, real: str, data: bytes) -> None:
     """Replace the resolved file ``real`` with ``data`` in one rename inside its folder."""
     folder, name = os.path.split(real)
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dir_fd = _checked_folder(roots, folder)
     try:
-        roots.verify_fd(dir_fd, folder)
         mode = 0o644
         with contextlib.suppress(FileNotFoundError):
             mode = stat.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-        temp = f".{name[:200]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        # 255 bytes is the longest name: the name's start is cut by bytes, not characters
+        stem = os.fsencode(name)[:200].decode("utf-8", "ignore")
+        temp = f".{stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode, dir_fd=dir_fd)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -234,6 +235,29 @@ def atomic_write(roots: Roots, real: str, data: bytes) -> None:
             raise
     finally:
         os.close(dir_fd)
+
+
+def checked_unlink(roots: Roots, real: str) -> None:
+    """Delete the resolved file ``real`` through its checked folder: a folder on the way that
+    is swapped for a symlink after the check cannot send the deletion outside the roots."""
+    folder, name = os.path.split(real)
+    dir_fd = _checked_folder(roots, folder)
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _checked_folder(roots: Roots, folder: str) -> int:
+    """A descriptor of ``folder``, opened without following a final symlink and verified to
+    lie in the roots (the caller closes it)."""
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        roots.verify_fd(dir_fd, folder)
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    return dir_fd
 
 
 # -- edit_file -----------------------------------------------------------------------------------

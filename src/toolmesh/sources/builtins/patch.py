@@ -11,7 +11,6 @@ copies and binary patches are refused.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from toolmesh.sources.builtins.files import (
     FileSettings,
     atomic_write,
     capabilities_of,
+    checked_unlink,
     read_text,
 )
 from toolmesh.tools import Output, Tool, ToolContext, run_blocking
@@ -236,7 +236,7 @@ def apply_patch_text(roots: Roots, settings: FileSettings, text: str) -> list[di
     try:
         for _patch, real, original, new in plans:
             if new is None:
-                os.unlink(real)
+                checked_unlink(roots, real)
             else:
                 roots.make_parents(real)
                 atomic_write(roots, real, new.encode("utf-8"))
@@ -251,7 +251,7 @@ def _restore(roots: Roots, done: list[tuple[str, str | None]]) -> None:
     for real, original in reversed(done):
         with contextlib.suppress(OSError):
             if original is None:
-                os.unlink(real)
+                checked_unlink(roots, real)
             else:
                 atomic_write(roots, real, original.encode("utf-8"))
 
