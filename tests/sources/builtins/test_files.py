@@ -165,3 +165,13 @@ def test_a_deletion_cannot_follow_a_folder_swapped_for_a_symlink(
     with pytest.raises(OSError):
         checked_unlink(Roots([workspace]), real)
     assert (outside / "f").read_text() == "theirs"
+
+
+async def test_a_full_default_page_keeps_its_data_and_how_to_read_on(
+    make_kit: Make, workspace: Path
+) -> None:
+    (workspace / "big.txt").write_text(("x" * 99 + "\n") * 5000)  # 500 KB of lines
+    kit = await make_kit()
+    page = await kit.execute("read_file", {"path": "big.txt"})
+    assert page.success and not page.truncated  # the output bound would drop the data
+    assert page.data["more"] is True and "read on with offset=" in page.output

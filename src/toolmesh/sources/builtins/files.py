@@ -39,7 +39,9 @@ SNIFF_BYTES = 8192
 class FileSettings:
     """Limits of the file tools (each tool reads the ones it needs)."""
 
-    max_read_bytes: int = 256 * 1024  # text returned by one read_file call
+    # Text returned by one read_file call: under the pipeline's default output bound (200,000
+    # characters), so a full page keeps its data and its "read on with offset=..." note.
+    max_read_bytes: int = 192 * 1024
     max_lines: int = 2000  # lines returned by one read_file call when no limit is given
     max_write_bytes: int = 10 * 1024 * 1024
     max_entries: int = 1000  # list_files, glob
