@@ -245,3 +245,37 @@ def test_enum_text_that_would_be_nan_or_infinity_stays_text() -> None:
     schema = parameters_to_schema([numbers])
     json.dumps(schema, allow_nan=False)  # valid JSON
     assert schema["properties"]["x"]["enum"] == ["nan", "inf", "-inf", 1.5]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "path"),
+    [
+        ({"x-y": {"a b": "s"}}, '$["x-y"]["a b"]'),
+        ({"x-y": {"k.z": "s"}}, '$["x-y"]["k.z"]'),  # one key with a dot, not two keys
+        ({"x-y": {"[0]": "s"}}, '$["x-y"]["[0]"]'),
+        ({"free": {"k.1": "s"}}, '$.free["k.1"]'),
+        ({"free": {"ok": "s"}}, "$.free.ok"),
+        ({"rows": [{"c d": 1}, {"c d": "s"}]}, '$.rows[1]["c d"]'),
+    ],
+)
+def test_error_paths_quote_keys_that_are_no_identifiers(
+    arguments: dict[str, Any], path: str
+) -> None:
+    """fastjsonschema joins keys unescaped (``data.x-y.k.z``); the path is read off the value."""
+    integer = {"type": "integer"}
+    validator = Validator(
+        {
+            "type": "object",
+            "properties": {
+                "x-y": {
+                    "type": "object",
+                    "properties": {"a b": integer, "k.z": integer, "[0]": integer},
+                },
+                "free": {"type": "object", "additionalProperties": integer},
+                "rows": {"type": "array", "items": {"properties": {"c d": integer}}},
+            },
+        }
+    )
+    with pytest.raises(ArgumentError, match="must be integer") as caught:
+        validator(arguments)
+    assert caught.value.path == path

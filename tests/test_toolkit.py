@@ -250,3 +250,19 @@ def test_a_limit_of_zero_or_less_finds_nothing_whoever_ranks() -> None:
     assert {t.name for t in kit.search("d", limit=3)} == {"a", "b", "c"}
     for limit in (0, -1):
         assert kit.search("d", limit=limit) == []  # -1 was every tool but the last
+
+
+def test_a_wrapped_source_that_relists_its_tools_is_seen_afresh() -> None:
+    """A re-listed tool can take the place (and id) of the freed one it replaces: the wrapper
+    must not take it for the old one."""
+    import gc
+
+    base = make("base")
+    source = ToolSet([base.replace(name="t0")], name="s")
+    kit = Toolkit(Prefixed(source, "p"))
+    for i in range(1, 20):
+        source._tools.clear()
+        gc.collect()
+        source._tools.append(base.replace(name=f"t{i}"))
+        source.changed()
+        assert kit.names() == [f"p_t{i}"]

@@ -340,7 +340,7 @@ class Validator:
         except Exception as exc:
             if type(exc).__name__ != "JsonSchemaValueException":
                 raise
-            raise _argument_error(exc) from None
+            raise _argument_error(exc, arguments) from None
 
 
 def compile_validator(schema: Mapping[str, Any]) -> Validator:
@@ -350,9 +350,9 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def _argument_error(exc: Any) -> ArgumentError:
+def _argument_error(exc: Any, arguments: Any) -> ArgumentError:
     name = exc.name or "data"
-    path = "$" + name[len("data") :] if name.startswith("data") else f"$.{name}"
+    path = _path_of(name, arguments)
     value = exc.value
     definition = exc.definition if isinstance(exc.definition, Mapping) else {}
     if exc.rule == "required" and isinstance(value, Mapping):
@@ -374,6 +374,38 @@ def _argument_error(exc: Any) -> ArgumentError:
     if message.startswith(name):
         message = message[len(name) :].strip()
     return ArgumentError(message, path=path)
+
+
+def _path_of(name: str, arguments: Any) -> str:
+    """The JSON path of the value fastjsonschema calls ``name``: ``data`` and its steps
+    (``.key``, ``[0]``) joined unescaped, so ``data.a.b`` may be key ``"a.b"``. The steps are
+    read off the arguments themselves, each key written as ``_child`` writes it."""
+    steps = _steps(name[len("data") :], arguments) if name.startswith("data") else None
+    if steps is None:
+        return "$" + name[len("data") :] if name.startswith("data") else f"$.{name}"
+    path = "$"
+    for step in steps:
+        path = _child(path, step)
+    return path
+
+
+def _steps(rest: str, value: Any) -> list[str | int] | None:
+    """The keys and indexes leading into ``value`` that spell ``rest``, or None."""
+    if not rest:
+        return []
+    if isinstance(value, list) and rest.startswith("["):
+        index, close, after = rest[1:].partition("]")
+        if close and index.isdigit() and int(index) < len(value):
+            found = _steps(after, value[int(index)])
+            return None if found is None else [int(index), *found]
+        return None
+    if isinstance(value, Mapping) and rest.startswith("."):
+        for key in sorted(value, key=lambda k: -len(str(k))):  # longest first: "a.b" over "a"
+            if isinstance(key, str) and rest.startswith(key, 1):
+                found = _steps(rest[1 + len(key) :], value[key])
+                if found is not None:
+                    return [key, *found]
+    return None
 
 
 def _child(path: str, key: Any) -> str:

@@ -14,8 +14,15 @@ from openai.types.responses import ResponseFunctionToolCall
 from pydantic import BaseModel
 
 from tests.llm.catalogue import CATALOGUE, search
-from toolmesh import ToolCallParseError, Toolkit, tool
-from toolmesh.llm import ToolCall, parse_tool_call, parse_tool_calls, to_openai
+from toolmesh import ToolCallParseError, ToolDefinition, Toolkit, tool
+from toolmesh.llm import (
+    ToolCall,
+    parse_tool_call,
+    parse_tool_calls,
+    to_anthropic,
+    to_gemini,
+    to_openai,
+)
 
 
 def openai_chat_call(
@@ -199,3 +206,68 @@ async def test_added_nulls_are_dropped_inside_a_union_of_objects() -> None:
             assert call.arguments == {"channel": expected[1]}
             result = await kit.execute(call.name, call.arguments)
             assert result.success and result.data == expected[0], result
+
+
+def test_whitespace_arguments_are_no_arguments() -> None:
+    for blank in ("", "  ", "\n"):
+        assert parse_tool_call(openai_chat_call("add", blank)).arguments == {}
+
+
+_OBJECT_WITH_ODD_KEYS = {
+    "type": "object",
+    "properties": {"@id": {"type": "string"}, "x-y": {"type": "integer"}},
+}
+ODD_PLACES = ToolDefinition(
+    name="odd_places",
+    description="Keys a provider refuses, in every place a schema can nest them.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "union": {"anyOf": [{"$ref": "#/$defs/R"}, {"type": "string"}]},
+            "pair": {"type": "array", "prefixItems": [{"$ref": "#/$defs/R"}, {"type": "integer"}]},
+            "merged": {"allOf": [{"$ref": "#/$defs/R"}], "description": "one R"},
+            "by_name": {"type": "object", "additionalProperties": {"$ref": "#/$defs/R"}},
+            "lists": {
+                "anyOf": [{"type": "array", "items": {"$ref": "#/$defs/R"}}, {"type": "null"}]
+            },
+        },
+        "$defs": {"R": _OBJECT_WITH_ODD_KEYS},
+    },
+)
+
+
+def test_renamed_keys_map_back_inside_unions_tuples_all_of_and_dict_values() -> None:
+    (gemini,) = to_gemini([ODD_PLACES])
+    genai.Tool.model_validate(gemini)
+    renamed = {"_id": "i", "x_y": 1}  # the keys of R in Gemini's form
+    own = {"@id": "i", "x-y": 1}
+    sent = {"union": renamed, "pair": [renamed, 2], "merged": renamed, "lists": [renamed]}
+    call = parse_tool_call({"name": "odd_places", "args": sent}, [ODD_PLACES])
+    assert call.arguments == {"union": own, "pair": [own, 2], "merged": own, "lists": [own]}
+    (anthropic,) = to_anthropic([ODD_PLACES])
+    assert list(anthropic["input_schema"]["$defs"]["R"]["properties"]) == ["_id", "x-y"]
+    sent = {"by_name": {"k": {"_id": "i", "x-y": 1}}}
+    use = {"type": "tool_use", "id": "t", "name": "odd_places", "input": sent}
+    assert parse_tool_call(use, [ODD_PLACES]).arguments == {"by_name": {"k": own}}
+
+
+def test_renamed_keys_map_back_by_the_calling_providers_rule() -> None:
+    """Anthropic keeps "a.b" and renames "a b" to "a_b"; Gemini renames "a.b" to "a_b" and
+    "a b" to "a_b_2": "a_b" means another key for each."""
+    both = ToolDefinition(
+        name="both",
+        description="d",
+        input_schema={
+            "type": "object",
+            "properties": {"a.b": {"type": "integer"}, "a b": {"type": "string"}},
+        },
+    )
+    (gemini,) = to_gemini([both])
+    assert list(gemini["function_declarations"][0]["parameters"]["properties"]) == [
+        "a_b",
+        "a_b_2",
+    ]
+    from_gemini = parse_tool_call({"name": "both", "args": {"a_b": 1, "a_b_2": "s"}}, [both])
+    assert from_gemini.arguments == {"a.b": 1, "a b": "s"}
+    use = {"type": "tool_use", "id": "t", "name": "both", "input": {"a.b": 1, "a_b": "s"}}
+    assert parse_tool_call(use, [both]).arguments == {"a.b": 1, "a b": "s"}

@@ -498,3 +498,114 @@ async def test_generator_items_become_a_list() -> None:
     assert (await kit.execute("acount", {"n": 3})).data == [0, 1, 2]
     failed = await kit.execute("abroken")
     assert failed.error == "ValueError: half way" and closed == ["abroken"]
+
+
+def _repeat(times: int, text: str) -> str:
+    """Repeat a text.
+
+    Args:
+        times: How often.
+        text: What to repeat.
+    """
+    return text * times
+
+
+class _Doubler:
+    """Doubles numbers."""
+
+    def __call__(self, x: int) -> int:
+        """Double x.
+
+        Args:
+            x: The number.
+        """
+        return 2 * x
+
+
+class _AsyncDoubler:
+    async def __call__(self, x: int) -> int:
+        return 2 * x
+
+
+async def test_partials_and_callable_instances_make_tools() -> None:
+    import functools
+
+    twice = tool(functools.partial(_repeat, 2), name="twice")
+    assert twice.input_schema["properties"] == {
+        "text": {"type": "string", "description": "What to repeat."}
+    }
+    assert twice.description == "Repeat a text."  # not functools.partial's own docstring
+    zs = tool(functools.partial(_repeat, text="z"), name="zs")
+    assert zs.input_schema["required"] == ["times"]
+    double = tool(_Doubler(), name="double")
+    assert (double.description, double.input_schema["required"]) == ("Double x.", ["x"])
+    kit = Toolkit(twice, zs, double, tool(_AsyncDoubler(), name="adouble"))
+    assert (await kit.execute("twice", {"text": "ab"})).data == "abab"
+    assert (await kit.execute("zs", {"times": 3})).data == "zzz"
+    assert (await kit.execute("double", {"x": 4})).data == 8
+    assert (await kit.execute("adouble", {"x": 5})).data == 10  # awaited, not a coroutine
+
+
+async def test_a_field_as_the_default_gives_its_constraints_default_and_factory() -> None:
+    def label(
+        count: int = Field(default=3, ge=1, description="How many"),
+        tags: list[str] = Field(default_factory=list),  # noqa: B008 - the spelling under test
+    ) -> str:
+        """Label."""
+        tags.append("new")
+        return f"{count}:{tags}"
+
+    made = tool(label)
+    assert made.input_schema["properties"]["count"] == {
+        "default": 3,
+        "description": "How many",
+        "minimum": 1,
+        "type": "integer",
+    }
+    assert "required" not in made.input_schema
+    assert "default" not in made.input_schema["properties"]["tags"]
+    kit = Toolkit(made)
+    assert (await kit.execute("label", {})).data == "3:['new']"
+    assert (await kit.execute("label", {})).data == "3:['new']"  # a fresh list per call
+    refused = await kit.execute("label", {"count": 0})
+    assert refused.metadata["path"] == "$.count"
+
+
+def test_docstrings_opening_with_a_section_or_with_keyword_args() -> None:
+    def sections_only(a: int) -> None:
+        """
+        Args:
+            a: The a.
+        """
+
+    def keywords(*, a: int, b: int = 1) -> None:
+        """Summary.
+
+        Keyword Args:
+            a: The a.
+            b: The b.
+        """
+
+    made = tool(sections_only)
+    assert made.description == "sections_only"
+    assert made.input_schema["properties"]["a"]["description"] == "The a."
+    made = tool(keywords)
+    assert made.description == "Summary."
+    props = made.input_schema["properties"]
+    assert (props["a"]["description"], props["b"]["description"]) == ("The a.", "The b.")
+
+
+async def test_string_annotations_may_name_classes_local_to_the_caller() -> None:
+    """This module has ``from __future__ import annotations``: hints are strings, and a model
+    defined in this function is in no module's namespace."""
+
+    class Local(BaseModel):
+        x: int
+
+    @tool
+    def take(item: Local) -> int:
+        """Take."""
+        return item.x
+
+    assert take.input_schema["properties"]["item"]["required"] == ["x"]
+    assert (await Toolkit(take).execute("take", {"item": {"x": 4}})).data == 4

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh import strictjson
 from toolmesh.errors import ToolCallParseError
-from toolmesh.llm.keys import restore_keys
+from toolmesh.llm.keys import ANTHROPIC_KEY, GEMINI_KEY, restore_keys
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema, pointer_target
 from toolmesh.tools import Tool
@@ -64,7 +64,7 @@ def parse_tool_call(
     if tools is not None:
         tool = _resolve(name, tools)
         name = tool.name
-        arguments = _drop_added_nulls(arguments, _input_schema(tool))
+        arguments = _drop_added_nulls(arguments, _input_schema(tool), provider)
     return ToolCall(name=name, arguments=arguments, id=call_id, provider=provider)
 
 
@@ -113,8 +113,8 @@ def _id(data: Mapping[str, Any], key: str) -> str:
 
 
 def _arguments(raw: Any, name: str) -> dict[str, Any]:
-    if raw is None or raw == "":
-        return {}
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}  # no arguments, however the model spelled that
     if isinstance(raw, str):
         try:
             raw = strictjson.loads(raw)
@@ -186,73 +186,148 @@ def _input_schema(tool: Tool | ToolDefinition) -> dict[str, Any]:
     return tool.input_schema or parameters_to_schema(tool.input_parameters)
 
 
+# The key rules to map a call's keys back by, the calling provider's own first: two rules may
+# rename two keys alike ("a.b" and "a b" are both "a_b" somewhere). The others follow for calls
+# made against another provider's form; OpenAI's forms keep every key.
+_KEY_RULES: dict[Provider, tuple[re.Pattern[str], ...]] = {
+    "openai-chat": (ANTHROPIC_KEY, GEMINI_KEY),
+    "openai-responses": (ANTHROPIC_KEY, GEMINI_KEY),
+    "anthropic": (ANTHROPIC_KEY, GEMINI_KEY),
+    "gemini": (GEMINI_KEY, ANTHROPIC_KEY),
+}
+
+
 def _drop_added_nulls(
-    arguments: dict[str, Any], schema: Mapping[str, Any], root: Mapping[str, Any] | None = None
+    arguments: dict[str, Any], schema: Mapping[str, Any], provider: Provider
 ) -> dict[str, Any]:
-    """Leave out ``null`` for optional properties whose schema does not accept null: OpenAI's
-    strict mode sends them for arguments the model chose to omit."""
-    root = root if root is not None else schema
+    return _Restore(schema, _KEY_RULES[provider]).object(arguments, schema)
+
+
+class _Restore:
+    """A call's arguments made the tool's own again, walking them beside the tool's schema:
+    keys the provider's form renamed get their names back (by that provider's rule first),
+    and ``null`` is left out for optional properties whose schema does not accept it (OpenAI's
+    strict mode sends those for omitted arguments)."""
+
+    def __init__(self, root: Mapping[str, Any], rules: tuple[re.Pattern[str], ...]) -> None:
+        self.root = root
+        self.rules = rules
+
+    def object(self, arguments: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+        root = self.root
+        schema = _resolved(schema, root)
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if not isinstance(properties, Mapping):
+            properties = {}
+            if not isinstance(extra, Mapping):
+                return arguments
+        required = set(schema.get("required") or ())
+
+        def handle(value: Any, prop: Any) -> Any:
+            if prop is None and isinstance(extra, Mapping):
+                prop = extra  # a free key (dict[str, Model]): its value's keys were renamed too
+            return self.value(value, prop) if isinstance(prop, Mapping) else value
+
+        restored = restore_keys(arguments, properties, handle, self.rules)
+        out: dict[str, Any] = {}
+        for key, value in restored.items():
+            prop = properties.get(key)
+            if (
+                value is None
+                and key not in required
+                and isinstance(prop, Mapping)
+                and not _allows_null(_deref(prop, root), root)
+            ):
+                continue
+            out[key] = value
+        return out
+
+    def value(self, value: Any, schema: Mapping[str, Any]) -> Any:
+        schema = self.branch_for(value, _resolved(schema, self.root))
+        if isinstance(value, dict):
+            return self.object(value, schema)
+        if isinstance(value, list):
+            items = _item_schemas(schema, len(value))
+            return [self.value(v, item) for v, item in zip(value, items, strict=True)]
+        return value
+
+    def branch_for(self, value: Any, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The branch of a union (``anyOf``/``oneOf``) that ``value`` is an instance of, or
+        ``schema`` itself when it is no union or no branch fits."""
+        branches = [
+            _resolved(b, self.root)
+            for b in schema.get("anyOf") or schema.get("oneOf") or ()
+            if isinstance(b, Mapping) and b.get("type") != "null"
+        ]
+        if len(branches) == 1:
+            return branches[0]
+        if isinstance(value, dict):
+            # A union of objects (Email | Sms): the nulls to drop are those of the branch the
+            # value is an instance of.
+            return next((b for b in branches if self.fits(value, b)), schema)
+        if isinstance(value, list):
+            return next((b for b in branches if _is_array(b)), schema)
+        return schema
+
+    def fits(self, value: dict[str, Any], branch: Mapping[str, Any]) -> bool:
+        """Whether ``value`` (nulls aside) can be an instance of the object schema ``branch``:
+        its keys are the branch's (once given back their own names), its required keys are
+        there, its constants (a discriminator) match."""
+        properties = branch.get("properties")
+        if not isinstance(properties, Mapping):
+            return False
+        value = restore_keys(value, properties, lambda item, _prop: item, self.rules)
+        given = {key for key, item in value.items() if item is not None}
+        if not given <= set(properties) or not set(branch.get("required") or ()) <= given:
+            return False
+        for key in given:
+            prop = properties[key]
+            if isinstance(prop, Mapping):
+                fixed = prop["const"] if "const" in prop else prop.get("enum", [value[key]])
+                if value[key] != fixed and not (isinstance(fixed, list) and value[key] in fixed):
+                    return False
+        return True
+
+
+def _item_schemas(schema: Mapping[str, Any], count: int) -> list[Mapping[str, Any]]:
+    """The schema of each of ``count`` items: a tuple's by position (``prefixItems``), then
+    ``items``; an empty schema where there is none."""
+    prefix = schema.get("prefixItems")
+    positions = [p for p in prefix if isinstance(p, Mapping)] if isinstance(prefix, list) else []
+    rest = schema.get("items")
+    tail = rest if isinstance(rest, Mapping) else {}
+    return [positions[i] if i < len(positions) else tail for i in range(count)]
+
+
+def _is_array(schema: Mapping[str, Any]) -> bool:
+    declared = schema.get("type")
+    if declared == "array" or (isinstance(declared, list) and "array" in declared):
+        return True
+    return "items" in schema or "prefixItems" in schema
+
+
+def _resolved(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``schema`` with its ``$ref``s followed and its ``allOf`` merged into one object schema,
+    as Gemini's form merges it (so the keys renamed inside are found)."""
     schema = _deref(schema, root)
-    properties = schema.get("properties")
-    if not isinstance(properties, Mapping):
-        return arguments
-    required = set(schema.get("required") or ())
-
-    def handle(value: Any, prop: Any) -> Any:
-        return _descend(value, _deref(prop, root), root) if isinstance(prop, Mapping) else value
-
-    # keys a provider form renamed ("filter[name]" -> "filter_name_") get their own names back
-    restored = restore_keys(arguments, properties, handle)
-    out: dict[str, Any] = {}
-    for key, value in restored.items():
-        prop = properties.get(key)
-        if (
-            value is None
-            and key not in required
-            and isinstance(prop, Mapping)
-            and not _allows_null(_deref(prop, root), root)
-        ):
-            continue
-        out[key] = value
-    return out
-
-
-def _descend(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
-    branches = [
-        _deref(b, root)
-        for b in schema.get("anyOf") or schema.get("oneOf") or ()
-        if isinstance(b, Mapping) and b.get("type") != "null"
-    ]
-    if len(branches) == 1:
-        schema = branches[0]
-    elif branches and isinstance(value, dict):
-        # A union of objects (Email | Sms): the nulls to drop are those of the branch the
-        # value is an instance of.
-        schema = next((b for b in branches if _fits(value, b)), schema)
-    if isinstance(value, dict):
-        return _drop_added_nulls(value, schema, root)
-    items = schema.get("items")
-    if isinstance(value, list) and isinstance(items, Mapping):
-        return [_descend(v, _deref(items, root), root) for v in value]
-    return value
-
-
-def _fits(value: dict[str, Any], branch: Mapping[str, Any]) -> bool:
-    """Whether ``value`` (nulls aside) can be an instance of the object schema ``branch``: its
-    keys are the branch's, its required keys are there, its constants (a discriminator) match."""
-    properties = branch.get("properties")
-    if not isinstance(properties, Mapping):
-        return False
-    given = {key for key, item in value.items() if item is not None}
-    if not given <= set(properties) or not set(branch.get("required") or ()) <= given:
-        return False
-    for key in given:
-        prop = properties[key]
-        if isinstance(prop, Mapping):
-            fixed = prop["const"] if "const" in prop else prop.get("enum", [value[key]])
-            if value[key] != fixed and not (isinstance(fixed, list) and value[key] in fixed):
-                return False
-    return True
+    branches = schema.get("allOf")
+    if not isinstance(branches, list):
+        return schema
+    merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+    properties: dict[str, Any] = dict(merged.get("properties") or {})
+    required: list[Any] = list(merged.get("required") or ())
+    for branch in branches:
+        if isinstance(branch, Mapping):
+            part = _resolved(branch, root)
+            properties.update(part.get("properties") or {})
+            required += part.get("required") or ()
+            merged = {**part, **merged}
+    if properties:
+        merged["properties"] = properties
+    if required:
+        merged["required"] = required
+    return merged
 
 
 def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -10,7 +10,7 @@ tool's schema, so nothing has to be remembered between the two.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["ANTHROPIC_KEY", "GEMINI_KEY", "legal_keys", "restore_keys"]
@@ -91,15 +91,19 @@ def _walk(node: Any, rule: re.Pattern[str]) -> Any:
 
 
 def restore_keys(
-    arguments: dict[str, Any], properties: Mapping[str, Any], descend: Callable[[Any, Any], Any]
+    arguments: dict[str, Any],
+    properties: Mapping[str, Any],
+    descend: Callable[[Any, Any], Any],
+    rules: Sequence[re.Pattern[str]] = _RULES,
 ) -> dict[str, Any]:
     """``arguments`` with keys a provider form renamed given back their own names (``descend``
-    handles each value with its property's schema)."""
+    handles each value with its property's schema). ``rules``: the key rules of the forms the
+    arguments may come from; keys renamed by one rule can mean other keys under another."""
     if all(key in properties for key in arguments):
         return {key: descend(value, properties[key]) for key, value in arguments.items()}
     names = list(properties)
     back: dict[str, str] = {}
-    for rule in _RULES:
+    for rule in rules:
         for original, legal in key_map(names, rule).items():
             if legal != original and legal not in properties:
                 back.setdefault(legal, original)

@@ -5,7 +5,9 @@ unions, Literal and Enum (-> enum), list/set/tuple/dict of anything, TypedDict, 
 pydantic models (-> nested objects, through pydantic, once per type). A parameter with a default
 is not required. Descriptions come from the docstring: its summary and body for the tool, its
 Google, NumPy or Sphinx parameter sections for the parameters, ``Annotated[T, "text"]`` or
-``Field(description=...)`` beside a hint.
+``Field(description=...)`` beside a hint or as the default (``= Field(default_factory=list)``
+makes a fresh value per call). Partials and callable instances are read through the function
+they call.
 
 A parameter annotated ``ToolContext`` (or named ``ctx``) receives the call's context and is left
 out of the schema. Async functions are awaited; plain functions run on a worker thread so they
@@ -17,10 +19,12 @@ data, ``Output`` and ``ToolResult`` passed through; an exception becomes an erro
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import enum
 import functools
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -112,10 +116,12 @@ def tool(
     annotations: Mapping[str, Any] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a function: ``@tool``, ``@tool(name=...)`` or ``tool(fn, ...)``."""
+    caller = sys._getframe(1).f_locals  # for names only the caller knows, see _type_hints
 
     def build(function: Callable[..., Any]) -> FunctionTool:
         return _build(
             function,
+            namespace=caller,
             name=name,
             description=description,
             capabilities=capabilities,
@@ -139,7 +145,7 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     if isinstance(fn, Tool):
         raise ConfigError(f"{fn.name!r} is already a tool")
     target = _unwrap(fn)
-    plan = _plan(target)
+    plan = _plan(target, options["namespace"])
     doc = _docstring(target)
     tool_name = options["name"] or getattr(target, "__name__", None)
     if not tool_name or tool_name == "<lambda>":
@@ -199,7 +205,7 @@ def _shape_of(schema: JsonSchema | None) -> tuple[JsonSchema | None, list[ToolPa
 def function_schema(fn: Callable[..., Any]) -> JsonSchema:
     """The input JSON Schema ``@tool`` would give ``fn``."""
     target = _unwrap(fn)
-    return _schemas(_plan(target), _docstring(target))[0]
+    return _schemas(_plan(target, sys._getframe(1).f_locals), _docstring(target))[0]
 
 
 # -- reading the function ------------------------------------------------------------------------
@@ -213,6 +219,7 @@ class _Param:
     kind: inspect._ParameterKind
     description: str = ""
     coerce: Callable[[Any], Any] | None = None
+    make: Callable[[], Any] | None = None  # makes the default when the call leaves it out
 
 
 @dataclasses.dataclass(slots=True)
@@ -232,13 +239,37 @@ def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     return unwrapped
 
 
-def _plan(fn: Callable[..., Any]) -> _Plan:
+def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function whose annotations (and docstring, and sync or async kind) describe ``fn``:
+    a partial's function, a callable instance's ``__call__``; ``fn`` itself otherwise."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or inspect.isclass(fn) or not callable(fn):
+        return fn
+    call: Callable[..., Any] = type(fn).__call__
+    return call
+
+
+def _type_hints(fn: Callable[..., Any], namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """``fn``'s resolved hints. A string annotation (``from __future__ import annotations``)
+    naming a class defined inside the function that made the tool resolves nowhere but in that
+    function's locals, ``namespace``: it fills the names ``fn``'s own module does not have."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except NameError:
+        if not namespace:
+            raise
+    fallback = {**namespace, **getattr(fn, "__globals__", {})}
+    return typing.get_type_hints(fn, localns=fallback, include_extras=True)
+
+
+def _plan(fn: Callable[..., Any], namespace: Mapping[str, Any]) -> _Plan:
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"cannot read the signature of {fn!r}: {exc}") from exc
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = _type_hints(_annotated(fn), namespace)
     except Exception as exc:  # unresolved forward references, mostly
         raise ConfigError(f"cannot resolve the type hints of {_qualname(fn)}: {exc}") from exc
     params: list[_Param] = []
@@ -246,9 +277,9 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
     extra_kwargs = False
     positional: list[tuple[str, Any]] = []
     for param in signature.parameters.values():
-        annotation = hints.get(param.name, Any)
+        annotation, default, make = _field_default(hints.get(param.name, Any), param.default)
         if param.kind is inspect.Parameter.POSITIONAL_ONLY:
-            positional.append((param.name, param.default))
+            positional.append((param.name, default))
         if _is_context(param.name, annotation):
             context_param = param.name
             continue
@@ -257,15 +288,35 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             extra_kwargs = True
             continue
-        params.append(_Param(param.name, annotation, param.default, param.kind))
+        params.append(_Param(param.name, annotation, default, param.kind, make=make))
     return _Plan(
         params=params,
         context_param=context_param,
         extra_kwargs=extra_kwargs,
         returns=hints.get("return", inspect.Signature.empty),
-        kind=_kind(fn),
+        kind=_kind(_annotated(fn)),
         positional=positional,
     )
+
+
+_FRESH = object()  # the default of a Field(default_factory=...): a new value per call
+
+
+def _field_default(annotation: Any, default: Any) -> tuple[Any, Any, Callable[[], Any] | None]:
+    """A pydantic ``Field(...)`` given as a parameter's default: its constraints and description
+    join the hint, its default (``_FRESH`` for a factory) becomes the parameter's, and the
+    function that makes it is returned, since the function's own default is the Field object
+    itself. Any other default: as given, nothing to make."""
+    if not isinstance(default, FieldInfo):
+        return annotation, default, None
+    hint = typing.Annotated[annotation, default]
+    factory = default.default_factory
+    if factory is not None:
+        return hint, _FRESH, factory  # type: ignore[return-value]
+    if default.is_required():
+        return hint, inspect.Parameter.empty, None
+    value = default.default
+    return hint, value, lambda: copy.deepcopy(value)
 
 
 def _kind(fn: Callable[..., Any]) -> Literal["sync", "async", "generator", "async_generator"]:
@@ -299,16 +350,15 @@ class _Doc:
 
 
 def _docstring(fn: Callable[..., Any]) -> _Doc | None:
-    text = inspect.getdoc(fn)
+    text = inspect.getdoc(_annotated(fn))
+    if not text and not isinstance(fn, functools.partial):  # a partial's own is functools' text
+        text = inspect.getdoc(fn)  # a callable instance's class docstring
     if not text:
         return None
     if "\n" not in text.strip():
         return _Doc(text.strip(), {})  # one line: no sections to parse
-    import docstring_parser  # only for docstrings with more than a summary line
-
-    try:
-        parsed = docstring_parser.parse(text)
-    except docstring_parser.ParseError:
+    parsed = _parse_docstring(text)
+    if parsed is None:
         return _Doc(text.strip(), {})
     parts = [p for p in (parsed.short_description, parsed.long_description) if p]
     return _Doc(
@@ -316,6 +366,40 @@ def _docstring(fn: Callable[..., Any]) -> _Doc | None:
         {p.arg_name: p.description or "" for p in parsed.params},
         (parsed.returns.description or "") if parsed.returns else "",
     )
+
+
+def _parse_docstring(text: str) -> Any:
+    """``text`` parsed in the style that finds the most in it (as docstring_parser's own auto
+    style does), or None when no style can read it."""
+    import docstring_parser  # only for docstrings with more than a summary line
+    from docstring_parser import epydoc, numpydoc, rest
+
+    parsed = []
+    for parse in (rest.parse, _parse_google, numpydoc.parse, epydoc.parse):
+        with contextlib.suppress(docstring_parser.ParseError):
+            parsed.append(parse(text))
+    return max(parsed, key=lambda d: len(d.meta)) if parsed else None  # ties: the first
+
+
+@functools.cache
+def _google_parser() -> Any:
+    from docstring_parser import google
+
+    # Google's style guide names these sections too; docstring_parser knows only Args & co.
+    extra = ("Keyword Args", "Keyword Arguments", "Other Parameters")
+    multiple = google.SectionType.MULTIPLE
+    return google.GoogleParser(
+        [*google.DEFAULT_SECTIONS, *(google.Section(t, "param", multiple) for t in extra)]
+    )
+
+
+def _parse_google(text: str) -> Any:
+    parser = _google_parser()
+    if parser.titles_re.match(text):
+        # No summary, the docstring opens with its Args: section; the parser wants a line
+        # before the first section.
+        text = "\n" + text
+    return parser.parse(text)
 
 
 def _description(doc: _Doc | None) -> str:
@@ -335,12 +419,12 @@ def _schemas(plan: _Plan, doc: _Doc | None) -> tuple[JsonSchema, JsonSchema | No
         note = described.get(param.name)
         if note and "description" not in schema:
             schema = {**schema, "description": note}
-        if param.default is not inspect.Parameter.empty:
+        if param.default is inspect.Parameter.empty:
+            required.append(param.name)
+        elif param.default is not _FRESH:  # a factory's value is new each call: none to state
             default = _json_default(param.default)
             if default is not _UNSET:
                 schema = {**schema, "default": default}
-        else:
-            required.append(param.name)
         param.coerce = builder.coercer(param.annotation)
         properties[param.name] = schema
     input_schema: JsonSchema = {"type": "object", "properties": properties}
@@ -559,15 +643,18 @@ def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
 
 def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
     coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
+    factories = {p.name: p.make for p in plan.params if p.make is not None}
     runner = _RUNNERS[plan.kind]
-    return runner(fn, tuple(plan.positional), coercers or None, plan.context_param)
+    return runner(
+        fn, tuple(plan.positional), coercers or None, plan.context_param, factories or None
+    )
 
 
 class _Runner:
     """Calls the function with JSON arguments bound to its parameters. One small object per
     tool rather than closures: registering thousands of tools allocates (and GC-scans) less."""
 
-    __slots__ = ("coercers", "context_param", "fn", "positional")
+    __slots__ = ("coercers", "context_param", "factories", "fn", "positional")
 
     def __init__(
         self,
@@ -575,11 +662,13 @@ class _Runner:
         positional: tuple[tuple[str, Any], ...],
         coercers: dict[str, Callable[[Any], Any]] | None,
         context_param: str | None,
+        factories: dict[str, Callable[[], Any]] | None = None,
     ) -> None:
         self.fn = fn
         self.positional = positional
         self.coercers = coercers
         self.context_param = context_param
+        self.factories = factories
 
     def bind(self, arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
         kwargs = dict(arguments)
@@ -587,6 +676,10 @@ class _Runner:
             for key, coerce in self.coercers.items():
                 if key in kwargs:
                     kwargs[key] = coerce(kwargs[key])
+        if self.factories:  # the function's own default would be the Field(...) object itself
+            for key, make in self.factories.items():
+                if key not in kwargs:
+                    kwargs[key] = make()
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
         args: list[Any] = []

@@ -23,7 +23,9 @@ class WrapperSource(Source):
     def __init__(self, wrapped: Source) -> None:
         self.wrapped = wrapped
         self.name = wrapped.name
-        self._cache_key: tuple[int, ...] | None = None
+        # The inner tools the cache was made from, held (not their ids: a freed tool's id is
+        # soon another tool's, and a source that re-lists its tools frees the old ones).
+        self._cache_key: tuple[Tool, ...] | None = None
         self._cache: list[Tool] = []
         wrapped.subscribe(lambda _source: self.changed())
 
@@ -36,11 +38,10 @@ class WrapperSource(Source):
         self.wrapped.status = value
 
     def tools(self) -> Sequence[Tool]:
-        inner = self.wrapped.tools()
-        key = tuple(id(t) for t in inner)
-        if key != self._cache_key:
+        inner = tuple(self.wrapped.tools())
+        if not _same_tools(inner, self._cache_key):
             self._cache = [self.map(t) for t in inner if self.keep(t)]
-            self._cache_key = key
+            self._cache_key = inner
         return self._cache
 
     def keep(self, tool: Tool) -> bool:
@@ -134,6 +135,14 @@ class Tagged(WrapperSource):
             capabilities=_union(definition.capabilities, self.capabilities),
             tags=_union(definition.tags, self.tags),
         )
+
+
+def _same_tools(now: tuple[Tool, ...], before: tuple[Tool, ...] | None) -> bool:
+    return (
+        before is not None
+        and len(now) == len(before)
+        and all(a is b for a, b in zip(now, before, strict=True))
+    )
 
 
 def _union(first: Sequence[str], second: Sequence[str]) -> list[str]:
