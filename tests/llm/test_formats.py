@@ -264,7 +264,15 @@ def test_names_are_made_legal_and_collisions_refused() -> None:
 
 
 def test_toolkit_methods_match_the_functions() -> None:
-    kit = Toolkit(*CATALOGUE)
+    from toolmesh import tool
+
+    @tool(defer_loading=True)
+    def rarely_used(x: int) -> int:
+        """Found by search only."""
+        return x
+
+    kit = Toolkit(*CATALOGUE, rarely_used)
+    assert "rarely_used" not in {t["name"] for t in to_anthropic(kit)}  # left to search
     assert kit.to_anthropic() == to_anthropic(kit)
     assert kit.to_openai(api="responses") == to_openai(kit, api="responses")
     assert kit.to_openai(strict=False) == to_openai(kit, strict=False)

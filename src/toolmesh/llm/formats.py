@@ -37,10 +37,11 @@ ToolsLike = "Toolkit | Iterable[Tool | ToolDefinition]"
 def tool_entries(
     tools: Toolkit | Iterable[Tool | ToolDefinition],
 ) -> list[tuple[str, str, JsonSchema]]:
-    """(legal name, description, input schema) of each tool, in order."""
-    from toolmesh.toolkit import sanitize_name
+    """(legal name, description, input schema) of each tool, in order; of a Toolkit, the tools
+    its listing shows (deferred ones are found by search, not sent), as its methods give."""
+    from toolmesh.toolkit import Toolkit, sanitize_name
 
-    items = tools.tools if hasattr(tools, "tools") else tools
+    items = [tools[d.name] for d in tools.definitions()] if isinstance(tools, Toolkit) else tools
     out: list[tuple[str, str, JsonSchema]] = []
     taken: dict[str, str] = {}
     for item in items:
