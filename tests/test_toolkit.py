@@ -37,6 +37,8 @@ def make(name: str, description: str = "d") -> Tool:
         ("a b/c", "a_b_c"),
         ("", "tool"),
         ("ok-name", "ok-name"),
+        ("héllo", "hello"),  # accents are dropped, not turned into "_"
+        ("café_au_lait", "cafe_au_lait"),
     ],
 )
 def test_sanitize_name(name: str, expected: str) -> None:
@@ -266,3 +268,12 @@ def test_a_wrapped_source_that_relists_its_tools_is_seen_afresh() -> None:
         source._tools.append(base.replace(name=f"t{i}"))
         source.changed()
         assert kit.names() == [f"p_t{i}"]
+
+
+async def test_names_in_scripts_ascii_cannot_spell_stay_distinct() -> None:
+    weather, query = make("天气", "the weather"), make("查询", "a lookup")
+    kit = Toolkit(weather, query)  # both became "__" and the second was dropped
+    names = kit.names()
+    assert len(names) == 2 and all(n.startswith("tool_") for n in names)
+    assert len({sanitize_name("погода"), sanitize_name("почта")}) == 2
+    assert (await kit.execute("天气", {})).output == "天气:the weather"  # its own name works too

@@ -18,6 +18,7 @@ import fnmatch
 import hashlib
 import logging
 import re
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ logger = logging.getLogger("toolmesh.toolkit")
 
 NAME_LIMIT = 64
 _ILLEGAL = re.compile(r"[^A-Za-z0-9_-]")
+_LEGAL = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
 OnConflict = Literal["warn", "error"]
 SourceLike: TypeAlias = "Source | ToolPlugin | Tool | Callable[..., Any] | Toolkit"
@@ -60,13 +62,23 @@ class ToolNameConflict(UserWarning):
 
 def sanitize_name(name: str) -> str:
     """A name every provider accepts: ``[A-Za-z_][A-Za-z0-9_-]{0,63}`` (Gemini wants a letter or
-    ``_`` first); long names keep a hash suffix so distinct names stay distinct."""
-    clean = _ILLEGAL.sub("_", name) or "tool"
+    ``_`` first). Accents are dropped ("héllo" -> "hello"); a name with letters no ASCII spells
+    ("天气", "погода"), or too long, keeps a hash suffix, so distinct names stay distinct."""
+    if _LEGAL.fullmatch(name):
+        return name  # nearly every name: nothing to do
+    text = name
+    if not text.isascii():
+        decomposed = unicodedata.normalize("NFKD", text)
+        text = "".join(c for c in decomposed if not unicodedata.combining(c))
+    lossy = not text.isascii()  # letters replaced by "_": two names could become one
+    clean = _ILLEGAL.sub("_", text) or "tool"
+    if lossy and not any(c.isalnum() for c in clean):
+        clean = "tool"  # "___" says nothing; the suffix tells the names apart
     if not (clean[0].isascii() and clean[0].isalpha()) and clean[0] != "_":
         clean = "_" + clean  # "1password" -> "_1password"
-    if len(clean) > NAME_LIMIT:
-        digest = hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:8]
-        clean = f"{clean[: NAME_LIMIT - 9]}_{digest}"
+    if lossy or len(clean) > NAME_LIMIT:
+        digest = hashlib.sha1(name.encode("utf-8", "surrogatepass"), usedforsecurity=False)
+        clean = f"{clean[: NAME_LIMIT - 9]}_{digest.hexdigest()[:8]}"
     return clean
 
 
