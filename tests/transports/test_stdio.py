@@ -13,6 +13,8 @@ import sys
 import tty
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import serve_stdio_command
 
 NOISY = '''
@@ -163,3 +165,32 @@ def test_a_peer_that_closes_stdout_ends_the_host_cleanly(tmp_path: Path) -> None
         process.wait()
         with contextlib.suppress(BrokenPipeError):
             process.stdin.close()
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_one_socket_as_stdin_and_stdout(tmp_path: Path, loop: str) -> None:
+    """As socat EXEC: or systemd socket activation start it: both ends are one socket."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    env = {**os.environ, "TOOLMESH_LOOP": loop}
+    process = subprocess.Popen(
+        serve_stdio_command(tmp_path / "a.db"), stdin=theirs, stdout=theirs, env=env
+    )
+    theirs.close()
+    try:
+        ours.settimeout(30)
+        ours.sendall(
+            b'{"type":"handshake/req","id":"h","agent_caps":["tools"]}\n'
+            b'{"type":"tool/call/req","id":"c","tool_name":"echo","arguments":{"text":"hi"}}\n'
+        )
+        answers = ours.makefile("rb")
+        handshake = json.loads(answers.readline())  # it used to answer nothing
+        assert handshake["type"] == "handshake/resp" and handshake["ok"] is True
+        assert json.loads(answers.readline())["data"]["data"] == "hi"
+        ours.shutdown(socket.SHUT_WR)
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.wait()
+        ours.close()

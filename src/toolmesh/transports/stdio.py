@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+import select
 import stat
 import sys
 import threading
@@ -124,11 +126,18 @@ class _Output(asyncio.Protocol):
 Writer = tuple[Callable[[bytes], None], Callable[[], None], "asyncio.Future[None]"]
 
 
-async def _writer_for(fd: int) -> Writer:
+async def _writer_for(fd: int, *, reads_too: bool = False) -> Writer:
     """Writing lines to ``fd``: through the event loop for pipes and sockets, directly for a
     regular file or a device (output to disk, a terminal or /dev/null never blocks for long).
-    Also returns how to stop, and a future resolved when the pipe's reader went away."""
+    Also returns how to stop, and a future resolved when the pipe's reader went away.
+
+    ``reads_too``: ``fd`` is the very socket stdin reads (socat ``EXEC:``, systemd socket
+    activation). The event loop's write transport would watch it for reading, and take the
+    requests (uvloop) or the end of the file (asyncio) meant for stdin; it is written directly.
+    """
     loop = asyncio.get_running_loop()
+    if reads_too:
+        return functools.partial(_write_all, fd), lambda: None, loop.create_future()
     if not _pipe_like(fd):
 
         def write_file(data: bytes) -> None:
@@ -148,6 +157,22 @@ async def _writer_for(fd: int) -> Writer:
             transport.close()
 
     return write_pipe, close, output.lost
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``, waiting while the socket is full (stdin's reader made it
+    non-blocking, and the file description is shared)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
+
+
+def _same_socket(first: int, second: int) -> bool:
+    a, b = os.fstat(first), os.fstat(second)
+    return stat.S_ISSOCK(a.st_mode) and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 class StdioStreams:
@@ -180,7 +205,8 @@ async def open_stdio(*, stdin_fd: int | None = None, stdout_fd: int | None = Non
     kept for protocol lines only: file descriptor 1 then writes to stderr."""
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = _claim_stdout() if stdout_fd is None else stdout_fd
-    write, stop_writing, output_lost = await _writer_for(out_fd)
+    shared = _same_socket(in_fd, out_fd)
+    write, stop_writing, output_lost = await _writer_for(out_fd, reads_too=shared)
     return StdioStreams(in_fd, write, stop_writing, output_lost)
 
 
