@@ -176,3 +176,13 @@ def test_the_file_listing_is_sorted_when_cut_at_the_limit(tmp_path: Path) -> Non
         write(tmp_path / "s" / "a", "a", name=f"{i:03d}.txt")
     files = SkillsSource(tmp_path).skills[0].files()
     assert len(files) == MAX_FILES and files == sorted(files)
+
+
+def test_a_symlink_out_of_the_folder_is_not_listed(tmp_path: Path) -> None:
+    write(tmp_path / "skills" / "s", GOOD.format(name="linked"))
+    write(tmp_path / "skills" / "s", "in", name="notes.txt")
+    write(tmp_path / "elsewhere", "secret", name="key.txt")
+    os.symlink(tmp_path / "elsewhere" / "key.txt", tmp_path / "skills" / "s" / "key.txt")
+    os.symlink("notes.txt", tmp_path / "skills" / "s" / "also-notes.txt")  # stays inside
+    (skill,) = SkillsSource(tmp_path / "skills").skills
+    assert skill.files() == ["also-notes.txt", "notes.txt"]  # key.txt could not be read

@@ -52,13 +52,17 @@ class Skill:
         return self.path.parent
 
     def files(self) -> list[str]:
-        """The skill folder's other files, relative to it (at most ``MAX_FILES``)."""
+        """The skill folder's other files, relative to it (at most ``MAX_FILES``); a symlink
+        that leads out of the folder is not listed, since the skill tool will not read it."""
         found: list[str] = []
+        base = os.path.realpath(self.folder)
         for root, dirs, names in os.walk(self.folder):
             dirs.sort()  # which files make the cut must not depend on the file system's order
             for name in sorted(names):
-                relative = os.path.relpath(os.path.join(root, name), self.folder)
-                if relative != SKILL_FILE:
+                path = os.path.join(root, name)
+                relative = os.path.relpath(path, self.folder)
+                inside = os.path.commonpath([base, os.path.realpath(path)]) == base
+                if relative != SKILL_FILE and inside:
                     found.append(relative)
                 if len(found) >= MAX_FILES:
                     return sorted(found)
