@@ -419,3 +419,12 @@ async def test_idle_sessions_are_closed_without_a_new_one_being_made(
     finally:
         await server.stop()
         await host.close()
+
+
+async def test_proxy_settings_httpx_cannot_read_are_a_transport_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # so the lean client steps aside
+    monkeypatch.setenv("NO_PROXY", "[::1]")  # httpx raises InvalidURL on it
+    with pytest.raises(TransportError, match="proxy settings"):
+        await connect_async("http://127.0.0.1:9/")

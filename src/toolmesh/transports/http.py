@@ -747,9 +747,12 @@ class HttpChannel:
         import httpx
 
         if self._httpx is None:
-            self._httpx = httpx.AsyncClient(
-                headers=self.headers, timeout=httpx.Timeout(self.timeout, read=None)
-            )
+            try:
+                self._httpx = httpx.AsyncClient(
+                    headers=self.headers, timeout=httpx.Timeout(self.timeout, read=None)
+                )
+            except httpx.InvalidURL as exc:  # httpx cannot read NO_PROXY=[::1], say
+                raise TransportError(f"the proxy settings cannot be used: {exc}") from exc
         return self._httpx
 
     async def _post(self, url: str, body: bytes) -> tuple[int, str]:
