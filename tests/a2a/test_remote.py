@@ -285,7 +285,7 @@ async def test_an_agent_without_cancel_task_keeps_its_dialect() -> None:
     app, _release, seen = _misbehaving_agents()
     async with serve_app(app) as base:
         card = f"{base}/nocancel/.well-known/agent-card.json"
-        async with await create_toolkit(agents=[agent(card, timeout=0.3, poll_every=0.05)]) as kit:
+        async with await create_toolkit(agents=[agent(card, timeout=1.0, poll_every=0.05)]) as kit:
             first = await kit.execute("nocancel_go", {"task": "hang"})
             assert first.error_code == "timeout", first
             second = await kit.execute("nocancel_go", {"task": "finish"})
