@@ -260,6 +260,21 @@ class ToolResult(BaseModel):
     def is_error(self) -> bool:
         return not self.success
 
+    @classmethod
+    def failure(
+        cls, tool_name: str, code: str, message: str, metadata: dict[str, Any] | None = None
+    ) -> ToolResult:
+        """The result of a call that failed with ``code`` (its ``duration_ms`` is the
+        pipeline's to set)."""
+        return cls(
+            success=False,
+            tool_name=tool_name,
+            error=message,
+            error_code=code,
+            metadata=metadata or {},
+            duration_ms=0,
+        )
+
     def raise_for_error(self) -> ToolResult:
         """Return self, or raise ``ToolCallFailed`` when the call did not succeed."""
         if not self.success:

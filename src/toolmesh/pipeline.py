@@ -612,9 +612,7 @@ def _elapsed_ms(started: float) -> int:
 
 
 def _failure(tool_name: str, code: ToolErrorCode, message: str) -> ToolResult:
-    return ToolResult(
-        success=False, tool_name=tool_name, error=message, error_code=code, duration_ms=0
-    )
+    return ToolResult.failure(tool_name, code, message)
 
 
 def _mend_text(result: ToolResult) -> None:

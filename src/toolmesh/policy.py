@@ -361,15 +361,30 @@ def _with_defaults(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> M
     """The arguments as the tool will see them: a missing top-level argument with a default in
     the schema has that value (a rule on ``mode = "force"`` must catch a call that omits a
     ``mode`` defaulting to "force"). A default of null stays missing: it means "not given"."""
+    defaults = _defaults_of(schema)
+    missing = {name: value for name, value in defaults.items() if name not in arguments}
+    return {**arguments, **missing} if missing else arguments
+
+
+_DEFAULTS: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+
+
+def _defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The non-null defaults of a schema's top-level properties, read once per schema (the
+    schema is kept with them, so its id names no other)."""
+    known = _DEFAULTS.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
-    if not isinstance(properties, Mapping):
-        return arguments
     defaults = {
         name: spec["default"]
-        for name, spec in properties.items()
-        if name not in arguments and isinstance(spec, Mapping) and spec.get("default") is not None
+        for name, spec in (properties.items() if isinstance(properties, Mapping) else ())
+        if isinstance(spec, Mapping) and spec.get("default") is not None
     }
-    return {**arguments, **defaults} if defaults else arguments
+    if len(_DEFAULTS) >= 4096:  # tools come and go (a source re-lists): start afresh
+        _DEFAULTS.clear()
+    _DEFAULTS[id(schema)] = (schema, defaults)
+    return defaults
 
 
 def _describe(exc: BaseException) -> str:

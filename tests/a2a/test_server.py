@@ -4,6 +4,7 @@ SendMessage + GetTask, streaming, CancelTask, ListTasks, a restart, contextId, v
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import uuid
@@ -77,6 +78,22 @@ async def served(llm: StubLLM) -> AsyncIterator[Served]:
     yield running
     await running.handle.stop()
     await running.kit.close()
+
+
+@contextlib.asynccontextmanager
+async def streaming_agent(tools: list[Any], answer: Any, name: str) -> AsyncIterator[Any]:
+    """A toolkit of ``tools`` served as the A2A agent ``name`` over a stub model answering with
+    ``answer``, and an a2a-sdk client of it that streams."""
+    with StubLLM(answer) as stub:
+        kit = await create_toolkit(tools=tools, skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a=name)
+        client = await a2a_client(handle.url, ClientConfig(streaming=True))
+        try:
+            yield client
+        finally:
+            await client.close()
+            await handle.stop()
+            await kit.close()
 
 
 def user_message(text: str, **fields: Any) -> Message:
@@ -162,17 +179,9 @@ async def test_tool_calls_stream_as_status_updates(llm: StubLLM) -> None:
         return f"{term} means yes"
 
     answers = [openai_calls(("c", "lookup", {"term": "ok"})), openai_text("it means yes")]
-    with StubLLM(lambda body, i: answers[min(i, 1)]) as stub:
-        kit = await create_toolkit(tools=[lookup], skills_dir=SKILLS)
-        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="desk")
-        client = await a2a_client(handle.url, ClientConfig(streaming=True))
-        try:
-            request = SendMessageRequest(message=user_message("what does ok mean?"))
-            events = [e async for e in client.send_message(request)]
-        finally:
-            await client.close()
-            await handle.stop()
-            await kit.close()
+    async with streaming_agent([lookup], lambda body, i: answers[min(i, 1)], "desk") as client:
+        request = SendMessageRequest(message=user_message("what does ok mean?"))
+        events = [e async for e in client.send_message(request)]
     said = [
         e.status_update.status.message.parts[0].text
         for e in events
@@ -546,26 +555,16 @@ def deploy(target: str) -> str:
 
 async def test_a_stream_ends_where_the_task_waits_for_approval() -> None:
     answers = [openai_calls(("c1", "deploy", {"target": "prod"})), openai_text("deployed")]
-    with StubLLM(lambda body, i: answers[min(i, 1)]) as stub:
-        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS)
-        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
-        client = await a2a_client(handle.url, ClientConfig(streaming=True))
-        try:
-            request = SendMessageRequest(message=user_message("deploy prod"))
-            first = [e async for e in client.send_message(request)]  # ends: it waits for us
-            states = [e.status_update.status.state for e in first if e.HasField("status_update")]
-            assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
-            waiting = first[-1].status_update
-            approve = user_message(
-                "approve", task_id=waiting.task_id, context_id=waiting.context_id
-            )
-            rest = [e async for e in client.send_message(SendMessageRequest(message=approve))]
-            final = [e.status_update.status.state for e in rest if e.HasField("status_update")]
-            assert final[-1] == TaskState.TASK_STATE_COMPLETED
-        finally:
-            await client.close()
-            await handle.stop()
-            await kit.close()
+    async with streaming_agent([deploy], lambda body, i: answers[min(i, 1)], "ops") as client:
+        request = SendMessageRequest(message=user_message("deploy prod"))
+        first = [e async for e in client.send_message(request)]  # ends: it waits for us
+        states = [e.status_update.status.state for e in first if e.HasField("status_update")]
+        assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED
+        waiting = first[-1].status_update
+        approve = user_message("approve", task_id=waiting.task_id, context_id=waiting.context_id)
+        rest = [e async for e in client.send_message(SendMessageRequest(message=approve))]
+        final = [e.status_update.status.state for e in rest if e.HasField("status_update")]
+        assert final[-1] == TaskState.TASK_STATE_COMPLETED
 
 
 async def test_subscribing_to_a_task_that_waits_for_approval_ends_at_once() -> None:
@@ -888,23 +887,13 @@ async def test_a_streamed_approval_starts_with_the_task_as_it_stands() -> None:
     """The stream of the reply to an approval starts with the task working, its reply in its
     history, not the task as it was submitted (before it ever ran)."""
     answers = [openai_calls(("c1", "deploy", {"target": "prod"})), openai_text("deployed")]
-    with StubLLM(lambda body, i: answers[min(i, 1)]) as stub:
-        kit = await create_toolkit(tools=[deploy], skills_dir=SKILLS)
-        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="ops")
-        client = await a2a_client(handle.url, ClientConfig(streaming=True))
-        try:
-            request = SendMessageRequest(message=user_message("deploy prod"))
-            first = [e async for e in client.send_message(request)]
-            waiting = first[-1].status_update
-            assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-            approve = user_message(
-                "approve", task_id=waiting.task_id, context_id=waiting.context_id
-            )
-            rest = [e async for e in client.send_message(SendMessageRequest(message=approve))]
-        finally:
-            await client.close()
-            await handle.stop()
-            await kit.close()
+    async with streaming_agent([deploy], lambda body, i: answers[min(i, 1)], "ops") as client:
+        request = SendMessageRequest(message=user_message("deploy prod"))
+        first = [e async for e in client.send_message(request)]
+        waiting = first[-1].status_update
+        assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        approve = user_message("approve", task_id=waiting.task_id, context_id=waiting.context_id)
+        rest = [e async for e in client.send_message(SendMessageRequest(message=approve))]
     opening = rest[0].task
     assert opening.id == waiting.task_id
     assert opening.status.state == TaskState.TASK_STATE_WORKING

@@ -273,6 +273,20 @@ async def test_http_endpoint_checks_origin_token_and_sessions(tmp_path: Path) ->
         await host.close()
 
 
+async def raw_mcp_stdio(tmp_path: Path, *extra: str) -> asyncio.subprocess.Process:
+    """`toolmesh serve --mcp-stdio` of the demo tools, for tests that speak JSON-RPC lines."""
+    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
+    command += ["--tools", "tests.fixtures.demo_tools:TOOLS", *extra]
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
 DEEP = b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"a": ' + b"[" * 5000
 DEEP += b"]" * 5000 + b"}}"
 NOT_STRICT_JSON = [
@@ -284,16 +298,7 @@ NOT_STRICT_JSON = [
 
 
 async def test_stdio_refuses_what_is_not_strict_json_and_goes_on(tmp_path: Path) -> None:
-    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
-    command += ["--tools", "tests.fixtures.demo_tools:TOOLS"]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    process = await raw_mcp_stdio(tmp_path)
     assert process.stdin is not None and process.stdout is not None
     try:
         for line in NOT_STRICT_JSON:
@@ -327,16 +332,7 @@ CLIENT = {"name": "raw", "version": "1"}
 
 
 async def test_a_session_runs_at_most_max_parallel_calls(tmp_path: Path) -> None:
-    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
-    command += ["--tools", "tests.fixtures.demo_tools:TOOLS", "--max-parallel", "2"]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    process = await raw_mcp_stdio(tmp_path, "--max-parallel", "2")
     assert process.stdin is not None and process.stdout is not None
 
     def send(message: dict[str, Any]) -> None:

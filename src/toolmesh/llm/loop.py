@@ -323,9 +323,7 @@ _SEARCH = Tool(
 
 
 def _refused(call: ModelCall, code: ToolErrorCode, message: str) -> ToolResult:
-    return ToolResult(
-        success=False, tool_name=call.name, error=message, error_code=code, duration_ms=0
-    )
+    return ToolResult.failure(call.name, code, message)
 
 
 def _for_model(result: ToolResult) -> str:

@@ -741,13 +741,7 @@ def _search_entry(name: str) -> dict[str, Any]:
 
 
 def _refused_search(name: str, message: str) -> ToolResult:
-    return ToolResult(
-        success=False,
-        tool_name=name,
-        error=message,
-        error_code=ToolErrorCode.INVALID_ARGUMENTS,
-        duration_ms=0,
-    )
+    return ToolResult.failure(name, ToolErrorCode.INVALID_ARGUMENTS, message)
 
 
 def _valid_id(value: Any) -> bool:

@@ -542,24 +542,19 @@ class _ListingRepair:
         return item
 
 
-class _WatchedWrite:
-    """Delegates to a write stream; notes the ``tools/list`` requests sent."""
+class _StreamProxy:
+    """Delegates to one of the SDK's streams; subclasses watch what passes."""
 
-    def __init__(self, inner: Any, repair: _ListingRepair) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
-        self._repair = repair
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def send(self, item: Any) -> None:
-        self._repair.sent(item)
-        await self._inner.send(item)
-
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def __aenter__(self) -> _WatchedWrite:
+    async def __aenter__(self) -> Any:
         await self._inner.__aenter__()
         return self
 
@@ -573,16 +568,25 @@ class _WatchedWrite:
         return result
 
 
-class _WatchedRead:
-    """Delegates to a read stream; notices its end and mends tool listings."""
+class _WatchedWrite(_StreamProxy):
+    """A write stream that notes the ``tools/list`` requests sent."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None], repair: _ListingRepair) -> None:
-        self._inner = inner
-        self._on_end = on_end
+    def __init__(self, inner: Any, repair: _ListingRepair) -> None:
+        super().__init__(inner)
         self._repair = repair
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def send(self, item: Any) -> None:
+        self._repair.sent(item)
+        await self._inner.send(item)
+
+
+class _WatchedRead(_StreamProxy):
+    """A read stream that notices its end and mends tool listings."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None], repair: _ListingRepair) -> None:
+        super().__init__(inner)
+        self._on_end = on_end
+        self._repair = repair
 
     async def receive(self) -> Any:
         try:
@@ -597,28 +601,9 @@ class _WatchedRead:
     async def __anext__(self) -> Any:
         try:
             return self._repair.received(await self._inner.__anext__())
-        except StopAsyncIteration:
+        except Exception:  # StopAsyncIteration too: the server stopped sending
             self._on_end()
             raise
-        except Exception:
-            self._on_end()
-            raise
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _WatchedRead:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
-        return result
 
 
 class _ProgressRelay:
@@ -682,13 +667,7 @@ def _modern(client: Client) -> bool:
 
 
 def _failure(tool_name: str, message: str) -> ToolResult:
-    return ToolResult(
-        success=False,
-        tool_name=tool_name,
-        error=message,
-        error_code=ToolErrorCode.TOOL_ERROR,
-        duration_ms=0,
-    )
+    return ToolResult.failure(tool_name, ToolErrorCode.TOOL_ERROR, message)
 
 
 def _without_duplicates(

@@ -432,14 +432,7 @@ def _answer(endpoint: HttpEndpoint, response: httpx.Response) -> ToolResult | Ou
 
 
 def _error(name: str, message: str, metadata: dict[str, Any] | None = None) -> ToolResult:
-    return ToolResult(
-        success=False,
-        tool_name=name,
-        error=message,
-        error_code=ToolErrorCode.TOOL_ERROR,
-        metadata=metadata or {},
-        duration_ms=0,
-    )
+    return ToolResult.failure(name, ToolErrorCode.TOOL_ERROR, message, metadata)
 
 
 def _safe_url(request: httpx.Request) -> str:

@@ -198,14 +198,7 @@ def _context_of(ctx: ToolContext) -> dict[str, Any]:
 
 
 def _failure(tool_name: str, code: ToolErrorCode, message: str, **metadata: Any) -> ToolResult:
-    return ToolResult(
-        success=False,
-        tool_name=tool_name,
-        error=message,
-        error_code=code,
-        duration_ms=0,
-        metadata={"placement": "ray", **metadata},
-    )
+    return ToolResult.failure(tool_name, code, message, {"placement": "ray", **metadata})
 
 
 def _lost(tool_name: str, exc: BaseException) -> ToolResult:

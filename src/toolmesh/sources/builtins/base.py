@@ -18,13 +18,8 @@ class Refused(ValueError):
 
 
 def denied(tool_name: str, reason: str) -> ToolResult:
-    return ToolResult(
-        success=False,
-        tool_name=tool_name,
-        error=reason,
-        error_code=ToolErrorCode.TOOL_DENIED,
-        duration_ms=0,
-        metadata={"rule": f"builtin:{tool_name}"},
+    return ToolResult.failure(
+        tool_name, ToolErrorCode.TOOL_DENIED, reason, {"rule": f"builtin:{tool_name}"}
     )
 
 
