@@ -5,6 +5,7 @@ pagination, list changes, cancellation and faults."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -289,6 +290,35 @@ async def test_a_malformed_call_result_is_a_short_tool_error() -> None:
         error = result.error or ""
         assert error.startswith("MCP server 'raw' sent a malformed result: content.0")
         assert "pydantic.dev" not in error and "\n" not in error
+
+
+async def test_a_broken_answer_envelope_fails_its_call_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with await started(raw_server("answers")) as toolkit:
+        assert toolkit.sources[0].status.state == "connected"  # the banner line is skipped
+        errors = {}
+        for name in ("text_result", "bad_error", "no_version"):
+            # Without the repair the SDK drops such an answer and the call waits out its timeout.
+            result = await toolkit.execute(f"raw_{name}", {}, timeout=20)
+            assert result.error_code == "tool_error", name
+            assert result.duration_ms < 10_000, name
+            errors[name] = result.error or ""
+        good = await toolkit.execute("raw_good", {})
+        assert good.success and good.output == "called good"  # the connection is still fine
+    prefix = "MCP server 'raw' sent a malformed answer: "
+    assert errors["text_result"] == prefix + "result: Input should be an object"
+    assert errors["bad_error"].startswith(prefix + "error.code: Input should be a valid integer")
+    assert errors["no_version"] == prefix + "jsonrpc: Field required"
+    sdk_records = [r for r in caplog.records if r.name.startswith("mcp.client.stdio")]
+    assert sdk_records  # the SDK's own record of the banner, kept at DEBUG without a traceback
+    assert all(r.levelno == logging.DEBUG and r.exc_info is None for r in sdk_records)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "MCP server 'raw' wrote a line to stdout that is not JSON-RPC (ignored): " in "".join(
+        warnings
+    )
+    assert any("'raw server ready'" in w for w in warnings)
 
 
 async def test_progress_with_extreme_numbers_still_arrives() -> None:

@@ -50,7 +50,11 @@ logger = logging.getLogger("toolmesh.mcp")
 MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 STDERR_LINES = 20
 MAX_PROBLEMS_SHOWN = 5
+MAX_STRAY_LINES_LOGGED = 5  # per connection, at WARNING; the rest at DEBUG
 _CONNECTION_CLOSED = -32000
+# A malformed answer, handed to the SDK as an error for the request it answers
+_MALFORMED_ANSWER = -32603
+_MALFORMED_MARK = "toolmesh: malformed answer"
 
 
 def mcp_source(config: MCPServerConfig, *, wrap: bool = True) -> Source:
@@ -202,6 +206,10 @@ class MCPSource(Source):
         try:
             result = await connection.client.call_tool(name, arguments, progress_callback=progress)
         except _mcp_error() as exc:
+            if exc.code == _MALFORMED_ANSWER and exc.data == _MALFORMED_MARK:
+                return _failure(
+                    ctx.tool_name, f"MCP server {self.name!r} sent a malformed answer: {exc}"
+                )
             if exc.code == _CONNECTION_CLOSED:
                 connection.lost()
                 if self._closed:
@@ -270,7 +278,7 @@ class _Connection:
         self._ready: asyncio.Future[list[dict[str, Any]]] | None = None
         self._client: Client | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self._repair = _ListingRepair(lambda: self.protocol_version)
+        self._repair = _InboundRepair(config.name, lambda: self.protocol_version)
         self.listing_problems: list[str] = []
         self.alive = False
         self.server_info: dict[str, Any] = {}
@@ -433,6 +441,7 @@ class _Connection:
             env=dict(self.config.env),
             cwd=self.config.cwd,
         )
+        _quiet_sdk_line_errors()
         read_fd, write_fd = os.pipe()
         errlog = os.fdopen(write_fd, "w")
         reader = asyncio.ensure_future(self._read_stderr(read_fd))
@@ -477,7 +486,7 @@ class _Watched:
         self,
         inner: Any,
         on_end: Callable[[], None],
-        repair: _ListingRepair,
+        repair: _InboundRepair,
         *,
         after_enter: Callable[[], None] | None = None,
     ) -> None:
@@ -505,13 +514,17 @@ class _Watched:
         return result
 
 
-class _ListingRepair:
-    """Mends ``tools/list`` answers on their way in: the SDK would reject a whole listing for
-    one malformed tool, and with it every tool of the server."""
+class _InboundRepair:
+    """Mends what the server sends on its way in, where the SDK would lose more than the bad
+    part: it rejects a whole ``tools/list`` answer for one malformed tool (and with it every
+    tool of the server), and it drops an answer whose envelope is malformed, so the call it
+    answers would wait out its deadline."""
 
-    def __init__(self, version: Callable[[], str]) -> None:
+    def __init__(self, server: str, version: Callable[[], str]) -> None:
+        self._server = server
         self._version = version
         self._pending: set[Any] = set()
+        self._stray_lines = 0
         self.problems: list[str] = []
 
     def sent(self, item: Any) -> None:
@@ -520,6 +533,8 @@ class _ListingRepair:
             self._pending.add(getattr(message, "id", None))
 
     def received(self, item: Any) -> Any:
+        if isinstance(item, ValidationError):  # a line the SDK could not read as JSON-RPC
+            return self._unreadable(item)
         if not self._pending:
             return item  # no listing asked for: every call's answer passes here untouched
         message: Any = getattr(item, "message", None)
@@ -540,6 +555,39 @@ class _ListingRepair:
                 return item
             self.problems += problems
         return item
+
+    def _unreadable(self, exc: ValidationError) -> Any:
+        """An answer with a usable id becomes an error for the request it answers; anything
+        else (a banner, a debug print) is logged and skipped."""
+        from mcp.shared.message import SessionMessage
+        from mcp_types import ErrorData, JSONRPCError
+
+        answer = _malformed_answer(exc)
+        if answer is not None:
+            if answer[0] in self._pending:
+                self._pending.discard(answer[0])
+            error = ErrorData(code=_MALFORMED_ANSWER, message=answer[1], data=_MALFORMED_MARK)
+            return SessionMessage(JSONRPCError(jsonrpc="2.0", id=answer[0], error=error))
+        self._stray_lines += 1
+        if self._stray_lines <= MAX_STRAY_LINES_LOGGED:
+            errors = exc.errors(include_url=False)
+            shown = repr(errors[0].get("input") if errors else None)
+            if len(shown) > 200:
+                shown = shown[:200] + "..."
+            more = (
+                " (further ones are logged at DEBUG level)"
+                if self._stray_lines == MAX_STRAY_LINES_LOGGED
+                else ""
+            )
+            logger.warning(
+                "MCP server %r wrote a line to stdout that is not JSON-RPC (ignored): %s%s",
+                self._server,
+                shown,
+                more,
+            )
+        else:
+            logger.debug("MCP server %r: another line that is not JSON-RPC", self._server)
+        return exc
 
 
 class _StreamProxy:
@@ -571,7 +619,7 @@ class _StreamProxy:
 class _WatchedWrite(_StreamProxy):
     """A write stream that notes the ``tools/list`` requests sent."""
 
-    def __init__(self, inner: Any, repair: _ListingRepair) -> None:
+    def __init__(self, inner: Any, repair: _InboundRepair) -> None:
         super().__init__(inner)
         self._repair = repair
 
@@ -583,7 +631,7 @@ class _WatchedWrite(_StreamProxy):
 class _WatchedRead(_StreamProxy):
     """A read stream that notices its end and mends tool listings."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None], repair: _ListingRepair) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None], repair: _InboundRepair) -> None:
         super().__init__(inner)
         self._on_end = on_end
         self._repair = repair
@@ -640,6 +688,48 @@ def _fields(exc: ValidationError, shown: int = 3) -> str:
     parts = [f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in errors[:shown]]
     more = f"; and {len(errors) - shown} more" if len(errors) > shown else ""
     return "; ".join(parts) + more
+
+
+class _LineErrorsAtDebug(logging.Filter):
+    """The SDK logs each stdout line that is not JSON-RPC at ERROR, with a traceback (a server
+    that prints a banner gets one per start). The connection logs its own warning, naming the
+    server and the line, so the SDK's record is kept at DEBUG, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "Failed to parse JSONRPC message from server":
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.exc_info, record.exc_text = None, None
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+@functools.cache
+def _quiet_sdk_line_errors() -> None:
+    logging.getLogger("mcp.client.stdio").addFilter(_LineErrorsAtDebug())
+
+
+def _malformed_answer(exc: ValidationError) -> tuple[int | str, str] | None:
+    """The request id and the fault of an answer (a JSON object with an id and no method) that
+    is not valid JSON-RPC; None for anything else."""
+    for error in exc.errors(include_url=False):
+        message = error.get("input")
+        if isinstance(message, dict):
+            break
+    else:
+        return None  # not even a JSON object
+    request_id = message.get("id")
+    if "method" in message or isinstance(request_id, bool):
+        return None
+    if not isinstance(request_id, int | str):
+        return None
+    # Judged as the kind of answer it tries to be: an error if it carries one, else a result.
+    kind = "JSONRPCError" if "error" in message else "JSONRPCResponse"
+    faults = [
+        f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+        if e["loc"][:1] == (kind,)
+    ]
+    return request_id, "; ".join(faults[:3]) or "not a JSON-RPC answer"
 
 
 def _percent(progress: float, total: float | None) -> int:

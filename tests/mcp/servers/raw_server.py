@@ -4,6 +4,7 @@ for what the SDK's own server API would never send. Run as a script:
 python raw_server.py malformed   # tools/list with malformed entries
 python raw_server.py calls      # a clean listing, odd call results and progress values
 python raw_server.py cursor      # tools/list answers with nextCursor "" (meaning: no more)
+python raw_server.py answers     # a banner on stdout, then calls answered with broken envelopes
 """
 
 import json
@@ -24,6 +25,9 @@ def listing() -> dict[str, Any]:
         return {"tools": [{"name": n, "inputSchema": OBJECT} for n in ("video", "good")]}
     if MODE == "cursor":
         return {"tools": [{"name": "list_requests", "inputSchema": OBJECT}], "nextCursor": ""}
+    if MODE == "answers":
+        names = ("text_result", "bad_error", "no_version", "good")
+        return {"tools": [{"name": n, "inputSchema": OBJECT} for n in names]}
     return {
         "tools": [
             {"name": "no_schema"},  # inputSchema is required by the spec
@@ -57,7 +61,16 @@ def call(params: dict[str, Any]) -> dict[str, Any]:
 LIST_REQUESTS = [0]
 
 
+BROKEN_ANSWERS: dict[str, Any] = {  # tools/call answers that are not valid JSON-RPC
+    "text_result": lambda i: {"jsonrpc": "2.0", "id": i, "result": "plain text"},
+    "bad_error": lambda i: {"jsonrpc": "2.0", "id": i, "error": {"code": "boom"}},
+    "no_version": lambda i: {"id": i, "result": {"content": []}},
+}
+
+
 def main() -> None:
+    if MODE == "answers":
+        print("raw server ready", flush=True)  # a banner where only JSON-RPC belongs
     for line in sys.stdin:
         message = json.loads(line)
         method, request_id = message.get("method"), message.get("id")
@@ -73,6 +86,10 @@ def main() -> None:
             LIST_REQUESTS[0] += 1
             result = listing()
         elif method == "tools/call":
+            name = (message.get("params") or {}).get("name")
+            if MODE == "answers" and name in BROKEN_ANSWERS:
+                send(BROKEN_ANSWERS[name](request_id))
+                continue
             result = call(message.get("params") or {})
         elif method == "ping":
             result = {}
