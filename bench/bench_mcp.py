@@ -2,7 +2,8 @@
 
 (1) source overhead: `echo` of an SDK MCPServer over stdio, called through toolmesh's MCP
     source (the whole pipeline: validation, deadline, events, audit) vs directly with the SDK's
-    `mcp.Client` on an identical server. Goal: overhead <= 10%.
+    `mcp.Client` on an identical server, over BENCH_TRIALS pairs of fresh server processes, with
+    an A/A control (two direct clients) that shows the method's own noise. Goal: overhead <= 10%.
 (2) server: toolmesh's MCP server (`toolmesh serve --mcp-stdio`, audit to a SQLite file) vs the
     SDK's own MCPServer, both serving `echo` plus 1,000 more tools, both driven by the same
     clients: a thin JSON-RPC client (shows the servers' own cost) and the SDK's `mcp.Client`.
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
 BATCH = int(os.environ.get("BENCH_BATCH", "50"))
 LISTS = int(os.environ.get("BENCH_LISTS", "3"))
+TRIALS = int(os.environ.get("BENCH_TRIALS", "5"))  # fresh server pairs for the source overhead
 N_TOOLS = 1000
 WARMUP = 50
 
@@ -59,35 +61,84 @@ async def timed(call: Callable[[], Awaitable[Any]], n: int) -> float:
 
 
 async def source_overhead() -> dict[str, Any]:
-    from mcp import Client, StdioServerParameters
+    """Paired rounds over TRIALS pairs of fresh server processes: with 2 cores, which process
+    lands where moves one pair's ratio by about 2% either way (the A/A control shows it), and
+    fresh pairs average that out."""
+    rounds = max(6, ROUNDS // 2)
+    rates: dict[str, list[float]] = {"direct": [], "source": []}
+    control: dict[str, list[float]] = {"a": [], "b": []}
+    trials = []
+    CPU_US.clear()
+    for _ in range(TRIALS):
+        trial = await _source_trial(rounds)
+        trials.append(round(median_ratio(trial, "direct", "source") - 1, 4))
+        for name, values in trial.items():
+            rates[name] += values
+        saved = {name: list(values) for name, values in CPU_US.items()}
+        same = await _control_trial(rounds)
+        CPU_US.clear()
+        CPU_US.update(saved)
+        for name, values in same.items():
+            control[name] += values
+    return {
+        "calls_per_s": medians(rates),
+        "overhead": round(median_ratio(rates, "direct", "source") - 1, 4),
+        "overhead_by_trial": trials,
+        "control_a_vs_a": round(median_ratio(control, "a", "b") - 1, 4),
+        "client_cpu_us_per_call": {n: round(statistics.median(v)) for n, v in CPU_US.items()},
+    }
+
+
+ARGUMENTS = {"text": "hello"}
+
+
+def _sdk_params() -> Any:
+    from mcp import StdioServerParameters
+
+    command = sdk_command(0)
+    return StdioServerParameters(command=command[0], args=command[1:])
+
+
+async def _source_trial(rounds: int) -> dict[str, list[float]]:
+    """The SDK client on one fresh server vs toolmesh's MCP source on another."""
+    from mcp import Client
 
     from toolmesh import Toolkit
     from toolmesh.mcp.config import parse_mcp_server
     from toolmesh.mcp.source import mcp_source
 
     command = sdk_command(0)
-    params = StdioServerParameters(command=command[0], args=command[1:])
     config = parse_mcp_server("bench", {"command": command[0], "args": command[1:]})
     toolkit = await Toolkit(mcp_source(config)).start()
-    arguments = {"text": "hello"}
-    async with Client(params) as client:
+    try:
+        async with Client(_sdk_params()) as client:
 
-        async def direct() -> None:
-            await client.call_tool("echo", arguments)
+            async def direct() -> None:
+                await client.call_tool("echo", ARGUMENTS)
 
-        async def through_toolmesh() -> None:
-            result = await toolkit.execute("bench_echo", arguments)
-            if not result.success:
-                raise RuntimeError(result.error)
+            async def through_toolmesh() -> None:
+                result = await toolkit.execute("bench_echo", ARGUMENTS)
+                if not result.success:
+                    raise RuntimeError(result.error)
 
-        CPU_US.clear()
-        rates = await paired({"direct": direct, "source": through_toolmesh}, BATCH)
-    await toolkit.close()
-    return {
-        "calls_per_s": medians(rates),
-        "overhead": round(median_ratio(rates, "direct", "source") - 1, 4),
-        "client_cpu_us_per_call": {n: round(statistics.median(v)) for n, v in CPU_US.items()},
-    }
+            return await paired({"direct": direct, "source": through_toolmesh}, BATCH, rounds)
+    finally:
+        await toolkit.close()
+
+
+async def _control_trial(rounds: int) -> dict[str, list[float]]:
+    """A/A: the SDK client on two fresh servers, measured the same way."""
+    from mcp import Client
+
+    async with Client(_sdk_params()) as one, Client(_sdk_params()) as other:
+
+        async def first() -> None:
+            await one.call_tool("echo", ARGUMENTS)
+
+        async def second() -> None:
+            await other.call_tool("echo", ARGUMENTS)
+
+        return await paired({"a": first, "b": second}, BATCH, rounds)
 
 
 CPU_US: dict[str, list[float]] = {}  # this process's CPU time per call, by side

@@ -190,18 +190,18 @@ class MCPSource(Source):
         return tool
 
     def _caller(self, remote_name: str) -> Callable[[dict[str, Any], ToolContext], Any]:
-        async def call(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-            # The pipeline starts this in its own task (eagerly), so the SDK's anyio cancel
-            # scopes are entered and left by one task.
-            return await self._call(remote_name, arguments, ctx)
-
-        return call
+        # The pipeline starts the call in its own task (eagerly), so the SDK's anyio cancel
+        # scopes are entered and left by one task. A partial: no frame of its own per call.
+        return functools.partial(self._call, remote_name)
 
     async def _call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        try:
-            connection = await self._connect()
-        except _ConnectFailed as exc:
-            return _failure(ctx.tool_name, f"MCP server {self.name!r} is not available: {exc}")
+        connection = self._connection
+        if connection is None or not connection.alive:
+            try:
+                connection = await self._connect()
+            except _ConnectFailed as exc:
+                message = f"MCP server {self.name!r} is not available: {exc}"
+                return _failure(ctx.tool_name, message)
         progress = _ProgressRelay(ctx, self.config)
         try:
             result = await connection.client.call_tool(name, arguments, progress_callback=progress)
