@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from tests.fixtures.web import serve_app
 from tests.mcp.conftest import (
     everything_stdio,
     fixture_server,
@@ -19,6 +20,7 @@ from tests.mcp.conftest import (
     raw_server,
     time_server,
 )
+from tests.mcp.servers import raw_http
 from toolmesh import ToolEvent, Toolkit
 from toolmesh.mcp.config import MCPServerConfig, parse_mcp_server
 from toolmesh.mcp.source import MCPSource, mcp_source
@@ -319,6 +321,34 @@ async def test_a_broken_answer_envelope_fails_its_call_at_once(
         warnings
     )
     assert any("'raw server ready'" in w for w in warnings)
+
+
+async def test_a_broken_answer_over_http_is_a_one_line_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with serve_app(raw_http.app) as url:
+        config = parse_mcp_server("rawh", {"url": f"{url}/mcp"})
+        async with await started(config) as toolkit:
+            assert toolkit.sources[0].status.state == "connected"
+            errors = {}
+            for name in ("text_result", "bad_error", "not_json"):
+                result = await toolkit.execute(f"rawh_{name}", {})
+                assert result.error_code == "tool_error", name
+                errors[name] = result.error or ""
+            good = await toolkit.execute("rawh_good", {})
+            assert good.success and good.output == "called good"
+    prefix = "MCP server 'rawh' sent a malformed answer: "
+    assert (
+        errors
+        == {  # not the SDK's 1.5 KB pydantic dump with its links
+            "text_result": prefix + "result: Input should be an object",
+            "bad_error": prefix + "error.code: Input should be a valid integer, unable to parse "
+            "string as an integer; error.message: Field required",
+            "not_json": prefix + "Invalid JSON: expected value at line 1 column 1",
+        }
+    )
+    sdk_errors = [r for r in caplog.records if r.name.startswith("mcp.") and r.exc_info]
+    assert sdk_errors == []  # the SDK's ERROR tracebacks of the same answers, kept at DEBUG
 
 
 async def test_progress_with_extreme_numbers_still_arrives() -> None:

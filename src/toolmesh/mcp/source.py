@@ -20,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
 import logging
 import math
 import os
@@ -54,6 +55,7 @@ MAX_STRAY_LINES_LOGGED = 5  # per connection, at WARNING; the rest at DEBUG
 _CONNECTION_CLOSED = -32000
 # A malformed answer, handed to the SDK as an error for the request it answers
 _MALFORMED_ANSWER = -32603
+_PARSE_ERROR = -32700  # the SDK's, for an answer over HTTP it could not read
 _MALFORMED_MARK = "toolmesh: malformed answer"
 
 
@@ -206,9 +208,10 @@ class MCPSource(Source):
         try:
             result = await connection.client.call_tool(name, arguments, progress_callback=progress)
         except _mcp_error() as exc:
-            if exc.code == _MALFORMED_ANSWER and exc.data == _MALFORMED_MARK:
+            fault = _malformed_fault(exc)
+            if fault is not None:
                 return _failure(
-                    ctx.tool_name, f"MCP server {self.name!r} sent a malformed answer: {exc}"
+                    ctx.tool_name, f"MCP server {self.name!r} sent a malformed answer: {fault}"
                 )
             if exc.code == _CONNECTION_CLOSED:
                 connection.lost()
@@ -410,6 +413,7 @@ class _Connection:
 
     @contextlib.asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
+        _quiet_sdk_read_errors()
         if self.config.transport == "http":
             async with self._http() as transport:
                 yield transport
@@ -441,7 +445,6 @@ class _Connection:
             env=dict(self.config.env),
             cwd=self.config.cwd,
         )
-        _quiet_sdk_line_errors()
         read_fd, write_fd = os.pipe()
         errlog = os.fdopen(write_fd, "w")
         reader = asyncio.ensure_future(self._read_stderr(read_fd))
@@ -690,13 +693,24 @@ def _fields(exc: ValidationError, shown: int = 3) -> str:
     return "; ".join(parts) + more
 
 
-class _LineErrorsAtDebug(logging.Filter):
-    """The SDK logs each stdout line that is not JSON-RPC at ERROR, with a traceback (a server
-    that prints a banner gets one per start). The connection logs its own warning, naming the
-    server and the line, so the SDK's record is kept at DEBUG, without the traceback."""
+# The SDK's ERROR records (with tracebacks) of what a server sent that it could not read. Each
+# is told better elsewhere: a stray stdout line by the connection's own warning, naming the
+# server and the line; a malformed answer by the failed call's error.
+_SDK_READ_ERRORS = {
+    "mcp.client.stdio": {"Failed to parse JSONRPC message from server"},
+    "mcp.client.streamable_http": {"Error parsing JSON response", "Error parsing SSE message"},
+}
+
+
+class _ReadErrorsAtDebug(logging.Filter):
+    """Keeps the SDK's records of unreadable server output at DEBUG, without the traceback."""
+
+    def __init__(self, messages: set[str]) -> None:
+        super().__init__()
+        self._messages = messages
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != "Failed to parse JSONRPC message from server":
+        if record.msg not in self._messages:
             return True
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         record.exc_info, record.exc_text = None, None
@@ -704,8 +718,35 @@ class _LineErrorsAtDebug(logging.Filter):
 
 
 @functools.cache
-def _quiet_sdk_line_errors() -> None:
-    logging.getLogger("mcp.client.stdio").addFilter(_LineErrorsAtDebug())
+def _quiet_sdk_read_errors() -> None:
+    for name, messages in _SDK_READ_ERRORS.items():
+        logging.getLogger(name).addFilter(_ReadErrorsAtDebug(messages))
+
+
+_SDK_PARSE_FAILURES = ("Failed to parse JSON response: ", "Failed to parse SSE message: ")
+
+
+def _malformed_fault(exc: MCPError) -> str | None:
+    """What was wrong with a malformed answer that became ``exc`` (ours over stdio, the SDK's
+    over HTTP, whose text is a pydantic dump), in one line; None for a server's own error."""
+    if exc.code == _MALFORMED_ANSWER and exc.data == _MALFORMED_MARK:
+        return exc.message
+    if exc.code != _PARSE_ERROR or not exc.message.startswith(_SDK_PARSE_FAILURES):
+        return None
+    # The dump lists each branch's faults as "Branch.loc" then "  message [type=...]". As over
+    # stdio, the answer is judged as an error if it carries one, else as a result.
+    faults: dict[str, list[str]] = {"JSONRPCResponse": [], "JSONRPCError": []}
+    lines = exc.message.splitlines()
+    for place, detail in itertools.pairwise(lines):
+        branch, _, loc = place.partition(".")
+        if branch in faults and loc and detail.startswith("  "):
+            faults[branch].append(f"{loc}: {detail.strip().split(' [')[0]}")
+    without_error = "error: Field required" in faults["JSONRPCError"]
+    chosen = faults["JSONRPCResponse" if without_error else "JSONRPCError"]
+    if not chosen:  # not JSON at all, say: the first detail is what there is
+        details = [line.strip().split(" [")[0] for line in lines if line.startswith("  ")]
+        return (details[0] if details else lines[0])[:300]
+    return "; ".join(chosen[:3])
 
 
 def _malformed_answer(exc: ValidationError) -> tuple[int | str, str] | None:
