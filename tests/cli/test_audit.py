@@ -25,6 +25,8 @@ async def test_a_path_with_uri_characters(
     await store.close()
     assert main(["audit", "--db", str(path)]) == 0
     assert "hashed" in capsys.readouterr().out
+    assert main(["audit", "--audit", str(path)]) == 0  # as `toolmesh serve` names it
+    assert "hashed" in capsys.readouterr().out
     # No stray file named after the cut-off path ("a"): only the database and its WAL files.
     assert all(p.name.startswith(path.name) for p in tmp_path.iterdir())
 

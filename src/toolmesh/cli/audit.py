@@ -31,6 +31,8 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--db",
+        "--audit",  # the name `toolmesh serve` gives the same file
+        dest="db",
         default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
         help=f"the audit database: a SQLite file (default {DEFAULT_AUDIT}) or a "
         "postgresql:// store URL",
