@@ -279,3 +279,51 @@ def test_error_paths_quote_keys_that_are_no_identifiers(
     with pytest.raises(ArgumentError, match="must be integer") as caught:
         validator(arguments)
     assert caught.value.path == path
+
+
+TAGGED = {
+    "type": "object",
+    "properties": {
+        "pet": {
+            "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+            "discriminator": {
+                "propertyName": "kind",
+                "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"},
+            },
+        },
+        "maybe": {"anyOf": [{"$ref": "#/$defs/Cat"}, {"type": "null"}]},
+        "counts": {"type": "object", "propertyNames": {"enum": ["a", "b"]}},
+    },
+    "$defs": {
+        "Cat": {
+            "type": "object",
+            "properties": {"kind": {"const": "cat"}, "meows": {"type": "integer"}},
+            "required": ["kind", "meows"],
+        },
+        "Dog": {
+            "type": "object",
+            "properties": {"kind": {"const": "dog"}, "barks": {"type": "number"}},
+            "required": ["kind", "barks"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "path", "reason"),
+    [
+        ({"pet": {"kind": "cow"}}, "$.pet.kind", "'cow' is not one of 'cat', 'dog'"),
+        ({"pet": {"barks": 1}}, "$.pet.kind", "missing required property 'kind' (one of"),
+        ({"pet": {"kind": "dog", "barks": "loud"}}, "$.pet.barks", "must be number"),
+        ({"maybe": {"kind": "cat", "meows": 1.5}}, "$.maybe.meows", "must be integer"),
+        ({"counts": {"a": 1, "c": 2}}, "$.counts", "key 'c' is not allowed: must be one of"),
+    ],
+)
+def test_unions_and_key_rules_name_what_is_wrong_inside(
+    arguments: dict[str, Any], path: str, reason: str
+) -> None:
+    with pytest.raises(ArgumentError) as caught:
+        Validator(TAGGED)(arguments)
+    assert caught.value.path == path
+    assert caught.value.reason.startswith(reason), caught.value.reason
+    Validator(TAGGED)({"pet": {"kind": "cat", "meows": 1}, "maybe": None, "counts": {"b": 1}})

@@ -325,9 +325,9 @@ def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> 
             detail={"size": len(line), "limit": max_bytes},
         )
     try:
-        # pydantic-core's parser (Rust): several times json.loads's speed; NaN and Infinity,
-        # which are not JSON, are refused.
-        raw = from_json(line, allow_inf_nan=False)
+        # pydantic-core's parser (Rust): several times json.loads's speed; NaN, Infinity and
+        # numbers too large for a float, which no JSON can carry on, are refused.
+        raw = strictjson.loads(line)
     except ValueError as exc:
         raise ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}") from None
     if not isinstance(raw, dict):

@@ -340,7 +340,7 @@ class Validator:
         except Exception as exc:
             if type(exc).__name__ != "JsonSchemaValueException":
                 raise
-            raise _argument_error(exc, arguments) from None
+            raise _argument_error(exc, arguments, self.schema) from None
 
 
 def compile_validator(schema: Mapping[str, Any]) -> Validator:
@@ -350,11 +350,32 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def _argument_error(exc: Any, arguments: Any) -> ArgumentError:
+def _argument_error(exc: Any, arguments: Any, root: Mapping[str, Any]) -> ArgumentError:
     name = exc.name or "data"
     path = _path_of(name, arguments)
     value = exc.value
     definition = exc.definition if isinstance(exc.definition, Mapping) else {}
+    if exc.rule in ("oneOf", "anyOf") and isinstance(value, Mapping):
+        tagged = _discriminated_error(definition, value, path, root)
+        if tagged is not None:
+            return tagged
+    if exc.rule in ("oneOf", "anyOf") and value is not None:
+        # Optional[X]: a value that is not null is wrong the way it is wrong for X.
+        branches = definition.get(exc.rule)
+        concrete = [
+            b for b in branches or () if not (isinstance(b, Mapping) and b.get("type") == "null")
+        ]
+        if isinstance(branches, list) and len(concrete) == 1 and isinstance(concrete[0], Mapping):
+            inner = _refusal(concrete[0], value, root, path)
+            if isinstance(inner, ArgumentError):
+                return inner
+    if exc.rule == "propertyNames" and isinstance(value, Mapping):
+        names = definition.get("propertyNames")
+        if isinstance(names, Mapping):
+            for key in value:
+                reason = _refusal(names, key, root)
+                if reason is not None:
+                    return ArgumentError(f"key {key!r} is not allowed: {reason}", path=path)
     if exc.rule == "required" and isinstance(value, Mapping):
         missing = [k for k in definition.get("required", ()) if k not in value]
         if missing:
@@ -374,6 +395,63 @@ def _argument_error(exc: Any, arguments: Any) -> ArgumentError:
     if message.startswith(name):
         message = message[len(name) :].strip()
     return ArgumentError(message, path=path)
+
+
+def _discriminated_error(
+    definition: Mapping[str, Any], value: Mapping[str, Any], path: str, root: Mapping[str, Any]
+) -> ArgumentError | None:
+    """The error of a value that fits no branch of a union tagged by a ``discriminator``
+    (pydantic's ``Field(discriminator=...)``): the tag missing or unknown, or what is wrong
+    in the branch the tag chooses, at its own path."""
+    discriminator = definition.get("discriminator")
+    if not isinstance(discriminator, Mapping):
+        return None
+    tag = discriminator.get("propertyName")
+    branches = definition.get("oneOf") or definition.get("anyOf")
+    if not isinstance(tag, str) or not isinstance(branches, list):
+        return None
+    chosen: dict[Any, Mapping[str, Any]] = {}
+    for branch in branches:
+        if not isinstance(branch, Mapping):
+            continue  # a boolean schema tags nothing
+        target = pointer_target(root, branch["$ref"]) if "$ref" in branch else branch
+        prop = (
+            (target or {}).get("properties", {}).get(tag) if isinstance(target, Mapping) else None
+        )
+        if isinstance(prop, Mapping):
+            for known in [prop["const"]] if "const" in prop else prop.get("enum") or ():
+                chosen.setdefault(_enum_text(known), branch)
+    expected = ", ".join(repr(k) for k in chosen) or "none"
+    if tag not in value:
+        return ArgumentError(
+            f"missing required property {tag!r} (one of {expected})", path=_child(path, tag)
+        )
+    branch = chosen.get(_enum_text(value[tag]))
+    if branch is None:
+        return ArgumentError(f"{value[tag]!r} is not one of {expected}", path=_child(path, tag))
+    reason = _refusal(branch, value, root, path)
+    return reason if isinstance(reason, ArgumentError) else None
+
+
+def _refusal(
+    schema: Mapping[str, Any], value: Any, root: Mapping[str, Any], path: str | None = None
+) -> Any:
+    """Why ``value`` does not fit ``schema`` (a part of ``root``, its ``$ref``s into root's
+    definitions): None when it fits; an ArgumentError placed under ``path`` when one is given,
+    else the reason's text."""
+    defs = {k: root[k] for k in ("$defs", "definitions") if k in root}
+    try:
+        _compiled({**defs, "allOf": [dict(schema)]})(value)
+    except SchemaError:
+        return None
+    except Exception as exc:
+        if type(exc).__name__ != "JsonSchemaValueException":
+            raise
+        inner = _argument_error(exc, value, root)
+        if path is None:
+            return inner.reason
+        return ArgumentError(inner.reason, path=path + inner.path[1:])
+    return None
 
 
 def _path_of(name: str, arguments: Any) -> str:

@@ -4,27 +4,61 @@
 no UTF-8 codec can write back, into SQLite say) and nesting deep enough to raise RecursionError,
 which is not a ValueError and so escapes the handlers written for bad input. pydantic-core's
 parser refuses all three with a ValueError that names the place, and is faster.
+
+A number too large for a float (``1e999``) is refused too: pydantic-core, like ``json.loads``,
+reads it as infinity, which no JSON can carry on.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from pydantic_core import from_json
 
 __all__ = ["loads", "mend_text"]
 
+# A number that can overflow a float has an exponent of three digits or twenty digits in a row
+# (below both, it stays under 1e119); only then are the numbers read again, one by one.
+_MAYBE_HUGE = re.compile(r"[eE]\+?[0-9]{3}|[0-9]{20}")
+_MAYBE_HUGE_BYTES = re.compile(_MAYBE_HUGE.pattern.encode())
+# The strings of a JSON text (skipped: text, not numbers) and its numbers.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?')
+
 
 def loads(data: str | bytes | bytearray) -> Any:
     """The value of one JSON text; ``ValueError`` for anything that is not strict JSON."""
     try:
-        return from_json(data, allow_inf_nan=False)
+        value = from_json(data, allow_inf_nan=False)
     except TypeError:
         if isinstance(data, str):  # a str holding a lone surrogate: it has no UTF-8 form
             raise ValueError(
                 "the text holds a lone surrogate, which is not valid Unicode"
             ) from None
         raise
+    if _MAYBE_HUGE.search(data) if isinstance(data, str) else _MAYBE_HUGE_BYTES.search(data):
+        _refuse_huge_numbers(data if isinstance(data, str) else bytes(data).decode())
+    return value
+
+
+def _refuse_huge_numbers(text: str) -> None:
+    """``ValueError`` naming the first number of ``text`` (valid JSON) beyond a float's range.
+    Integers are read as ints of any size, never as infinity: only a number with a fraction or
+    an exponent can be one."""
+    for match in _TOKEN.finditer(text):
+        number = match.group()
+        if number[0] == '"' or not any(c in number for c in ".eE"):
+            continue
+        if math.isinf(float(number)):
+            start = match.start()
+            line = text.count("\n", 0, start) + 1
+            column = start - text.rfind("\n", 0, start)
+            shown = number if len(number) <= 40 else number[:20] + "..." + number[-10:]
+            raise ValueError(
+                f"the number {shown} is too large to be read as a float (it would be "
+                f"infinity) at line {line} column {column}"
+            )
 
 
 def mend_text(value: Any) -> Any:

@@ -406,9 +406,13 @@ async def test_history_length_cuts_the_history(served: Served) -> None:
 async def test_malformed_requests(served: Served) -> None:
     async with httpx.AsyncClient() as http:
         broken = await http.post(served.rpc, content=b"{nope")
+        huge = b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": 1e999}}'
+        infinite = await http.post(served.rpc, content=huge)
         batch = await http.post(served.rpc, json=[{"jsonrpc": "2.0", "method": "GetTask"}])
         foreign = await http.post(served.rpc, json={}, headers={"Origin": "https://evil.example"})
     assert broken.json()["error"]["code"] == -32700
+    assert infinite.json()["error"]["code"] == -32700  # 1e999 would be infinity
+    assert "1e999 is too large" in infinite.json()["error"]["message"]
     assert batch.json()["error"]["code"] == -32600
     assert foreign.status_code == 403
 

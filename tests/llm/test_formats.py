@@ -375,3 +375,59 @@ def walk_property_keys(node: Any) -> list[str]:
         for item in node:
             found += walk_property_keys(item)
     return found
+
+
+# -- a discriminated union -----------------------------------------------------------------------
+
+
+def _adopt_tool() -> Any:
+    from typing import Annotated, Literal
+
+    from pydantic import BaseModel, Field
+
+    from toolmesh import tool
+
+    class Cat(BaseModel):
+        kind: Literal["cat"]
+        name: str | None = None
+
+    class Dog(BaseModel):
+        kind: Literal["dog"]
+        barks: float
+
+    @tool
+    def adopt(pet: Annotated[Cat | Dog, Field(discriminator="kind")]) -> str:
+        """Adopt a pet."""
+        return type(pet).__name__
+
+    return adopt
+
+
+def test_a_discriminated_union_travels_to_every_provider() -> None:
+    adopt = _adopt_tool()
+    tagged = {"propertyName": "kind", "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}
+    (loose,) = to_openai([adopt], strict=False)
+    check_typed_dict(ChatCompletionFunctionToolParam, loose)
+    assert loose["function"]["parameters"]["properties"]["pet"]["discriminator"] == tagged
+    (strict,) = to_openai([adopt], strict=True, api="responses")
+    check_typed_dict(FunctionToolParam, strict)
+    assert_openai_strict(strict["parameters"])  # strict mode has anyOf, no discriminator
+    assert strict["parameters"]["properties"]["pet"] == {
+        "anyOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]
+    }
+    (anthropic,) = to_anthropic([adopt])
+    check_typed_dict(ToolParam, anthropic)
+    assert anthropic["input_schema"]["properties"]["pet"]["discriminator"] == tagged
+    (gemini,) = to_gemini([adopt])
+    genai.Tool.model_validate(gemini)
+    pet = gemini["function_declarations"][0]["parameters"]["properties"]["pet"]
+    assert [b["properties"]["kind"]["enum"] for b in pet["any_of"]] == [["cat"], ["dog"]]
+    # What strict mode makes a model send (a null for the omitted name) reads back valid.
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "adopt", "arguments": '{"pet": {"kind": "cat", "name": null}}'},
+    }
+    parsed = parse_tool_call(call, [adopt])
+    assert parsed.arguments == {"pet": {"kind": "cat", "name": None}}
+    adopt.validate(parsed.arguments)

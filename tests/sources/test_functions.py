@@ -413,7 +413,7 @@ async def test_models_referring_to_themselves_twice_make_tools() -> None:
     assert (await kit.execute("grow", {"tree": three})).data == 3
     bad = await kit.execute("grow", {"tree": {"left": {"right": {"label": 5}}}})
     assert bad.error_code == ToolErrorCode.INVALID_ARGUMENTS  # validated all the way down
-    assert bad.metadata["path"] == "$.tree.left"
+    assert bad.metadata["path"] == "$.tree.left.right.label"  # through each Optional[Tree]
     kin = {"name": "a", "parent": {"name": "p"}, "kids": [{"name": "b", "kids": [{"name": "c"}]}]}
     assert (await kit.execute("family", {"node": kin})).data == ["a", "b"]
 
@@ -609,3 +609,188 @@ async def test_string_annotations_may_name_classes_local_to_the_caller() -> None
 
     assert take.input_schema["properties"]["item"]["required"] == ["x"]
     assert (await Toolkit(take).execute("take", {"item": {"x": 4}})).data == 4
+
+
+# -- discriminated unions, $defs of one name, key types, ints, Literal members, defaults ---------
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    meows: int
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    barks: float
+
+
+Pet = Annotated[Cat | Dog, Field(discriminator="kind")]
+
+
+async def test_a_discriminated_union_keeps_its_discriminator_and_names_the_bad_tag() -> None:
+    @tool
+    def adopt(pet: Pet, more: list[Pet] | None = None) -> str:
+        """Adopt a pet."""
+        return type(pet).__name__ + "".join(type(p).__name__ for p in more or ())
+
+    pet = adopt.input_schema["properties"]["pet"]
+    assert pet["discriminator"] == {
+        "propertyName": "kind",
+        "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"},
+    }
+    assert pet["oneOf"] == [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]
+    assert set(adopt.input_schema["$defs"]) == {"Cat", "Dog"}
+    kit = Toolkit(adopt)
+    good = await kit.execute(
+        "adopt", {"pet": {"kind": "dog", "barks": 1}, "more": [{"kind": "cat", "meows": 2}]}
+    )
+    assert good.data == "DogCat"
+    for arguments, path, says in [
+        ({"pet": {"kind": "cow", "meows": 1}}, "$.pet.kind", "'cow' is not one of 'cat', 'dog'"),
+        ({"pet": {"meows": 1}}, "$.pet.kind", "missing required property 'kind'"),
+        ({"pet": {"kind": "dog", "meows": 1}}, "$.pet.barks", "missing required property"),
+        (
+            {"pet": {"kind": "cat", "meows": 1}, "more": [{"kind": "cat", "meows": "x"}]},
+            "$.more[0].meows",
+            "must be integer",
+        ),
+    ]:
+        bad = await kit.execute("adopt", arguments)
+        assert bad.error_code == ToolErrorCode.INVALID_ARGUMENTS, arguments
+        assert bad.metadata["path"] == path and says in (bad.error or ""), bad.error
+
+
+def _item_a() -> type[BaseModel]:
+    class Item(BaseModel):
+        a: int
+
+    class WrapA(BaseModel):
+        item: Item
+
+    return WrapA
+
+
+def _item_b() -> type[BaseModel]:
+    class Item(BaseModel):
+        b: str
+
+    class WrapB(BaseModel):
+        item: Item
+
+    return WrapB
+
+
+WrapA, WrapB = _item_a(), _item_b()
+
+
+async def test_two_types_of_one_name_get_a_defs_entry_each() -> None:
+    @tool
+    def both(x: WrapA, y: WrapB) -> str:  # type: ignore[valid-type]
+        """Two nested models, both named Item."""
+        return f"{x.item.a} {y.item.b}"  # type: ignore[attr-defined]
+
+    schema = both.input_schema
+    assert schema["properties"]["x"]["properties"]["item"] == {"$ref": "#/$defs/Item"}
+    assert schema["properties"]["y"]["properties"]["item"] == {"$ref": "#/$defs/Item_2"}
+    assert schema["$defs"]["Item"]["required"] == ["a"]
+    assert schema["$defs"]["Item_2"]["required"] == ["b"]
+    kit = Toolkit(both)
+    ok = await kit.execute("both", {"x": {"item": {"a": 1}}, "y": {"item": {"b": "s"}}})
+    assert ok.data == "1 s"
+    bad = await kit.execute("both", {"x": {"item": {"b": "s"}}, "y": {"item": {"b": "s"}}})
+    assert bad.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert bad.metadata["path"] == "$.x.item.a"
+
+
+async def test_dict_keys_are_checked_and_made_the_hinted_type() -> None:
+    @tool
+    def keyed(
+        ints: dict[int, str],
+        picks: dict[Literal["x", "y"], int] | None = None,
+        colors: dict[Color, int] | None = None,
+    ) -> str:
+        """Dicts with typed keys."""
+        return repr((ints, picks, colors))
+
+    props = keyed.input_schema["properties"]
+    assert props["ints"]["propertyNames"] == {"pattern": "^-?[0-9]+$"}
+    assert props["picks"]["anyOf"][0]["propertyNames"] == {"enum": ["x", "y"]}
+    kit = Toolkit(keyed)
+    ok = await kit.execute("keyed", {"ints": {"1": "a", "-2": "b"}, "colors": {"red": 1}})
+    assert ok.data == repr(({1: "a", -2: "b"}, None, {Color.RED: 1}))
+    for arguments, path in [
+        ({"ints": {"one": "a"}}, "$.ints"),
+        ({"ints": {}, "picks": {"z": 1}}, "$.picks"),
+        ({"ints": {}, "colors": {"green": 1}}, "$.colors"),  # was a pydantic crash in the tool
+    ]:
+        bad = await kit.execute("keyed", arguments)
+        assert bad.error_code == ToolErrorCode.INVALID_ARGUMENTS, (arguments, bad.error)
+        assert bad.metadata["path"] == path and "is not allowed" in (bad.error or "")
+
+
+async def test_an_int_parameter_gets_an_int_for_a_whole_float() -> None:
+    @tool
+    def count(n: int, ns: list[int], maybe: int | None = None) -> str:
+        """Count."""
+        return repr((n, ns, maybe))
+
+    result = await Toolkit(count).execute("count", {"n": 2.0, "ns": [1.0, 2], "maybe": 3.0})
+    assert result.data == "(2, [1, 2], 3)"
+
+
+async def test_a_literal_of_enum_members_states_their_values_and_gives_members() -> None:
+    @tool
+    def paint(color: Literal[Color.RED] = Color.RED) -> str:
+        """Paint red."""
+        return repr(color)
+
+    assert paint.input_schema["properties"]["color"] == {
+        "type": "string",
+        "enum": ["red"],
+        "default": "red",
+    }
+    json.dumps(paint.input_schema)  # JSON at all (it held the member itself)
+    kit = Toolkit(paint)
+    assert (await kit.execute("paint", {"color": "red"})).data == repr(Color.RED)
+    refused = await kit.execute("paint", {"color": "blue"})
+    assert refused.error_code == ToolErrorCode.INVALID_ARGUMENTS
+
+
+def test_non_finite_defaults_are_not_stated() -> None:
+    @tool
+    def scale(
+        x: float = float("inf"), y: float = float("nan"), zs: tuple[float, ...] = (1.0,)
+    ) -> float:
+        """Scale."""
+        return x
+
+    props = scale.input_schema["properties"]
+    assert "default" not in props["x"] and "default" not in props["y"]
+    assert props["zs"]["default"] == [1.0]
+    json.dumps(scale.input_schema, allow_nan=False)
+
+
+class TreeDict(TypedDict):
+    label: str
+    children: list[TreeDict]
+
+
+async def test_a_recursive_typed_dict_refers_to_its_defs_entry() -> None:
+    @tool
+    def size(tree: TreeDict) -> int:
+        """Count nodes."""
+        return 1 + sum(size.__wrapped__(child) for child in tree["children"])
+
+    schema = size.input_schema
+    assert schema["properties"]["tree"] == {"$ref": "#/$defs/TreeDict"}
+    assert schema["$defs"]["TreeDict"]["properties"]["children"] == {
+        "type": "array",
+        "items": {"$ref": "#/$defs/TreeDict"},
+    }
+    kit = Toolkit(size)
+    tree = {"label": "a", "children": [{"label": "b", "children": []}]}
+    assert (await kit.execute("size", {"tree": tree})).data == 2
+    bad = await kit.execute(
+        "size", {"tree": {"label": "a", "children": [{"label": 1, "children": []}]}}
+    )
+    assert bad.metadata["path"] == "$.tree.children[0].label"

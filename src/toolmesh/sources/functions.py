@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import math
 import sys
 import types
 import typing
@@ -37,7 +38,7 @@ from pydantic.fields import FieldInfo
 from toolmesh.capabilities import check_tag
 from toolmesh.errors import ConfigError, SchemaError
 from toolmesh.models import ToolDefinition, ToolParameter
-from toolmesh.schema import parameters_to_schema, schema_to_parameters
+from toolmesh.schema import def_ref, parameters_to_schema, schema_to_parameters
 from toolmesh.sources.base import ToolSet
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
@@ -47,6 +48,7 @@ JsonSchema = dict[str, Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _PRIMITIVES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_INT_KEY = "^-?[0-9]+$"  # the keys of a dict[int, ...], which JSON writes as text
 _NONE_TYPES = (None, type(None))
 
 
@@ -459,12 +461,16 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, enum.Enum):  # before the primitives: an IntEnum member is an int too
         return _json_default(value.value)
     if value is None or isinstance(value, str | int | float | bool):
-        return value
+        return value if _finite(value) else _UNSET  # NaN and Infinity are no JSON values
     if isinstance(value, list | tuple) and all(
-        v is None or isinstance(v, str | int | float | bool) for v in value
+        v is None or (isinstance(v, str | int | float | bool) and _finite(v)) for v in value
     ):
         return list(value)
     return _UNSET
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 
 
 def _strip_annotated(annotation: Any) -> tuple[Any, list[Any]]:
@@ -479,6 +485,15 @@ class _SchemaBuilder:
 
     def __init__(self) -> None:
         self.defs: JsonSchema = {}
+        # The TypedDicts being walked, with their $defs name once one refers to itself.
+        self._building: dict[Any, str | None] = {}
+
+    def _def_name(self, name: str) -> str:
+        """``name``, or ``name_2``, ``name_3``... when $defs holds another schema by it."""
+        unique, n = name, 2
+        while unique in self.defs:
+            unique, n = f"{name}_{n}", n + 1
+        return unique
 
     def schema(self, annotation: Any) -> JsonSchema:
         base, extras = _strip_annotated(annotation)
@@ -502,8 +517,8 @@ class _SchemaBuilder:
             return {"type": "null"}
         origin = typing.get_origin(tp)
         args = typing.get_args(tp)
-        if origin is Literal:
-            return _enum_schema(list(args))
+        if origin is Literal:  # an Enum member stands for its value, as pydantic has it
+            return _enum_schema([a.value if isinstance(a, enum.Enum) else a for a in args])
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return _enum_schema([member.value for member in tp])
         if origin in (typing.Union, types.UnionType):
@@ -518,13 +533,56 @@ class _SchemaBuilder:
             return self._typed_dict(tp)
         if tp is dict or origin in (dict, Mapping):
             schema: JsonSchema = {"type": "object"}
+            if len(args) == 2 and args[0] not in (str, Any):
+                names = self._key_schema(args[0])
+                if names is None:
+                    return None  # keys pydantic knows better (dates, UUIDs, ...)
+                schema["propertyNames"] = names
             if len(args) == 2 and args[1] is not Any:
                 schema["additionalProperties"] = self.schema(args[1])
             return schema
         return None
 
+    def _key_schema(self, key: Any) -> JsonSchema | None:
+        """What the keys of a ``dict[key, ...]`` must look like as JSON object keys (text),
+        or None when that is not a plain string schema."""
+        base = _strip_annotated(key)[0]
+        if base is int:
+            return {"pattern": _INT_KEY}  # "1", "-2": the function gets ints, see coercer
+        schema = self.schema(key)
+        if "$ref" in schema:
+            schema = self.defs.get(schema["$ref"].removeprefix("#/$defs/"), schema)
+        enum_values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+        if isinstance(enum_values, list):
+            if all(isinstance(v, str) for v in enum_values):
+                return {"enum": enum_values}
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in enum_values):
+                return {"enum": [str(v) for v in enum_values]}  # an IntEnum's "1", "2"
+            return None
+        if schema.get("type") == "string" and "format" not in schema and "$ref" not in schema:
+            return {k: v for k, v in schema.items() if k != "type"}  # constrained str
+        return None
+
     def _typed_dict(self, tp: Any) -> JsonSchema:
-        # By hand: pydantic accepts only typing_extensions.TypedDict before Python 3.12.
+        # By hand: pydantic accepts only typing_extensions.TypedDict before Python 3.12. A
+        # TypedDict met again inside itself becomes a reference to its $defs entry.
+        if tp in self._building:
+            name = self._building[tp]
+            if name is None:
+                name = self._building[tp] = self._def_name(tp.__name__)
+                self.defs[name] = {}  # taken now; filled when the outer walk ends
+            return {"$ref": def_ref(name)}
+        self._building[tp] = None
+        try:
+            schema = self._typed_dict_schema(tp)
+        finally:
+            name = self._building.pop(tp)
+        if name is None:
+            return schema
+        self.defs[name] = schema
+        return {"$ref": def_ref(name)}
+
+    def _typed_dict_schema(self, tp: Any) -> JsonSchema:
         hints = typing.get_type_hints(tp, include_extras=True)
         totals = getattr(tp, "__required_keys__", hints)
         properties: JsonSchema = {}
@@ -563,16 +621,45 @@ class _SchemaBuilder:
         except Exception as exc:
             raise SchemaError(f"cannot make a JSON Schema of {annotation!r}: {exc}") from exc
         clean: JsonSchema = _strip_titles(schema)
-        self.defs.update(clean.pop("$defs", {}))
+        found = clean.pop("$defs", {})
+        # Two types of one name (Item of one module and of another, each nested in the model of
+        # a parameter): pydantic names each Item in its own schema; here they share one $defs.
+        renamed: dict[str, str] = {}
+        for name, definition in found.items():
+            if name in self.defs and self.defs[name] != definition:
+                renamed[def_ref(name)] = def_ref(self._def_name(name))
+                self.defs[renamed[def_ref(name)].removeprefix("#/$defs/")] = {}  # taken
+        if renamed:
+            clean = _renamed_refs(clean, renamed)
+            found = {
+                renamed.get(def_ref(name), def_ref(name)).removeprefix("#/$defs/"): (
+                    _renamed_refs(definition, renamed)
+                )
+                for name, definition in found.items()
+            }
+        self.defs.update(found)
         return clean
 
     def coercer(self, annotation: Any) -> Callable[[Any], Any] | None:
         """A function turning JSON arguments into the hinted Python value, or None if the JSON
         value is already right (plain types)."""
         base, _extras = _strip_annotated(annotation)
-        if not _needs_instances(base):
+        if typing.get_origin(base) is Literal and any(
+            isinstance(a, enum.Enum) for a in typing.get_args(base)
+        ):
+            members = {a.value: a for a in typing.get_args(base) if isinstance(a, enum.Enum)}
+            return lambda value: members.get(value, value)  # pydantic refuses "red" for it
+        if _needs_instances(base):
+            return _adapter(annotation).validate_python
+        if not _needs_instances(base, ints=True):
             return None
-        return _adapter(annotation).validate_python
+        # Only ints to make (JSON Schema counts 2.0 as an integer, a dict[int, ...] has text
+        # keys): worth pydantic where it can, and left alone where it cannot (a typing.TypedDict
+        # inside, before Python 3.12).
+        try:
+            return _adapter(annotation).validate_python
+        except Exception:
+            return None
 
 
 _ITEM_QUALIFIERS: dict[Any, bool | None] = {
@@ -597,18 +684,47 @@ def _typed_dict_item(hint: Any) -> tuple[Any, bool | None]:
 def _needs_pydantic(tp: Any, extras: list[Any]) -> bool:
     if any(not isinstance(e, str | FieldInfo) for e in extras):
         return True  # annotated_types constraints and friends
-    return any(isinstance(e, FieldInfo) and e.metadata for e in extras)
+    return any(
+        isinstance(e, FieldInfo)
+        and bool(e.metadata or e.discriminator is not None or e.examples or e.json_schema_extra)
+        for e in extras
+    )
 
 
-def _needs_instances(tp: Any) -> bool:
-    """Whether a JSON value must be converted to match the hint (models, enums, ...)."""
+def _renamed_refs(schema: Any, renamed: Mapping[str, str]) -> Any:
+    """``schema`` with the ``$ref``s (and discriminator mappings) in ``renamed`` renamed."""
+    if isinstance(schema, list):
+        return [_renamed_refs(item, renamed) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: JsonSchema = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str):
+            out[key] = renamed.get(value, value)
+        elif key == "mapping" and isinstance(value, dict):  # of a discriminator
+            out[key] = {
+                k: renamed.get(v, v) if isinstance(v, str) else _renamed_refs(v, renamed)
+                for k, v in value.items()
+            }
+        else:
+            out[key] = _renamed_refs(value, renamed)
+    return out
+
+
+def _needs_instances(tp: Any, *, ints: bool = False) -> bool:
+    """Whether a JSON value must be converted to match the hint (models, enums, ...); with
+    ``ints``, also whether it may hold an int as JSON gives it otherwise (2.0, or a key "2")."""
+    if tp is int:
+        return ints
     if tp in _PRIMITIVES or tp is Any or tp in _NONE_TYPES or tp in (list, dict, object):
         return False
     origin = typing.get_origin(tp)
     if origin is Literal or typing.is_typeddict(tp):
         return False  # a TypedDict is a dict already
     if origin in (typing.Union, types.UnionType, list, dict, Mapping, Sequence, typing.Annotated):
-        return any(_needs_instances(arg) for arg in typing.get_args(tp) if arg is not Ellipsis)
+        return any(
+            _needs_instances(arg, ints=ints) for arg in typing.get_args(tp) if arg is not Ellipsis
+        )
     return True  # enums, models, dataclasses, TypedDicts, sets, tuples, dates, ...
 
 
