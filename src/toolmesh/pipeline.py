@@ -425,7 +425,7 @@ class Pipeline:
             raise
         except Exception as exc:  # the tool's own failure (a TimeoutError of its own too)
             ctx._close()
-            return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(exc))
+            return _tool_failure(tool.name, exc)
         finally:
             expiry.cancel()
         ctx._close()
@@ -573,8 +573,18 @@ def _finished(tool: Tool, task: asyncio.Future[Any], ctx: ToolContext) -> ToolRe
     if error is not None:
         if not isinstance(error, Exception):
             raise error  # KeyboardInterrupt, SystemExit: not the tool's to keep
-        return _failure(tool.name, ToolErrorCode.TOOL_ERROR, _describe(error))
+        return _tool_failure(tool.name, error)
     return _shaped(tool.name, task.result())
+
+
+def _tool_failure(tool_name: str, exc: Exception) -> ToolResult:
+    """A tool's exception as its result. ``ArgumentError`` says the arguments were wrong (a
+    model's own validator refused them, or the tool said so): ``invalid_arguments``, at a path."""
+    if isinstance(exc, ArgumentError):
+        result = _failure(tool_name, ToolErrorCode.INVALID_ARGUMENTS, str(exc))
+        result.metadata = {"path": exc.path}
+        return result
+    return _failure(tool_name, ToolErrorCode.TOOL_ERROR, _describe(exc))
 
 
 def _remaining(ctx: ToolContext, timeout: float) -> float:

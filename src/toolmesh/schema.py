@@ -25,6 +25,7 @@ from toolmesh.models import ToolParameter
 __all__ = [
     "EMPTY_OBJECT_SCHEMA",
     "Validator",
+    "child_path",
     "compile_validator",
     "def_ref",
     "is_lossless",
@@ -380,7 +381,7 @@ def _argument_error(exc: Any, arguments: Any, root: Mapping[str, Any]) -> Argume
         missing = [k for k in definition.get("required", ()) if k not in value]
         if missing:
             return ArgumentError(
-                f"missing required property {missing[0]!r}", path=_child(path, missing[0])
+                f"missing required property {missing[0]!r}", path=child_path(path, missing[0])
             )
     if exc.rule == "additionalProperties" and isinstance(value, Mapping):
         known = set(definition.get("properties") or ())
@@ -389,7 +390,7 @@ def _argument_error(exc: Any, arguments: Any, root: Mapping[str, Any]) -> Argume
             expected = ", ".join(sorted(known)) or "none"
             return ArgumentError(
                 f"unexpected property {extra[0]!r} (expected: {expected})",
-                path=_child(path, extra[0]),
+                path=child_path(path, extra[0]),
             )
     message = exc.message
     if message.startswith(name):
@@ -424,11 +425,11 @@ def _discriminated_error(
     expected = ", ".join(repr(k) for k in chosen) or "none"
     if tag not in value:
         return ArgumentError(
-            f"missing required property {tag!r} (one of {expected})", path=_child(path, tag)
+            f"missing required property {tag!r} (one of {expected})", path=child_path(path, tag)
         )
     branch = chosen.get(_enum_text(value[tag]))
     if branch is None:
-        return ArgumentError(f"{value[tag]!r} is not one of {expected}", path=_child(path, tag))
+        return ArgumentError(f"{value[tag]!r} is not one of {expected}", path=child_path(path, tag))
     reason = _refusal(branch, value, root, path)
     return reason if isinstance(reason, ArgumentError) else None
 
@@ -463,7 +464,7 @@ def _path_of(name: str, arguments: Any) -> str:
         return "$" + name[len("data") :] if name.startswith("data") else f"$.{name}"
     path = "$"
     for step in steps:
-        path = _child(path, step)
+        path = child_path(path, step)
     return path
 
 
@@ -486,7 +487,8 @@ def _steps(rest: str, value: Any) -> list[str | int] | None:
     return None
 
 
-def _child(path: str, key: Any) -> str:
+def child_path(path: str, key: Any) -> str:
+    """The JSON path of ``key`` (an object key or an array index) below ``path``."""
     if isinstance(key, int):
         return f"{path}[{key}]"
     text = str(key)

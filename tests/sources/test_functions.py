@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import json
@@ -9,9 +10,18 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any, Literal, NotRequired, Optional, Required, TypedDict
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from toolmesh import ConfigError, Output, ToolContext, ToolErrorCode, Toolkit, ToolResult, tool
+from toolmesh import (
+    ArgumentError,
+    ConfigError,
+    Output,
+    ToolContext,
+    ToolErrorCode,
+    Toolkit,
+    ToolResult,
+    tool,
+)
 from toolmesh.sources.functions import function_schema
 
 
@@ -794,3 +804,56 @@ async def test_a_recursive_typed_dict_refers_to_its_defs_entry() -> None:
         "size", {"tree": {"label": "a", "children": [{"label": 1, "children": []}]}}
     )
     assert bad.metadata["path"] == "$.tree.children[0].label"
+
+
+class EvenOrder(BaseModel):
+    qty: int
+
+    @field_validator("qty")
+    @classmethod
+    def even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("qty must be even")
+        return value
+
+
+async def test_a_models_own_validator_refusing_is_invalid_arguments_at_its_path() -> None:
+    @tool
+    async def place(order: EvenOrder) -> int:
+        """Place an order."""
+        return order.qty
+
+    @tool
+    def place_all(orders: list[EvenOrder]) -> int:
+        """Place orders (on a worker thread)."""
+        return len(orders)
+
+    toolkit = Toolkit(place, place_all)
+    refused = await toolkit.execute("place", {"order": {"qty": 3}})
+    assert refused.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert refused.error == "invalid argument at $.order.qty: qty must be even"
+    assert refused.metadata == {"path": "$.order.qty"}
+    listed = await toolkit.execute("place_all", {"orders": [{"qty": 2}, {"qty": 5}]})
+    assert listed.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert listed.metadata == {"path": "$.orders[1].qty"}
+    assert (await toolkit.execute("place", {"order": {"qty": 4}})).data == 4
+
+
+async def test_a_tool_raising_argument_error_is_invalid_arguments() -> None:
+    @tool
+    async def book(day: str) -> str:
+        """Book a day."""
+        await asyncio.sleep(0)  # after suspending, too: the deadline path
+        raise ArgumentError("no bookings on Sundays", path="$.day")
+
+    @tool
+    def book_now(day: str) -> str:
+        """Book a day at once."""
+        raise ArgumentError("no bookings on Sundays", path="$.day")
+
+    toolkit = Toolkit(book, book_now)
+    for name in ("book", "book_now"):
+        result = await toolkit.execute(name, {"day": "sunday"})
+        assert result.error_code == ToolErrorCode.INVALID_ARGUMENTS, name
+        assert result.error == "invalid argument at $.day: no bookings on Sundays"
+        assert result.metadata == {"path": "$.day"}

@@ -32,13 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 import typing_extensions
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from toolmesh.capabilities import check_tag
-from toolmesh.errors import ConfigError, SchemaError
+from toolmesh.errors import ArgumentError, ConfigError, SchemaError
 from toolmesh.models import ToolDefinition, ToolParameter
-from toolmesh.schema import def_ref, parameters_to_schema, schema_to_parameters
+from toolmesh.schema import child_path, def_ref, parameters_to_schema, schema_to_parameters
 from toolmesh.sources.base import ToolSet
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
@@ -728,6 +728,24 @@ def _needs_instances(tp: Any, *, ints: bool = False) -> bool:
     return True  # enums, models, dataclasses, TypedDicts, sets, tuples, dates, ...
 
 
+def _refused(name: str, exc: ValidationError) -> ArgumentError:
+    """The arguments' error for a value the schema let through and its type refused (a
+    pydantic validator of the model, say): the first fault, at its path."""
+    errors = exc.errors(include_url=False)
+    if not errors:
+        return ArgumentError(str(exc), path=child_path("$", name))
+    first = errors[0]
+    path = child_path("$", name)
+    for step in first["loc"]:
+        path = child_path(path, step)
+    message = str(first["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):  # pydantic's, for ValueError/assert
+        message = message.removeprefix(prefix)
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return ArgumentError(message, path=path)
+
+
 @functools.lru_cache(maxsize=1024)
 def _adapter(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
@@ -791,7 +809,10 @@ class _Runner:
         if self.coercers:
             for key, coerce in self.coercers.items():
                 if key in kwargs:
-                    kwargs[key] = coerce(kwargs[key])
+                    try:
+                        kwargs[key] = coerce(kwargs[key])
+                    except ValidationError as exc:  # a model's own validator said no
+                        raise _refused(key, exc) from None
         if self.factories:  # the function's own default would be the Field(...) object itself
             for key, make in self.factories.items():
                 if key not in kwargs:
