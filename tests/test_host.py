@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import MAX_PARALLEL, Served
 from tests.fixtures.demo_tools import echo
-from toolmesh import ConfigError, HandshakeError, Host, ToolErrorCode, ToolEvent, connect_async
+from toolmesh import (
+    ConfigError,
+    HandshakeError,
+    Host,
+    ToolErrorCode,
+    ToolEvent,
+    connect_async,
+    tool,
+)
 from toolmesh.sources.base import ToolSet
 
 
@@ -245,3 +255,61 @@ async def test_a_handshake_with_text_that_is_not_unicode_is_refused(tmp_path: Pa
 
 def _echo_tools() -> ToolSet:
     return ToolSet([echo], name="demo")
+
+
+async def test_closing_the_host_cancels_in_process_calls(tmp_path: Path) -> None:
+    """An in-process call still running when the host closes is cancelled, answered and
+    audited as such; it used to run on, and audit into the closed store (opening it again,
+    a file left open)."""
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Waits until cancelled."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    host = Host(wait_forever, audit=tmp_path / "a.db")
+    client = await connect_async(host)
+    call = asyncio.ensure_future(client.call_tool("wait_forever", {}, timeout=60))
+    await asyncio.wait_for(started.wait(), 30)
+    await host.close()
+    assert call.done()
+    result = call.result()
+    assert result.error_code == ToolErrorCode.CANCELLED and "shutting down" in (result.error or "")
+    assert host.store._db is None  # type: ignore[attr-defined]  # closed, and left closed
+    rows = sqlite3.connect(tmp_path / "a.db").execute("SELECT error_code FROM audit").fetchall()
+    assert rows == [("cancelled",)]
+    await client.close()
+
+
+async def test_a_cancelled_in_process_caller_is_still_cancelled(tmp_path: Path) -> None:
+    host = Host(echo, _sleeper(), audit=tmp_path / "a.db")
+    client = await connect_async(host)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await client.call_tool("sleeper", {}, timeout=60)
+    assert (await client.call_tool("echo", {"text": "next"})).data == "next"
+    await client.close()
+    await host.close()
+
+
+async def test_a_closed_session_leaves_no_cached_state(tmp_path: Path) -> None:
+    host = Host(echo, audit=tmp_path / "a.db")
+    for _ in range(3):
+        client = await connect_async(host)
+        assert (await client.call_tool("echo", {"text": "hi"})).success
+        await client.close()
+    assert host.sessions == {} and host.state._cache == {}
+    await host.close()
+
+
+def _sleeper() -> Any:
+    @tool
+    async def sleeper() -> str:
+        """Sleeps for a minute."""
+        await asyncio.sleep(60)
+        return "woke"
+
+    return sleeper

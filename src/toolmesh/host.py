@@ -224,10 +224,17 @@ class Host:
 
     def _forget(self, connection: Connection) -> None:
         self._connections.discard(connection)
-        if connection.session is not None:
-            self.sessions.pop(connection.session.id, None)
+        session = connection.session
+        if session is not None:
+            if self.sessions.get(session.id) is session:
+                del self.sessions[session.id]
+            if not any(
+                other.session is not None and other.session.id == session.id
+                for other in self._connections
+            ):  # nobody serves it any more: its cached state would stay for the host's life
+                self.state.forget(session.id)
             if self._agui is not None:
-                self._agui.end(connection.session.id)
+                self._agui.end(session.id)
 
     async def _open_session(self, request: HandshakeRequest, connection: Connection) -> Session:
         """A new (or resumed) session for a handshake, or CapabilityError/ProtocolError."""
@@ -298,6 +305,8 @@ class Connection:
         self.session: Session | None = None
         self._deliver = deliver
         self._calls: dict[str, asyncio.Future[None]] = {}
+        self._direct: dict[int, CallSpec] = {}  # in-process calls running, by id()
+        self._direct_done: asyncio.Event | None = None  # set when the last of them ends
         self._approvals: dict[str, asyncio.Future[bool]] = {}
         self._deciding: set[asyncio.Future[Any]] = set()  # in-process handlers' answers
         self._closed = False
@@ -483,13 +492,7 @@ class Connection:
         except asyncio.CancelledError:
             # Only closing the connection cancels a call: say so to a peer still listening
             # (a shutdown's timeout cut it off), as the audit does.
-            result = ToolResult(
-                success=False,
-                tool_name=request.tool_name,
-                error="the call was cancelled: the session is shutting down",
-                error_code=ToolErrorCode.CANCELLED,
-                duration_ms=0,
-            )
+            result = _cancelled_by_closing(request.tool_name)
             with contextlib.suppress(Exception):  # the transport may be gone already
                 self._deliver(ToolCallResponse(req_id=request.id, data=result))
             return
@@ -536,7 +539,7 @@ class Connection:
     ) -> ToolCallResponse:
         session = self._admit(request)
         spec = _spec(request, streaming=on_event is not None)
-        result = await self._run(session, spec, on_event)
+        result = await self._run_here(session, spec, on_event)
         return ToolCallResponse(req_id=request.id, data=result)
 
     async def call_direct(
@@ -545,11 +548,22 @@ class Connection:
         """The in-process path for a call: the same checks and pipeline, no message objects.
 
         Protocol refusals (no handshake, max_parallel exceeded, ...) raise ``ProtocolError``."""
-        session = self._admit()
+        return await self._run_here(self._admit(), spec, on_event)
+
+    async def _run_here(
+        self, session: Session, spec: CallSpec, on_event: Callable[[Any], None] | None
+    ) -> ToolResult:
+        """An in-process call, in the caller's task. Closing the connection aborts it (it then
+        answers as cancelled, and is audited so), as it cancels wire calls, and waits for it:
+        else it would run on past the host's close, and audit into a store closed already."""
+        key = id(spec)
+        self._direct[key] = spec
         try:
-            return await self.host.pipeline.call(session, spec, on_event)
+            return await self._run(session, spec, on_event)
         finally:
-            session.active_calls -= 1
+            del self._direct[key]
+            if self._direct_done is not None and not self._direct:
+                self._direct_done.set()
 
     async def _run(
         self, session: Session, spec: CallSpec, on_event: Callable[[Any], None] | None
@@ -620,18 +634,37 @@ class Connection:
     async def drain(self, timeout: float | None = 10.0) -> None:
         """Stop taking calls, let running ones finish (up to ``timeout`` s), then close."""
         self._closed = True
-        running = list(self._calls.values())
-        if running:
-            await asyncio.wait(running, timeout=timeout)
+        await self._wait_for_calls(timeout)
         await self.close()
 
     async def close(self) -> None:
         """Cancel running calls (each is audited as cancelled) and forget the session."""
         self._closed = True
         self._end_approvals()
-        running = list(self._calls.values())
-        for task in running:
+        for task in self._calls.values():
             task.cancel()
-        if running:
-            await asyncio.wait(running, timeout=5.0)
+        for spec in list(self._direct.values()):  # in the callers' tasks, not to be cancelled
+            self.host.pipeline.abort(spec, _SHUTTING_DOWN)
+        await self._wait_for_calls(5.0)
         self.host._forget(self)
+
+    async def _wait_for_calls(self, timeout: float | None) -> None:
+        """Wait (up to ``timeout`` s) until no call of this connection runs."""
+        running: list[asyncio.Future[Any]] = list(self._calls.values())
+        direct = None
+        if self._direct:
+            self._direct_done = asyncio.Event()
+            direct = asyncio.ensure_future(self._direct_done.wait())
+            running.append(direct)
+        if running:
+            await asyncio.wait(running, timeout=timeout)
+        if direct is not None:
+            direct.cancel()
+
+
+_SHUTTING_DOWN = "the call was cancelled: the session is shutting down"
+
+
+def _cancelled_by_closing(tool_name: str) -> ToolResult:
+    """The answer of a call that closing its connection cancelled."""
+    return ToolResult.failure(tool_name, ToolErrorCode.CANCELLED, _SHUTTING_DOWN)

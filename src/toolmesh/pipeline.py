@@ -123,6 +123,8 @@ class CallSpec:
     streaming: bool = False
     timeout: float | None = None
     prior_events: list[ToolEvent] = field(default_factory=list)  # before the tool ran: approval
+    # The context of its tool while the pipeline waits for it (what ``Pipeline.abort`` ends)
+    waiting: ToolContext | None = field(default=None, repr=False, compare=False)
 
 
 class ToolResolver:
@@ -225,6 +227,15 @@ class Pipeline:
         except ValueError:
             measured = (0, "")
         await self._audit(session, spec, None, result, "", measured, source=source)
+
+    def abort(self, spec: CallSpec, reason: str) -> None:
+        """End a call whose tool is running now, as its deadline would, as ``cancelled`` with
+        ``reason`` (the tool is cancelled; the call is audited and answered as usual). For
+        calls run in a task the caller must not lose, such as an in-process caller's own."""
+        ctx = spec.waiting
+        outcome = ctx._outcome if ctx is not None else None
+        if outcome is not None and not outcome.done():
+            outcome.set_exception(_Aborted(reason))
 
     async def drain(self) -> None:
         """Give tools that outlived their deadline a last chance to finish (at shutdown)."""
@@ -381,7 +392,11 @@ class Pipeline:
         if task.done():
             result = _finished(tool, task, ctx)
         else:
-            result = await self._await_under_deadline(tool, task, ctx, timeout)
+            spec.waiting = ctx
+            try:
+                result = await self._await_under_deadline(tool, task, ctx, timeout)
+            finally:
+                spec.waiting = None
         if ctx.events and not result.events:
             result.events = ctx.events
         if result.state_update:
@@ -406,6 +421,9 @@ class Pipeline:
         ctx._reschedule = reschedule
         try:
             raw = await outcome
+        except _Aborted as exc:
+            self._abandon(task, ctx)
+            return _failure(tool.name, ToolErrorCode.CANCELLED, str(exc))
         except _DeadlineReached:
             self._abandon(task, ctx)
             # One turn of the loop lets a tool that handles cancellation begin its cleanup (drop
@@ -534,6 +552,10 @@ _ALLOWED = Decision(True)
 
 class _DeadlineReached(Exception):
     """Fails a call's outcome when its deadline passes (no tool raises this one)."""
+
+
+class _Aborted(Exception):
+    """Fails a call's outcome when ``Pipeline.abort`` ends it."""
 
 
 def _expire(outcome: asyncio.Future[Any]) -> None:

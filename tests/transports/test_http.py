@@ -428,3 +428,70 @@ async def test_proxy_settings_httpx_cannot_read_are_a_transport_error(
     monkeypatch.setenv("NO_PROXY", "[::1]")  # httpx raises InvalidURL on it
     with pytest.raises(TransportError, match="proxy settings"):
         await connect_async("http://127.0.0.1:9/")
+
+
+async def test_stopping_answers_the_calls_it_cancels(tmp_path: Path) -> None:
+    """The server stops with a call running: the call is cancelled and the client, still
+    reading its stream, gets that answer before the stream ends (not "the stream ended")."""
+    from toolmesh import Host, tool
+
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Waits until cancelled."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    host = Host(wait_forever, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0")
+    client = await connect_async(await server.start())
+    try:
+        call = asyncio.ensure_future(client.call_tool("wait_forever", {}, timeout=60))
+        await asyncio.wait_for(started.wait(), 30)
+        await server.stop()
+        result = await asyncio.wait_for(call, 30)
+        assert result.error_code == "cancelled" and "shutting down" in (result.error or "")
+    finally:
+        await client.close()
+        await server.stop()
+        await host.close()
+
+
+async def test_a_shut_down_session_is_forgotten_and_its_stream_ends(tmp_path: Path) -> None:
+    """After a shutdown the session can serve nothing: it is forgotten at once (it used to
+    stay until idle for IDLE_SESSION_SECONDS, so a client reconnecting often piled them up)
+    and its stream ends once the answers queued before it are sent."""
+    host = demo_host(tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            session_id = (await http.post(f"{url}/session")).json()["session_id"]
+            headers = {"X-Session-Id": session_id}
+            async with http.stream("GET", f"{url}/stream", headers=headers) as stream:
+                for message in (
+                    '{"type": "handshake/req", "id": "hs", "agent_caps": ["tools"]}',
+                    '{"type": "tool/call/req", "id": "c1", "tool_name": "echo",'
+                    ' "arguments": {"text": "hi"}}',
+                    '{"type": "shutdown", "id": "s1"}',
+                ):
+                    sent = await http.post(f"{url}/send", content=message, headers=headers)
+                    assert sent.status_code == 200
+
+                async def read_to_the_end() -> list[str]:
+                    return [str(m["type"]) async for m in _sse_messages_async(stream.aiter_lines())]
+
+                seen = await asyncio.wait_for(read_to_the_end(), 10)
+            assert seen == ["handshake/resp", "tool/call/resp"]
+            assert session_id not in server._sessions.peers
+            again = await http.post(f"{url}/send", content=b"{}", headers=headers)
+            assert again.status_code == 404
+        for _ in range(3):
+            client = await connect_async(url)
+            await client.close()
+        assert server._sessions.peers == {}
+    finally:
+        await server.stop()
+        await host.close()

@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import sqlite3
 import subprocess
 import sys
 import tty
@@ -194,3 +195,31 @@ def test_one_socket_as_stdin_and_stdout(tmp_path: Path, loop: str) -> None:
         process.kill()
         process.wait()
         ours.close()
+
+
+async def test_closing_the_client_mid_call_stops_the_host_gracefully(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call outlives the client's wait for the host to exit: the host is asked to stop
+    (SIGTERM), so the call is answered and audited as cancelled. A SIGKILL at once used to
+    lose its audit entry (and the caller got only "exited with code -9")."""
+    from toolmesh import connect_async
+    from toolmesh.transports.stdio import StdioChannel
+
+    monkeypatch.setattr(StdioChannel, "close_grace", 2.0, raising=False)  # SIGTERM after 2 s
+    audit = tmp_path / "a.db"
+    client = await connect_async(serve_stdio_command(audit))
+    channel = client._channel
+    assert isinstance(channel, StdioChannel)
+    call = asyncio.ensure_future(client.call_tool("hold", {"seconds": 60}, timeout=60))
+    await client.ping()  # answered after the call's line was read: the call is running
+    await client.close()
+    result = await asyncio.wait_for(call, 30)
+    assert result.error_code == "cancelled"
+    assert channel.transport is not None and channel.transport.get_returncode() == 0
+    db = sqlite3.connect(audit)
+    try:
+        rows = db.execute("SELECT tool_name, error_code FROM audit").fetchall()
+    finally:
+        db.close()
+    assert rows == [("hold", "cancelled")]

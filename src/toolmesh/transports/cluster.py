@@ -290,6 +290,7 @@ class ClusterSessions(_Sessions):
         for peer in list(self.peers.values()):
             if peer.stream_owner is not None:
                 self.detached(peer)  # what this host's streams did not send yet goes on
+                peer.stream_owner = None  # and so do the answers of the calls closing cancels
         await super().close()
         if self._poster is not None:
             await asyncio.gather(self._poster, return_exceptions=True)

@@ -107,6 +107,14 @@ class _Sessions:
     def detached(self, peer: _Peer) -> None:
         """``peer``'s stream ended (messages may still be queued)."""
 
+    def ended(self, peer: _Peer) -> None:
+        """``peer``'s session was shut down by its client: forget it now (it can serve
+        nothing more), not once it has been idle for IDLE_SESSION_SECONDS (a client that
+        reconnects often would pile them up), and end its stream after what is queued."""
+        if self.peers.get(peer.id) is peer:
+            del self.peers[peer.id]
+        peer.queue.put_nowait(_END)
+
     def _reap(self) -> None:
         """Look for idle sessions now and then, on a timer: a session a client abandoned is
         closed even when no new session is ever made (and a create never scans them all)."""
@@ -127,17 +135,20 @@ class _Sessions:
             self._reap()
 
     async def close(self) -> None:
-        """End every stream cleanly (so clients see a complete response) and every session."""
+        """End every session, then every stream cleanly (so clients see a complete response).
+        The sessions end first: the answers of the calls their closing cancelled are queued
+        ahead of the end of the stream, so a client still reading learns what became of each
+        call instead of losing the stream with calls unanswered."""
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
         if self.host._agui is not None:
             self.host._agui.close()  # AG-UI streams end too
-        for peer in list(self.peers.values()):
-            peer.stream_owner = None
-            peer.queue.put_nowait(_END)
-            await peer.connection.close()
+        peers = list(self.peers.values())
         self.peers.clear()
+        await asyncio.gather(*(peer.connection.close() for peer in peers))
+        for peer in peers:
+            peer.queue.put_nowait(_END)
 
 
 def check_bind(bind: str, auth_token: str | None) -> tuple[str, int]:
@@ -246,6 +257,8 @@ def build_app(
             )
         else:
             await answer.receive(body)
+            if answer.connection.closed:  # a shutdown message, drained
+                sessions.ended(answer)
         await reply({"type": "http.response.start", "status": 200, "headers": _OK_HEADERS})
         await reply({"type": "http.response.body", "body": _OK})
 

@@ -244,6 +244,9 @@ class _HostProcess(asyncio.SubprocessProtocol):
 class StdioChannel:
     """Runs a host command as a child process and speaks NDJSON over its stdin/stdout."""
 
+    close_grace = 5.0
+    """Seconds ``close`` waits for the host to exit after end of input (then after SIGTERM)."""
+
     def __init__(
         self,
         command: Sequence[str],
@@ -334,12 +337,17 @@ class StdioChannel:
             return
         if self._stdin is not None and not self._stdin.is_closing():
             self._stdin.close()  # EOF: the host drains and exits
-        try:
-            await asyncio.wait_for(asyncio.shield(process.exited), timeout=5.0)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                transport.kill()
-            await process.exited
+        # A host still busy past the grace (a long call) is asked to stop (SIGTERM: it cancels
+        # its calls, audits each as cancelled and exits), and killed only if it will not: a
+        # SIGKILL at once would lose the audit entries of the calls it was running.
+        for stop in (transport.terminate, transport.kill):
+            try:
+                await asyncio.wait_for(asyncio.shield(process.exited), self.close_grace)
+                break
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    stop()
+        await process.exited
         if self._stdout is not None:
             self._stdout.close()  # a grandchild may still hold the pipe open
         if self._watcher is not None:
