@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Served, demo_host, serve_stdio_command
+from tests.conftest import MAX_PARALLEL, Served, demo_host, serve_stdio_command
 from toolmesh import (
     AsyncClient,
     AsyncToolAPI,
@@ -182,3 +182,20 @@ async def test_a_call_too_large_to_send_fails_at_once(served: Served) -> None:
     with pytest.raises(RemoteError, match="exceeds the limit"):  # not a wait for the timeout
         await served.client.call_tool("echo", huge, timeout=60)
     assert (await served.client.call_tool("echo", {"text": "ok"})).data == "ok"
+
+
+async def test_calls_given_up_keep_their_slot_until_the_host_is_done(served: Served) -> None:
+    """A2E cannot cancel a call: one the caller gave up on runs on at the host, which counts
+    it against max_parallel. Its slot here is given back when the host answers it, so the
+    next call waits for a free slot instead of being refused (max_parallel_exceeded)."""
+    client = served.client
+
+    async def hold_all() -> None:
+        calls = [client.call_tool("hold", {"seconds": 1.5}) for _ in range(MAX_PARALLEL)]
+        await asyncio.gather(*calls)
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):  # every call was sent at once; they hold 1.5 s
+            await hold_all()
+    result = await client.call_tool("echo", {"text": "next"})
+    assert result.success and result.data == "next"

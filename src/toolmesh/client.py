@@ -16,6 +16,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import inspect
 import logging
 import threading
@@ -130,6 +131,10 @@ class AsyncClient:
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._listeners: dict[str, EventCallback] = {}
         self._slots: _Slots | None = None
+        # Calls given up here (cancelled, timed out) that the host still runs: each keeps its
+        # slot until the host answers it, or the host would refuse the next call over
+        # max_parallel (A2E has no message that cancels a call).
+        self._given_up: dict[str, _Slots] = {}
         self._closed_reason = ""
         self.on_approval = on_approval
         self._answering: set[asyncio.Task[None]] = set()
@@ -197,35 +202,72 @@ class AsyncClient:
         *,
         on_event: EventCallback | None = None,
         timeout: float | None = None,
+        slot: _Slots | None = None,
     ) -> Any:
-        """Send a request and return its response; an ``error`` answer raises ``RemoteError``."""
+        """Send a request and return its response; an ``error`` answer raises ``RemoteError``.
+
+        ``slot``: the call's ``max_parallel`` slot, given back once the host has answered,
+        which for a request given up here (cancelled, timed out) is when its answer comes."""
         if self._connection is not None:
-            response = await self._connection.request(message, on_event)
+            try:
+                response = await self._connection.request(message, on_event)
+            finally:
+                if slot is not None:
+                    slot.give_back()
         else:
-            response = await self._round_trip(message, on_event, timeout)
+            response = await self._round_trip(message, on_event, timeout, slot)
         if isinstance(response, ErrorMessage):
             raise response.to_exception()
         return response
 
     async def _round_trip(
-        self, message: Any, on_event: EventCallback | None, timeout: float | None
+        self,
+        message: Any,
+        on_event: EventCallback | None,
+        timeout: float | None,
+        slot: _Slots | None = None,
     ) -> Any:
         if self._channel is None:
+            if slot is not None:
+                slot.give_back()
             raise TransportError(f"not connected ({self._closed_reason or 'closed'})")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending[message.id] = future
         if on_event is not None:
             self._listeners[message.id] = on_event
+        late = False
+        expected = None  # by when the host answers, at the latest, once the request is sent
         try:
             await self._channel.send(message)
+            if timeout is not None:
+                expected = loop.time() + timeout
             try:
                 async with asyncio.timeout(timeout):
                     return await future
             except TimeoutError:
+                late = True
                 raise CallTimeout(f"no answer to {message.type} within {timeout:g}s") from None
         finally:
             self._pending.pop(message.id, None)
             self._listeners.pop(message.id, None)
+            if slot is not None:
+                # A caller giving up cancels the future while the host runs the call on: its
+                # slot stays taken until the host answers it, or should have (past that the
+                # host is late, and it is its own to refuse a call over max_parallel).
+                answered = future.done() and not future.cancelled()
+                if answered or late or expected is None or self._channel is None:
+                    slot.give_back()
+                else:
+                    self._given_up[message.id] = slot
+                    release = functools.partial(self._host_done, message.id)
+                    loop.call_at(expected, release)
+
+    def _host_done(self, req_id: str) -> None:
+        """The host answered a call given up here (or should have by now): free its slot."""
+        slot = self._given_up.pop(req_id, None)
+        if slot is not None:
+            slot.give_back()
 
     def _on_message(self, message: Any) -> None:
         if isinstance(message, ToolEvent):
@@ -237,9 +279,12 @@ class AsyncClient:
                 self._answering.add(task)
                 task.add_done_callback(self._answering.discard)
             return
-        future = self._pending.get(getattr(message, "req_id", ""))
+        req_id = getattr(message, "req_id", "")
+        future = self._pending.get(req_id)
         if future is not None and not future.done():
             future.set_result(message)
+        elif self._given_up:
+            self._host_done(req_id)
 
     async def _decide(self, event: ToolEvent) -> bool:
         """This client's approval handler's answer to an `approval` event: only ``True``
@@ -301,6 +346,9 @@ class AsyncClient:
 
     def _on_close(self, reason: str) -> None:
         self._closed_reason = reason
+        given_up, self._given_up = self._given_up, {}
+        for slots in given_up.values():
+            slots.give_back()  # callers waiting for them learn the connection is gone
         for future in list(self._pending.values()):
             if not future.done():
                 future.set_exception(TransportError(f"connection to the host lost: {reason}"))
@@ -381,12 +429,9 @@ class AsyncClient:
         )
         if not slots.take():
             await slots.wait()
-        try:
-            response = await self.request(
-                request, on_event=on_event, timeout=timeout + RESPONSE_GRACE_SECONDS
-            )
-        finally:
-            slots.give_back()
+        response = await self.request(
+            request, on_event=on_event, timeout=timeout + RESPONSE_GRACE_SECONDS, slot=slots
+        )
         if not isinstance(response, ToolCallResponse):
             raise ProtocolError("invalid_message", f"expected tool/call/resp, got {response.type}")
         return response.data
