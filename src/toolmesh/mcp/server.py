@@ -208,7 +208,10 @@ class MCPPeer:
         self._loaded: frozenset[str] = frozenset()
         self._session: Session | None = None
         self._calls: dict[Any, asyncio.Future[Any]] = {}
-        self._cancelled: set[Any] = set()  # requests the client cancelled
+        self._cancelled: set[asyncio.Future[Any]] = set()  # the client cancelled these
+        # tools/call tasks counted in the session's active_calls: a cancelled call's slot is
+        # free at once (the client may call again right away), not once its tool has stopped
+        self._counted: set[asyncio.Future[Any]] = set()
         self._listens: dict[Any, Send] = {}
         self._closed = False
         self._asks: dict[str, asyncio.Future[Any]] = {}  # our requests to the client
@@ -366,9 +369,15 @@ class MCPPeer:
         elif method == "notifications/cancelled" and isinstance(params, dict):
             key = _id_key(params.get("requestId"))
             task = self._calls.get(key)
-            if task is not None:
-                self._cancelled.add(key)
+            if task is not None and task not in self._cancelled:
+                self._cancelled.add(task)
+                self._uncount(task)
                 task.cancel()
+
+    def _uncount(self, task: asyncio.Future[Any]) -> None:
+        if task in self._counted:
+            self._counted.discard(task)
+            self.session.active_calls -= 1
 
     # -- tools -------------------------------------------------------------------------------------
 
@@ -454,23 +463,26 @@ class MCPPeer:
             )
         key = _id_key(request_id)
         task = asyncio.current_task()
-        if task is not None:
-            self._calls[key] = task  # notifications/cancelled cancels it
+        if task is None:  # pragma: no cover - requests are handled in tasks
+            raise RuntimeError("tools/call outside a task")
+        self._calls[key] = task  # notifications/cancelled cancels it
         _CALL.set((notify, params))  # what an approval of this call needs
         session.active_calls += 1
+        self._counted.add(task)
         try:
             result = await self.service.host.pipeline.call(session, spec, on_event)
         except ElicitationNeeded as pending:  # 2026-07-28: the client retries with its answer
             return self._result(request_id, json.dumps(pending.result))
         except asyncio.CancelledError:
-            if task is None or key not in self._cancelled:
+            if task not in self._cancelled:
                 raise
             task.uncancel()  # cancelled by the client (and audited): no answer is owed
             return None
         finally:
-            session.active_calls -= 1
-            self._calls.pop(key, None)
-            self._cancelled.discard(key)
+            self._uncount(task)
+            if self._calls.get(key) is task:  # the client may have reused a cancelled id
+                del self._calls[key]
+            self._cancelled.discard(task)
         if result.error_code == ToolErrorCode.UNKNOWN_TOOL:
             raise _RpcError(INVALID_PARAMS, result.error or f"unknown tool {name!r}")
         wire = mcp_call_result(result, modern=self.era == "modern")
@@ -614,8 +626,9 @@ class MCPPeer:
                 raise
         finally:
             self._listens.pop(key, None)
-            self._calls.pop(key, None)
-            self._cancelled.discard(key)
+            if self._calls.get(key) is ended:
+                del self._calls[key]
+            self._cancelled.discard(ended)
             if not self.stateful and not self._listens:
                 self.service.forget(self)
         result = {"_meta": {SUBSCRIPTION_ID_KEY: request_id}, "resultType": "complete"}
