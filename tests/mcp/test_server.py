@@ -426,3 +426,82 @@ async def test_idle_http_sessions_are_closed_on_a_timer(
     finally:
         await server.stop()
         await host.close()
+
+
+@pytest.mark.parametrize("ending", ["delete", "stop"])
+async def test_ending_a_session_answers_its_running_calls(tmp_path: Path, ending: str) -> None:
+    """A DELETE of the session, or the server stopping, with a call running: the call is
+    cancelled and its POST answered as such (it was a 500 with a traceback, or a wait for the
+    server's shutdown timeout)."""
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Waits until cancelled."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    host = Host(wait_forever, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            opened = await http.post("/mcp", json=init, headers=headers)
+            session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+            session["MCP-Protocol-Version"] = "2025-11-25"
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+            call["params"] = {"name": "wait_forever", "arguments": {}}
+            running = asyncio.ensure_future(http.post("/mcp", json=call, headers=session))
+            await asyncio.wait_for(started.wait(), 30)
+            if ending == "delete":
+                deleted = await http.delete("/mcp", headers=session)
+                assert deleted.status_code == 200
+            else:
+                await server.stop()
+            answer = await asyncio.wait_for(running, 30)
+    finally:
+        await server.stop()
+        await host.close()
+    assert answer.status_code == 200
+    result = answer.json()["result"]
+    assert result["isError"] is True
+    assert result["_meta"]["io.toolmesh/errorCode"] == "cancelled"
+    assert "shutting down" in result["content"][0]["text"]
+    db = sqlite3.connect(tmp_path / "a.db")
+    rows = db.execute("SELECT tool_name, error_code FROM audit").fetchall()
+    db.close()
+    assert rows == [("wait_forever", "cancelled")]
+
+
+async def test_a_stateless_call_is_answered_as_the_server_stops(tmp_path: Path) -> None:
+    """A 2026-07-28 request has no session to DELETE; stopping the server answers it too."""
+    from mcp import Client
+
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Waits until cancelled."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    host = Host(wait_forever, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    try:
+        async with Client(f"{url}/mcp", mode="auto") as client:
+            assert client.protocol_version == "2026-07-28"
+            running = asyncio.ensure_future(client.call_tool("wait_forever", {}))
+            await asyncio.wait_for(started.wait(), 30)
+            await server.stop()
+            result = await asyncio.wait_for(running, 30)
+    finally:
+        await server.stop()
+        await host.close()
+    assert result.is_error
+    assert "shutting down" in result.content[0].text  # type: ignore[union-attr]

@@ -27,7 +27,7 @@ from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from toolmesh import strictjson
@@ -43,7 +43,7 @@ from toolmesh.mcp.server import (
     _error,
 )
 from toolmesh.models import secret_id
-from toolmesh.transports.http import refuse_unwelcome
+from toolmesh.transports.http import StoppingRoute, refuse_unwelcome
 
 __all__ = ["MCPHttpEndpoint", "mcp_routes"]
 
@@ -94,21 +94,24 @@ class MCPHttpEndpoint:
         self.auth_token = auth_token or None
         self.allowed_origins = set(allowed_origins)
         self.sessions: dict[str, _HttpSession] = {}
+        self._answering: set[MCPPeer] = set()  # 2026-07-28 requests being answered
         self._closing: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.TimerHandle | None = None
         self._started = False
 
     def routes(self, path: str = "/mcp") -> list[BaseRoute]:
-        return [Route(path, self, methods=["GET", "POST", "DELETE"])]
+        # Served by HttpServer, the sessions end (their calls answered) as the server stops.
+        return [StoppingRoute(path, self, methods=["GET", "POST", "DELETE"], on_stop=self.close)]
 
     async def close(self) -> None:
         """End every session (running calls are cancelled and audited as such)."""
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
-        for session in list(self.sessions.values()):
-            await session.close()
+        closing = [session.close() for session in self.sessions.values()]
+        closing += [peer.close() for peer in self._answering]  # each one request's own
         self.sessions.clear()
+        await asyncio.gather(*closing)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
@@ -170,7 +173,11 @@ class MCPHttpEndpoint:
             peer.era = "modern"  # the header says so: a request without the envelope is refused
             extra: list[tuple[bytes, bytes]] = []
             lowered = {k.lower(): v for k, v in headers.items()}
-            await _exchange(peer, message, lowered, scope, receive, send, sse_ok, extra, True)
+            self._answering.add(peer)  # for close(): its call answered as the server stops
+            try:
+                await _exchange(peer, message, lowered, scope, receive, send, sse_ok, extra, True)
+            finally:
+                self._answering.discard(peer)
             return
         if isinstance(message, dict) and message.get("method") == "initialize":
             session = self._open_session()

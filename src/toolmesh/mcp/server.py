@@ -87,6 +87,8 @@ _CALL: contextvars.ContextVar[tuple[Send | None, dict[str, Any]]] = contextvars.
     "toolmesh_mcp_call"
 )
 
+_CLOSED_DURING_CALL = "the call was cancelled: the session is shutting down"
+
 SEARCH_TOOL = "search_tools"
 _SEARCH_LIMIT = 10
 
@@ -209,6 +211,7 @@ class MCPPeer:
         self._session: Session | None = None
         self._calls: dict[Any, asyncio.Future[Any]] = {}
         self._cancelled: set[asyncio.Future[Any]] = set()  # the client cancelled these
+        self._closing: set[asyncio.Future[Any]] = set()  # closing the session cancelled these
         # tools/call tasks counted in the session's active_calls: a cancelled call's slot is
         # free at once (the client may call again right away), not once its tool has stopped
         self._counted: set[asyncio.Future[Any]] = set()
@@ -474,10 +477,17 @@ class MCPPeer:
         except ElicitationNeeded as pending:  # 2026-07-28: the client retries with its answer
             return self._result(request_id, json.dumps(pending.result))
         except asyncio.CancelledError:
-            if task not in self._cancelled:
-                raise
-            task.uncancel()  # cancelled by the client (and audited): no answer is owed
-            return None
+            if task in self._cancelled:
+                task.uncancel()  # cancelled by the client (and audited): no answer is owed
+                return None
+            if task in self._closing and task.cancelling() == 1:
+                task.uncancel()  # by closing the session (audited): the client is told
+                wire = mcp_call_result(
+                    ToolResult.failure(name, ToolErrorCode.CANCELLED, _CLOSED_DURING_CALL),
+                    modern=self.era == "modern",
+                )
+                return self._result(request_id, json.dumps(wire))
+            raise
         finally:
             self._uncount(task)
             if self._calls.get(key) is task:  # the client may have reused a cancelled id
@@ -651,6 +661,7 @@ class MCPPeer:
             return
         self._closed = True
         running = list(self._calls.values())
+        self._closing.update(running)
         for task in running:
             task.cancel()
         if running:

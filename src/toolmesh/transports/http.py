@@ -25,7 +25,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -329,6 +329,18 @@ class HotRoute(Route):
     (A2E's POST /send, the A2A JSON-RPC endpoint). Mounted under a prefix it routes as usual."""
 
 
+class StoppingRoute(Route):
+    """A route whose endpoint has work to end when the server stops (``on_stop``, awaited
+    before the server waits for open requests): the MCP endpoint's sessions, whose running
+    calls are then answered, not cut off by the server's shutdown timeout."""
+
+    def __init__(
+        self, path: str, endpoint: Any, *, on_stop: Callable[[], Awaitable[None]], **options: Any
+    ) -> None:
+        super().__init__(path, endpoint, **options)
+        self.on_stop = on_stop
+
+
 class _A2EApp(Starlette):
     """Starlette that answers its ``HotRoute``s first."""
 
@@ -541,6 +553,7 @@ class HttpServer:
             extra_routes=extra_routes,
         )
         self._sessions: _Sessions = app.state.sessions
+        self._on_stop = [r.on_stop for r in extra_routes if isinstance(r, StoppingRoute)]
         config = uvicorn.Config(
             app,
             host=self.bind_host,
@@ -588,7 +601,7 @@ class HttpServer:
     async def stop(self) -> None:
         if self._task is None:
             return
-        await self._sessions.close()
+        await asyncio.gather(self._sessions.close(), *(stop() for stop in self._on_stop))
         self._server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
