@@ -505,3 +505,27 @@ async def test_a_stateless_call_is_answered_as_the_server_stops(tmp_path: Path) 
         await host.close()
     assert result.is_error
     assert "shutting down" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_stdio_answers_its_running_calls_when_terminated(tmp_path: Path) -> None:
+    process = await raw_mcp_stdio(tmp_path)
+    assert process.stdin is not None and process.stdout is not None
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hold"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},  # answered once the call is running
+    ]
+    lines[2]["params"]["arguments"] = {"seconds": 60}
+    process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    try:
+        answers = [json.loads(await asyncio.wait_for(process.stdout.readline(), 30))]
+        answers.append(json.loads(await asyncio.wait_for(process.stdout.readline(), 30)))
+        assert [a["id"] for a in answers] == [0, 2]
+        process.terminate()
+        last = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+    finally:
+        await asyncio.wait_for(process.wait(), 30)
+    assert last["id"] == 1 and last["result"]["isError"] is True
+    assert last["result"]["_meta"]["io.toolmesh/errorCode"] == "cancelled"
