@@ -301,3 +301,64 @@ def test_uniq_cannot_write_its_output_file(workspace: Path) -> None:
             check_command(command, policy, roots, str(workspace))
     for command in ("uniq in.txt", "uniq -f 1 in.txt", "uniq -w 3 -c in.txt", "uniq -"):
         assert check_command(command, policy, roots, str(workspace)).argv[0].endswith("uniq")
+
+
+async def test_operands_that_look_like_options_are_confined(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    # after "--", or as an option's separate value, "-x" is a file name: a symlink so named
+    # (a cloned repository may hold one) must not lead out of the workspace
+    os.symlink(outside / "secret.txt", workspace / "-x")
+    os.symlink(outside / "secret.txt", workspace / "--y")
+    (workspace / "mine.txt").write_text("mine\n")
+    kit = await make_kit()  # the default allow-list
+    for command in ("cat -- -x", "cat -- --y", "head -- -x", "grep -f -x mine.txt", "cat -- *"):
+        result = await kit.execute("shell", {"command": command})
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, (command, result)
+        assert SECRET.strip() not in (result.output or ""), command
+    plain = await kit.execute("shell", {"command": "cat -- mine.txt"})
+    assert plain.success and plain.data["stdout"] == "mine\n"
+    assert (await kit.execute("shell", {"command": "echo -n --y=1"})).success
+
+
+async def test_hard_linked_arguments_are_refused_like_the_file_tools_refuse_them(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    os.link(outside / "secret.txt", workspace / "alias.txt")
+    kit = await make_kit()
+    result = await kit.execute("shell", {"command": "cat alias.txt"})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED, result
+    assert "hard links" in (result.error or "") and SECRET.strip() not in (result.output or "")
+    allowed = await make_kit({"allow_hardlinks": True})
+    assert (await allowed.execute("shell", {"command": "cat alias.txt"})).success
+
+
+async def test_file_cannot_read_its_names_from_a_file(
+    make_kit: Make, workspace: Path, outside: Path
+) -> None:
+    (workspace / "names").write_text(f"{outside / 'secret.txt'}\n")
+    kit = await make_kit()
+    for command in (
+        "file -f names",
+        "file -bf names",
+        "file --files-from names",
+        "file --files=names",
+    ):
+        result = await kit.execute("shell", {"command": command})
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, (command, result)
+        assert "secret.txt" not in (result.output or ""), command
+
+
+def test_a_glob_outside_the_workspace_does_not_list_it(workspace: Path, outside: Path) -> None:
+    # the refusal named the first match: a listing of any folder, one pattern at a time
+    (outside / "id_hidden_key").write_text("x")
+    roots, policy = Roots([workspace]), Policy.from_allow(["echo", "ls"])
+    answers = set()
+    for command in (f"echo {outside}/id_*", f"echo {outside}/zz*", "ls ../outside/*"):
+        with pytest.raises(CommandRefused) as refused:
+            check_command(command, policy, roots, str(workspace))
+        assert "id_hidden_key" not in str(refused.value) and "secret.txt" not in str(refused.value)
+        answers.add(str(refused.value).replace(command.split(" ", 1)[1], "PATTERN"))
+    assert len(answers) == 1, answers  # a match and no match answer alike
+    (workspace / "in.txt").write_text("x")
+    assert check_command("ls i*", policy, roots, str(workspace)).argv[1:] == ["in.txt"]

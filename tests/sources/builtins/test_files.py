@@ -175,3 +175,19 @@ async def test_a_full_default_page_keeps_its_data_and_how_to_read_on(
     page = await kit.execute("read_file", {"path": "big.txt"})
     assert page.success and not page.truncated  # the output bound would drop the data
     assert page.data["more"] is True and "read on with offset=" in page.output
+
+
+async def test_a_replaced_file_does_not_keep_set_id_bits(make_kit: Make, workspace: Path) -> None:
+    # the new file belongs to toolmesh's user: a kept set-user-ID bit would make the model's
+    # text a program running as that user (root, when toolmesh runs as root)
+    target = workspace / "tool.sh"
+    target.write_text("#!/bin/sh\necho old\n")
+    os.chmod(target, 0o6755)
+    kit = await make_kit()
+    result = await kit.execute(
+        "write_file", {"path": "tool.sh", "content": "#!/bin/sh\necho new\n"}
+    )
+    assert result.success, result
+    assert target.stat().st_mode & 0o7777 == 0o755
+    edited = await kit.execute("edit_file", {"path": "tool.sh", "old": "new", "new": "newer"})
+    assert edited.success and target.stat().st_mode & 0o7777 == 0o755

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.sources.builtins.conftest import Make
 from toolmesh.sources.builtins.globbing import compile_glob
 
@@ -84,3 +86,29 @@ async def test_grep_stops_a_catastrophic_pattern(make_kit: Make, workspace: Path
     kit = await make_kit()
     result = await kit.execute("grep", {"pattern": "(x+x+)+y"})
     assert not result.success and "simplify it" in result.error
+
+
+def test_grep_stops_working_once_its_call_is_over(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a slow pattern may take up to 2 s on each line: past the deadline the worker thread went
+    # on through every line of every file, long after the caller had its timeout
+    from toolmesh.sources.builtins import search
+    from toolmesh.sources.builtins.confine import Roots
+    from toolmesh.sources.builtins.files import FileSettings
+    from toolmesh.tools import ToolContext
+
+    for name in ("a.txt", "b.txt"):
+        (workspace / name).write_text("slow line\n" * 50)
+    ctx = ToolContext(tool_name="grep")
+    searched: list[str] = []
+
+    class Pattern:  # the deadline passes during the first line searched
+        def search(self, line: str, timeout: float) -> object:
+            searched.append(line)
+            ctx.cancel_event().set()
+            return None
+
+    monkeypatch.setattr(search.regex, "compile", lambda pattern: Pattern())
+    search._grep(Roots([workspace]), FileSettings(), "slow", None, None, ctx)
+    assert len(searched) == 1

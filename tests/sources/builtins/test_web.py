@@ -257,3 +257,51 @@ async def test_content_codings_are_decoded_or_described(make_kit: Make, server: 
         assert result.success and result.data["body"] == "hello", (path, result)
     brotli = await kit.execute("http_request", {"url": server.url + "/br"})
     assert brotli.data["body"] == "[9 bytes in content coding 'br', not decoded]"
+
+
+def empty_block_bomb(megabytes: int) -> bytes:
+    """gzip inside gzip inside gzip whose innermost layer is empty deflate blocks: it decodes
+    to nothing, so no output limit bounds the work of inflating the layers around it."""
+    header = bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF])
+    blocks = b"\x00\x00\x00\xff\xff" * (1 << 18)  # 1.25 MiB of empty stored blocks
+    middle = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    outer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [outer.compress(middle.compress(header))]
+    for _ in range((megabytes << 20) // len(blocks)):
+        parts.append(outer.compress(middle.compress(blocks)))
+    parts += [outer.compress(middle.flush()), outer.flush()]
+    return b"".join(parts)
+
+
+def test_decoding_hands_the_event_loop_back_between_bounded_steps() -> None:
+    # 8 KiB on the wire took ~1.3 s per GiB of inner layers in one synchronous call, on the
+    # event loop: neither the tool's timeout nor any other session ran meanwhile
+    from toolmesh.sources.builtins.web import DECODE_WORK, _Decoder
+
+    body = empty_block_bomb(64)
+    decoder = _Decoder(["gzip", "gzip", "gzip"])
+    assert decoder.feed(body, 1000) == b""
+    steps = 1
+    while decoder.busy:
+        assert decoder.feed(b"", 1000) == b""
+        steps += 1
+    assert steps >= (64 << 20) // DECODE_WORK  # the work came in bounded steps
+    layered = _Decoder(["gzip", "gzip"])  # plain data still decodes whole, in one step
+    assert layered.feed(gzip.compress(gzip.compress(b"hello" * 1000)), 10_000) == b"hello" * 1000
+    assert not layered.busy
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["::7f00:1", "::a9fe:a9fe", "::ffff:0:7f00:1", "64:ff9b:1::a00:1", "fec0::1"],
+)
+def test_ipv4_compatible_translated_and_local_nat64_addresses_are_refused(address: str) -> None:
+    # Python 3.11 before 3.11.10 calls these global, and their IPv4 part went unchecked
+    import ipaddress
+
+    from toolmesh.sources.builtins.web import AddressPolicy, AddressRefused
+
+    with pytest.raises(AddressRefused):
+        AddressPolicy(False).check("h", ipaddress.ip_address(address))
+    AddressPolicy(True).check("h", ipaddress.ip_address(address))
+    AddressPolicy(False).check("h", ipaddress.ip_address("2606:4700::1111"))  # global stays fine

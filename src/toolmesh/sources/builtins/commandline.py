@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -160,7 +161,8 @@ TRAPS: Mapping[str, tuple[str, ...]] = {
     ),
     "rsync": ("-e", "--rsh", "--rsync-path"),
     "date": ("-s", "--set"),
-    "file": ("-C", "--compile"),
+    # -f/--files-from: the names of the files to examine come from a file, unchecked
+    "file": ("-C", "--compile", "-f", "--files-from"),
     "less": ("-o", "--log-file"),
     "man": ("-P", "--pager", "-H", "--html"),
     "zip": ("-T", "--unzip-command", "-TT"),
@@ -419,7 +421,7 @@ def check_command(line: str, policy: Policy, roots: Roots, cwd: str) -> Plan:
     argvs: list[list[str]] = []
     redirects: list[list[tuple[str, str]]] = []
     for command in parsed.commands:
-        argv = _expand(command.words, cwd)
+        argv = _expand(command.words, cwd, roots if policy.confine_args else None)
         argv[0] = _program(argv[0], command.words[0], policy)
         program = os.path.basename(argv[0])
         _check_traps(program, argv[1:], policy)
@@ -458,7 +460,10 @@ def _operator_refusal(op: str) -> str:
     )
 
 
-def _expand(words: list[Word], cwd: str) -> list[str]:
+def _expand(words: list[Word], cwd: str, roots: Roots | None = None) -> list[str]:
+    """The argv the words make, globs expanded. With ``roots``, every path a glob expands to
+    must lie inside them; a refusal names the pattern, not the match, so that a glob cannot
+    list a folder outside the workspace through the error message."""
     argv: list[str] = []
     first = words[0]
     if first.pattern is not None:
@@ -468,6 +473,14 @@ def _expand(words: list[Word], cwd: str) -> list[str]:
             argv.append(word.text)
             continue
         found = sorted(glob.glob(word.pattern, root_dir=cwd))
+        if roots is not None:  # matched or not, one answer: no hint of what lies outside
+            for match in found or [word.text]:
+                try:
+                    roots.resolve(match, base=cwd)
+                except PathRefused:
+                    raise CommandRefused(
+                        f"the glob {word.text!r} reaches outside the workspace"
+                    ) from None
         if len(argv) + len(found) > MAX_EXPANSION:
             raise CommandRefused(f"the glob {word.text!r} matches too many files")
         argv.extend(found or [word.text])
@@ -556,25 +569,45 @@ def _is_trap(arg: str, trap: str) -> bool:
 
 
 def _confine_arg(arg: str, roots: Roots, cwd: str) -> None:
+    # The argument as a whole is always a candidate, even when it looks like an option: after
+    # "--" (or as an option's separate value, "grep -f -x") "-x" is a file name.
     candidates = [arg]
     if arg.startswith("--"):
         _name, eq, value = arg.partition("=")
-        candidates = [value] if eq else []
+        if eq:
+            candidates.append(value)
     elif arg.startswith("-"):
         # a short-option cluster: any letter may take the rest as its value ("-bf/etc/x" is
         # -b -f /etc/x), so every tail after the first option letter is a possible path
-        candidates = [arg[i:] for i in range(2, len(arg))]  # "-x=v": "v" is one of them
+        candidates += [arg[i:] for i in range(2, len(arg))]  # "-x=v": "v" is one of them
     for candidate in candidates:
         if not candidate:
             continue
         path = os.path.join(cwd, candidate)
         if "/" in candidate or os.path.lexists(path):
             try:
-                roots.resolve(candidate, base=cwd)
+                real = roots.resolve(candidate, base=cwd)
             except PathRefused as exc:
                 raise CommandRefused(
                     f"argument {arg!r} names a path outside the workspace ({exc})"
                 ) from None
+            _refuse_hard_link(arg, real, roots)
+
+
+def _refuse_hard_link(arg: str, real: str, roots: Roots) -> None:
+    """A file with more than one hard link may be another name of a file outside the
+    workspace; refused as the file tools refuse it (unless ``allow_hardlinks``)."""
+    if roots.allow_hardlinks:
+        return
+    try:
+        info = os.lstat(real)
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise CommandRefused(
+            f"argument {arg!r} names a file with {info.st_nlink} hard links; it is refused "
+            "because another link may lie outside the workspace"
+        )
 
 
 def _redirects(

@@ -220,7 +220,10 @@ def atomic_write(roots: Roots, real: str, data: bytes) -> None:
     try:
         mode = 0o644
         with contextlib.suppress(FileNotFoundError):
+            # the permission bits only: a set-user-ID or set-group-ID bit kept on a new file
+            # (owned by toolmesh's user, root perhaps) would run the model's content as that user
             mode = stat.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            mode &= 0o777
         # 255 bytes is the longest name: the name's start is cut by bytes, not characters
         stem = os.fsencode(name)[:200].decode("utf-8", "ignore")
         temp = f".{stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

@@ -132,11 +132,13 @@ def _grep(
     skipped = 0
     more = False
     for shown, file_real in _files_under(roots, real, settings, ctx):
+        if ctx.cancelled:
+            break  # past the deadline: the caller has its answer, stop working for it
         if matcher is not None:
             subject = shown if "/" in (include or "") else os.path.basename(shown)
             if not matcher.match(subject):
                 continue
-        hits = _search_file(roots, file_real, compiled, settings)
+        hits = _search_file(roots, file_real, compiled, settings, ctx)
         if hits is None:
             skipped += 1
             continue
@@ -172,9 +174,11 @@ def _files_under(
 
 
 def _search_file(
-    roots: Roots, real: str, compiled: Any, settings: FileSettings
+    roots: Roots, real: str, compiled: Any, settings: FileSettings, ctx: ToolContext
 ) -> list[tuple[int, str]] | None:
-    """Matching lines of one file, or None when it is skipped (binary, too big, refused)."""
+    """Matching lines of one file, or None when it is skipped (binary, too big, refused).
+    Stops early once the call is cancelled or past its deadline: a slow pattern may take up to
+    ``REGEX_SECONDS`` on each of a file's lines."""
     try:
         if roots.check_file(real) is None:
             return None
@@ -190,6 +194,8 @@ def _search_file(
     text = raw.decode("utf-8", "replace")
     hits: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
+        if ctx.cancelled:
+            break
         try:
             found = compiled.search(line, timeout=REGEX_SECONDS)
         except TimeoutError:

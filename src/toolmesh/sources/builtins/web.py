@@ -39,10 +39,20 @@ __all__ = ["AddressRefused", "HttpSettings", "http_request_tool"]
 NET = "net::http"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Never global, though older Pythons' tables (3.11 before 3.11.10, 3.12 before 3.12.4) say so:
+# IPv4-compatible (::a.b.c.d, deprecated), IPv4-translated (::ffff:0:a.b.c.d, SIIT), the
+# local-use NAT64 prefix (RFC 8215; where its IPv4 part sits depends on the local prefix length,
+# so the whole range is refused) and site-local (deprecated).
+_NEVER_GLOBAL = tuple(
+    ipaddress.ip_network(n) for n in ("::/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "fec0::/10")
+)
 _FORBIDDEN_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 _CREDENTIALS = {"authorization", "cookie", "proxy-authorization"}
 _INFLATED = ("gzip", "x-gzip", "deflate")  # content codings decoded here; others come back raw
 DECODE_STEP = 64 * 1024  # bytes handed from one decoding layer to the next at a time
+# Bytes the inner decoding layers may produce before the event loop gets a turn: a layer can
+# yield nothing from gigabytes of input (empty deflate blocks), so output alone bounds no work.
+DECODE_WORK = 4 * 1024 * 1024
 
 
 class AddressRefused(Refused):
@@ -101,7 +111,11 @@ class AddressPolicy:
         for inner in _embedded(address):
             if any(inner in network for network in self.networks):
                 continue
-            if not inner.is_global or inner.is_multicast:
+            if (
+                not inner.is_global
+                or inner.is_multicast
+                or any(inner in network for network in _NEVER_GLOBAL)
+            ):
                 raise AddressRefused(
                     f"{host!r} resolves to {inner}, a loopback, private, link-local or reserved "
                     "address; requests there are not allowed"
@@ -378,7 +392,13 @@ async def _read_bounded(response: httpx.Response, limit: int) -> _Body:
     content = bytearray()
     async for chunk in response.aiter_raw():
         room = limit + 1 - len(content)  # one byte more than the limit tells it was reached
-        content += decoder.feed(chunk, room) if decoder else chunk[:room]
+        if decoder is None:
+            content += chunk[:room]
+        else:
+            content += decoder.feed(chunk, room)
+            while decoder.busy and len(content) <= limit:
+                await asyncio.sleep(0)  # a turn for the deadline and the other calls
+                content += decoder.feed(b"", limit + 1 - len(content))
         if len(content) > limit:
             return _Body(bytes(content[:limit]), True, unknown)
     return _Body(bytes(content), False, unknown)
@@ -392,25 +412,35 @@ def _content_codings(response: httpx.Response) -> list[str]:
 
 class _Decoder:
     """Undoes gzip and deflate codings, any number of layers deep, producing no more than it is
-    asked for: each layer inflates at most what the next one (or the caller) wants."""
+    asked for: each layer inflates at most what the next one (or the caller) wants. One call
+    does at most ``DECODE_WORK`` bytes of inner-layer work; ``busy`` then says that more is
+    left to do without more input (call ``feed(b"", room)`` again after a turn of the loop)."""
 
     def __init__(self, codings: list[str]) -> None:
         self.layers = [_Inflater(c) for c in reversed(codings)]  # the last applied comes first
         self.pending = [b""] * len(self.layers)  # input each layer has not consumed yet
+        self.budget = DECODE_WORK
+        self.busy = False  # the last feed stopped at its work budget, not for want of input
 
     def feed(self, raw: bytes, room: int) -> bytes:
         """The decoded bytes ``raw`` adds, at most ``room`` of them."""
         if not self.layers:
             return raw[:room]
         self.pending[0] += raw
-        return self._pull(len(self.layers) - 1, room)
+        self.budget = DECODE_WORK
+        out = self._pull(len(self.layers) - 1, room)
+        self.busy = self.budget <= 0
+        return out
 
     def _pull(self, index: int, want: int) -> bytes:
         layer = self.layers[index]
         out = bytearray()
         while len(out) < want and not layer.eof:
             if not self.pending[index] and index > 0:
+                if self.budget <= 0:
+                    break  # enough work for one turn of the event loop
                 self.pending[index] = self._pull(index - 1, DECODE_STEP)
+                self.budget -= len(self.pending[index])
             if not self.pending[index]:
                 break  # the layer below needs more of the body
             out += layer.decompress(self.pending[index], want - len(out))
