@@ -159,6 +159,23 @@ async def test_malformed_input_gets_an_error_and_the_session_goes_on(
     assert (await raw.next_message())["data"]["data"] == "still here"
 
 
+async def test_a_number_beyond_a_float_in_the_arguments_is_invalid_arguments(
+    raw: RawPeer,
+) -> None:
+    """1e999 is valid JSON syntax that every parser reads as infinity: the call is refused,
+    naming the number's place, instead of the tool running with it."""
+    await raw.handshake()
+    await raw.send_line(
+        b'{"type": "tool/call/req", "id": "inf", "tool_name": "echo",'
+        b' "arguments": {"text": "x", "extra": [1, 1e999]}}'
+    )
+    response = await raw.next_message()
+    result = response["data"]
+    assert response["req_id"] == "inf" and result["error_code"] == "invalid_arguments"
+    assert result["metadata"] == {"path": "$.extra[1]"}
+    assert "is inf, which JSON cannot carry" in result["error"]
+
+
 async def test_oversized_message_is_refused_and_the_session_goes_on(raw: RawPeer) -> None:
     await raw.handshake()
     payload = "x" * (MAX_MESSAGE_BYTES + 10)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import json.encoder
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -52,15 +53,28 @@ def _canonical_encoder() -> Callable[[Any], str]:
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator: the standard encoder, same output
         return json.JSONEncoder(
-            sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=str,
+            allow_nan=False,
         ).encode
     # markers, default, string encoder, indent, key and item separators, sort_keys, skipkeys,
-    # allow_nan: the arguments JSONEncoder.iterencode passes for the options above.
-    encode = make({}, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+    # allow_nan: the arguments JSONEncoder.iterencode passes for the options above. No NaN or
+    # infinity: JSON has neither (1e999 is read as infinity), so such arguments are unfit.
+    encode = make({}, str, json.encoder.encode_basestring, None, ":", ",", True, False, False)
     return lambda value: "".join(encode(value, 0))
 
 
 _canonical = _canonical_encoder()
+
+
+class NotJSON(ValueError):
+    """Arguments that cannot be written as JSON; ``path`` locates the culprit when known."""
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def digest_arguments(arguments: Any) -> tuple[int, str]:
@@ -70,8 +84,39 @@ def digest_arguments(arguments: Any) -> tuple[int, str]:
     try:
         canonical = _canonical(arguments).encode()
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"the arguments are not JSON: {exc}") from None
+        where = _non_finite_at(arguments, "$")
+        if where is not None:
+            raise NotJSON(
+                f"the arguments are not JSON: the number at {where[0]} is {where[1]!r}, which "
+                "JSON cannot carry (a number as large as 1e999 is read as infinity)",
+                path=where[0],
+            ) from None
+        raise NotJSON(f"the arguments are not JSON: {exc}") from None
     return len(canonical), hashlib.sha256(canonical).hexdigest()
+
+
+def _non_finite_at(value: Any, path: str, depth: int = 0) -> tuple[str, float] | None:
+    """The JSON path and value of the first NaN or infinity in ``value``, if any."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if depth > 100:  # what holds itself, or nests deeper than any JSON may
+        return None
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        if isinstance(key, int):
+            step = f"{path}[{key}]"
+        else:  # as toolmesh.schema.child_path writes it
+            text = str(key)
+            step = f"{path}.{text}" if text.isidentifier() else f"{path}[{json.dumps(text)}]"
+        found = _non_finite_at(item, step, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def storable(row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -170,9 +170,9 @@ class Pipeline:
         decision = ""
         try:
             measured = digest_arguments(spec.arguments)  # for the audit entry
-            unfit = ""
+            unfit, unfit_at = "", "$"
         except ValueError as exc:
-            measured, unfit = (0, ""), str(exc)
+            measured, unfit, unfit_at = (0, ""), str(exc), getattr(exc, "path", "$")
         observers = self.observers
         if observers:
             for observer in observers:
@@ -189,8 +189,10 @@ class Pipeline:
                         if self.hooks
                         else _ALLOWED
                     )
-                if verdict.allowed and (
-                    verdict.needs_approval or tool.definition.requires_approval
+                if (  # unfit arguments are refused below, before anyone is asked to approve them
+                    verdict.allowed
+                    and not unfit
+                    and (verdict.needs_approval or tool.definition.requires_approval)
                 ):
                     # What the audit says if the call is cancelled while it waits for the answer
                     decision = f"{verdict.rule}:approval:cancelled".lstrip(":")
@@ -203,7 +205,7 @@ class Pipeline:
                         result.error_code = ToolErrorCode.TIMEOUT
                 elif unfit:
                     result = _failure(tool.name, ToolErrorCode.INVALID_ARGUMENTS, unfit)
-                    result.metadata = {"path": "$"}
+                    result.metadata = {"path": unfit_at}
                 else:
                     result = await self._validated_run(session, tool, spec, on_event)
         except asyncio.CancelledError:

@@ -19,10 +19,6 @@ from pydantic_core import from_json
 
 __all__ = ["loads", "mend_text"]
 
-# A number that can overflow a float has an exponent of three digits or twenty digits in a row
-# (below both, it stays under 1e119); only then are the numbers read again, one by one.
-_MAYBE_HUGE = re.compile(r"[eE]\+?[0-9]{3}|[0-9]{20}")
-_MAYBE_HUGE_BYTES = re.compile(_MAYBE_HUGE.pattern.encode())
 # The strings of a JSON text (skipped: text, not numbers) and its numbers.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?')
 
@@ -37,9 +33,29 @@ def loads(data: str | bytes | bytearray) -> Any:
                 "the text holds a lone surrogate, which is not valid Unicode"
             ) from None
         raise
-    if _MAYBE_HUGE.search(data) if isinstance(data, str) else _MAYBE_HUGE_BYTES.search(data):
+    # Infinity can only come from a number too large for a float (the parser refuses the word):
+    # found in what was read (cheaper than a scan of the text), then named from the text.
+    if _holds_infinity(value, 0):
         _refuse_huge_numbers(data if isinstance(data, str) else bytes(data).decode())
     return value
+
+
+def _holds_infinity(value: Any, depth: int) -> bool:
+    """Whether ``value`` (as the parser made it) holds an infinite float."""
+    if type(value) is float:
+        return math.isinf(value)
+    if type(value) is dict:
+        value = value.values()
+    elif type(value) is not list or depth > 1000:  # deeper than the parser reads
+        return False
+    for item in value:
+        kind = type(item)
+        if kind is float:
+            if math.isinf(item):
+                return True
+        elif (kind is dict or kind is list) and _holds_infinity(item, depth + 1):
+            return True
+    return False
 
 
 def _refuse_huge_numbers(text: str) -> None:
