@@ -72,6 +72,20 @@ async def test_grep(make_kit: Make, workspace: Path) -> None:
     assert one_file.data["matches"] == [{"path": "src/app.py", "line": 2, "text": "    return 42"}]
 
 
+async def test_grep_reads_a_symlink_to_a_file_of_the_workspace(
+    make_kit: Make, workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "docs").mkdir()
+    (workspace / "docs" / "guide.md").write_text("the needle\n")
+    (workspace / "GUIDE.md").symlink_to("docs/guide.md")
+    outside = tmp_path / "outside.md"
+    outside.write_text("the needle\n")
+    (workspace / "away.md").symlink_to(outside)
+    kit = await make_kit()
+    result = await kit.execute("grep", {"pattern": "needle"})
+    assert [m["path"] for m in result.data["matches"]] == ["GUIDE.md", "docs/guide.md"]
+
+
 async def test_grep_limit_and_bad_patterns(make_kit: Make, workspace: Path) -> None:
     (workspace / "many.txt").write_text("hit\n" * 50)
     kit = await make_kit({"grep": {"max_results": 10}})

@@ -170,6 +170,10 @@ def _files_under(
             target = os.path.realpath(full)
             if not roots.contains(target) or not os.path.isfile(target):
                 continue
+            # Shown by its own name, read where it leads (files are opened without following
+            # a final symlink, so the link itself would read as nothing).
+            yield roots.relative(full), target
+            continue
         yield roots.relative(full), full
 
 
