@@ -185,6 +185,9 @@ def test_refusals_are_value_errors(workspace: Path) -> None:
         ("git --exec-pa=x log", "git --exec-path"),
         ("git log --ext-dif", "git --ext-diff"),
         ("git --upload-p=sh ls-remote x", "git --upload-pack"),
+        ("git clone --templ=hooks x y", "git --template"),
+        ("git init --template=hooks", "git --template"),
+        ("git clone --config=core.fsmonitor=sh x y", "git --config"),
     ],
 )
 async def test_abbreviated_trap_options_are_refused(
@@ -195,6 +198,17 @@ async def test_abbreviated_trap_options_are_refused(
     assert result.error_code == ToolErrorCode.TOOL_DENIED, result
     abbreviated = next(word for word in command.split() if word.startswith("--"))
     assert f"'{trap}'" in result.error and repr(abbreviated) in result.error
+
+
+def test_git_clone_u_is_refused_and_other_git_u_is_not(workspace: Path) -> None:
+    policy, roots = Policy.from_allow(["git"]), Roots([workspace])
+    for line in ("git clone -u sh x y", "git clone -qu sh x y", "git -C . clone x y -u sh"):
+        with pytest.raises(CommandRefused, match="'git clone -u' runs the program it names"):
+            check_command(line, policy, roots, str(workspace))
+    for line in ("git add -u", "git push -u origin main", "git status -uno"):
+        assert check_command(line, policy, roots, str(workspace)).argv[0].endswith("git")
+    admitted = Policy.from_allow(["git -u"])
+    assert check_command("git clone -u sh x y", admitted, roots, str(workspace))
 
 
 async def test_an_abbreviated_compress_program_does_not_run(make_kit: Make, tmp_path: Path) -> None:

@@ -133,6 +133,7 @@ TRAPS: Mapping[str, tuple[str, ...]] = {
     "ls": ("-L", "--dereference"),
     "git": (
         "-c",
+        "--config",  # clone: "--config core.fsmonitor=CMD" runs CMD, as "-c" does
         "--config-env",
         "--exec-path",
         "--upload-pack",
@@ -143,6 +144,7 @@ TRAPS: Mapping[str, tuple[str, ...]] = {
         "--ext-diff",
         "--exec",
         "-x",
+        "--template",  # clone/init: hooks from a folder of the caller's choosing run
         "config",
         "submodule",
         "bisect",
@@ -526,6 +528,8 @@ def _check_operands(program: str, args: list[str], policy: Policy) -> None:
         raise CommandRefused(
             "'uniq INPUT OUTPUT' writes OUTPUT; give one input and read what uniq prints"
         )
+    if program == "git" and "-u" not in policy.programs.get(program, frozenset()):
+        _refuse_clone_upload_pack(args)
     if program != "date" or "-s" in policy.programs.get(program, frozenset()):
         return
     for arg in args:
@@ -553,6 +557,28 @@ def _uniq_operands(args: list[str]) -> list[str]:
         else:
             operands.append(arg)
     return operands
+
+
+def _refuse_clone_upload_pack(args: list[str]) -> None:
+    """``git clone -u CMD`` runs CMD (``-u`` is short for ``--upload-pack`` there, and only
+    there: ``git add -u`` and ``git push -u`` are harmless, so it is no trap of all of git)."""
+    subcommand, after_c = "", False
+    for arg in args:
+        if after_c:  # the folder of "-C FOLDER", which comes before the subcommand
+            after_c = False
+        elif arg == "-C":
+            after_c = True
+        elif not arg.startswith("-"):
+            subcommand = arg
+            break
+    if subcommand != "clone":
+        return
+    for arg in args:
+        if arg.startswith("-") and not arg.startswith("--") and "u" in arg[1:]:
+            raise CommandRefused(
+                f"'git clone -u' runs the program it names; {arg!r} is refused unless the "
+                'allow-list admits it ("git -u")'
+            )
 
 
 def _is_trap(arg: str, trap: str) -> bool:
