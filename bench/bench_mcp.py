@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -36,6 +37,13 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
 BATCH = int(os.environ.get("BENCH_BATCH", "50"))
 LISTS = int(os.environ.get("BENCH_LISTS", "3"))
 TRIALS = int(os.environ.get("BENCH_TRIALS", "5"))  # fresh server pairs for the source overhead
+# The source overhead with this process on CPU 0 and every server on CPU 1 (both sides alike):
+# unpinned, which server shares a core with the client moves a pair's ratio by several percent.
+PIN = (
+    os.environ.get("BENCH_PIN", "1") == "1"
+    and shutil.which("taskset") is not None
+    and (os.cpu_count() or 1) >= 2
+)
 N_TOOLS = 1000
 WARMUP = 50
 
@@ -65,6 +73,16 @@ async def source_overhead() -> dict[str, Any]:
     lands where moves one pair's ratio by about 2% either way (the A/A control shows it), and
     fresh pairs average that out."""
     rounds = max(6, ROUNDS // 2)
+    pinned_before = os.sched_getaffinity(0)
+    if PIN:
+        os.sched_setaffinity(0, {0})
+    try:
+        return await _source_overhead(rounds)
+    finally:
+        os.sched_setaffinity(0, pinned_before)
+
+
+async def _source_overhead(rounds: int) -> dict[str, Any]:
     rates: dict[str, list[float]] = {"direct": [], "source": []}
     control: dict[str, list[float]] = {"a": [], "b": []}
     trials = []
@@ -86,7 +104,13 @@ async def source_overhead() -> dict[str, Any]:
         "overhead_by_trial": trials,
         "control_a_vs_a": round(median_ratio(control, "a", "b") - 1, 4),
         "client_cpu_us_per_call": {n: round(statistics.median(v)) for n, v in CPU_US.items()},
+        "pinned": PIN,
     }
+
+
+def _server_command() -> list[str]:
+    command = sdk_command(0)
+    return ["taskset", "-c", "1", *command] if PIN else command
 
 
 ARGUMENTS = {"text": "hello"}
@@ -95,7 +119,7 @@ ARGUMENTS = {"text": "hello"}
 def _sdk_params() -> Any:
     from mcp import StdioServerParameters
 
-    command = sdk_command(0)
+    command = _server_command()
     return StdioServerParameters(command=command[0], args=command[1:])
 
 
@@ -107,7 +131,7 @@ async def _source_trial(rounds: int) -> dict[str, list[float]]:
     from toolmesh.mcp.config import parse_mcp_server
     from toolmesh.mcp.source import mcp_source
 
-    command = sdk_command(0)
+    command = _server_command()
     config = parse_mcp_server("bench", {"command": command[0], "args": command[1:]})
     toolkit = await Toolkit(mcp_source(config)).start()
     try:
