@@ -49,3 +49,35 @@ def test_a_bare_origin_gets_the_well_known_path() -> None:
 async def test_fetch_failures() -> None:
     with pytest.raises(TransportError, match="cannot fetch"):
         await fetch_card("http://127.0.0.1:9/.well-known/agent-card.json", {}, 5)
+
+
+def test_a_v03_card_whose_url_is_not_json_rpc_uses_its_json_rpc_interface() -> None:
+    """A v0.3 card's ``url`` serves its ``preferredTransport``; the JSON-RPC endpoint of a card
+    preferring gRPC is in ``additionalInterfaces`` (the gRPC address was posted JSON-RPC to)."""
+    card = {
+        "url": "grpc.example:443",
+        "preferredTransport": "GRPC",
+        "protocolVersion": "0.3.0",
+        "additionalInterfaces": [
+            {"url": "grpc.example:443", "transport": "GRPC"},
+            {"url": "http://example/jsonrpc", "transport": "JSONRPC"},
+        ],
+    }
+    found = endpoint_of(card, CARD_URL)
+    assert (found.url, found.dialect) == ("http://example/jsonrpc", "0.3")
+    plain = endpoint_of({"url": "http://old/", "preferredTransport": "JSONRPC"}, CARD_URL)
+    assert plain.url == "http://old/"
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        {"supportedInterfaces": [{"url": "http://a/v1", "protocolBinding": "HTTP+JSON"}]},
+        {"url": "grpc.example:443", "preferredTransport": "GRPC", "protocolVersion": "0.3.0"},
+    ],
+)
+def test_a_card_without_a_json_rpc_interface_is_named(card: dict[str, object]) -> None:
+    """A card offering only REST or gRPC fell back to the card's origin, and every call then
+    failed with whatever that origin answers to a JSON-RPC post."""
+    with pytest.raises(ConfigError, match="offers no JSON-RPC interface"):
+        endpoint_of(card, CARD_URL)

@@ -953,3 +953,31 @@ async def test_a_context_history_holds_only_answered_exchanges() -> None:
         ("assistant", "answer to remember 42"),
         ("user", "and now?"),
     ]
+
+
+async def test_a_task_cut_off_by_max_turns_is_failed_not_completed() -> None:
+    """A model still calling tools when the agent's max_turns runs out gave no answer: the task
+    used to be "completed" with an empty response artifact."""
+
+    @tool
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        return f"{term}: see also {term}"
+
+    def forever(body: dict[str, Any], index: int) -> Answer:
+        return openai_calls((f"c{index}", "lookup", {"term": "loop"}))
+
+    with StubLLM(forever) as stub:
+        kit = await create_toolkit(tools=[lookup])
+        client = create_client(stub.base_url, model="m")
+        handle = await kit.serve(client=client, a2a={"name": "desk", "max_turns": 2})
+        try:
+            answer = await rpc(handle.url + "/a2a", "SendMessage", {"message": _wire_message("go")})
+        finally:
+            await handle.stop()
+            await kit.close()
+    task = answer["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert "max_turns" in task["status"]["message"]["parts"][0]["text"]
+    assert "artifacts" not in task
+    assert len(stub.requests) == 2

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -364,3 +368,72 @@ async def test_an_answer_of_another_shape_is_a_provider_error(answer: dict[str, 
         client = create_client(llm.base_url, model="m", max_retries=0)
         with pytest.raises(ProviderError, match="shape this client does not expect"):
             await client.run("go")
+
+
+async def test_an_error_reported_in_an_openai_stream_is_named() -> None:
+    """OpenAI-compatible servers (vLLM, LiteLLM, OpenAI itself) report a failure mid-stream as
+    a chunk ``{"error": {...}}``; it was skipped, and the run failed as "cut off"."""
+    error = {"error": {"message": "model overloaded", "type": "server_error", "code": 503}}
+    events: list[tuple[str, Any]] = [
+        ("", {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
+        ("", error),
+    ]
+    with StubLLM(lambda body, i: Answer(events=events)) as llm:
+        client = create_client(llm.base_url, model="m", max_retries=0)
+        with pytest.raises(ProviderError, match="model overloaded") as caught:
+            await client.run("hi", stream=True)
+    assert "cut off" not in str(caught.value)
+    assert "server_error" in caught.value.body
+
+
+@pytest.fixture
+def trickling_provider() -> Iterator[str]:
+    """A model server that answers 200 and then sends a byte (or an SSE comment) every 50 ms
+    and never ends the answer: each read succeeds, the request never does."""
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            streamed = "stream" in self.path
+            self.send_response(200)
+            kind = "text/event-stream" if streamed else "application/json"
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            while not stop.wait(0.05):
+                try:
+                    self.wfile.write(b": ping\n\n" if streamed else b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_timeout_bounds_a_request_that_trickles(
+    trickling_provider: str, stream: bool
+) -> None:
+    """``timeout=`` bounds one request: a server trickling bytes (or SSE keep-alive comments)
+    passed every per-read timeout, and the run (a served A2A task has no deadline of its own)
+    waited forever."""
+    base = trickling_provider + ("/stream/v1" if stream else "/v1")
+    client = create_client(base, model="m", timeout=0.3, max_retries=0)
+    started = time.monotonic()
+    async with asyncio.timeout(20):  # the old client never returned
+        with pytest.raises(ProviderError, match=r"within 0\.3s"):
+            await client.run("hi", stream=stream)
+    assert time.monotonic() - started < 10
+    await client.aclose()

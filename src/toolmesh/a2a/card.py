@@ -90,22 +90,46 @@ def endpoint_of(card: Mapping[str, Any], card_url: str) -> Endpoint:
     jsonrpc = [
         i
         for i in interfaces
-        if str(i.get("protocolBinding") or i.get("protocol_binding") or "JSONRPC").upper()
-        == "JSONRPC"
+        if _binding(i.get("protocolBinding") or i.get("protocol_binding")) == "JSONRPC"
     ]
     for interface in jsonrpc:
         if _dialect(interface.get("protocolVersion") or interface.get("protocol_version")) == "1.0":
             return Endpoint(interface["url"], "1.0", streaming)
     legacy = _dialect(card.get("protocolVersion") or card.get("protocol_version"))
-    if _text(card.get("url")):
+    # v0.3: ``url`` serves the ``preferredTransport`` (JSON-RPC when not said), and
+    # ``additionalInterfaces`` the others: a gRPC or REST ``url`` is no JSON-RPC endpoint.
+    preferred = _binding(card.get("preferredTransport") or card.get("preferred_transport"))
+    if _text(card.get("url")) and preferred == "JSONRPC":
         return Endpoint(card["url"], legacy, streaming)
+    additional = [
+        i
+        for i in card.get("additionalInterfaces") or card.get("additional_interfaces") or []
+        if isinstance(i, dict) and _text(i.get("url"))
+    ]
+    for interface in additional:
+        if _binding(interface.get("transport")) == "JSONRPC":
+            return Endpoint(interface["url"], legacy, streaming)
     if jsonrpc:
         version = jsonrpc[0].get("protocolVersion") or jsonrpc[0].get("protocol_version")
         return Endpoint(jsonrpc[0]["url"], _dialect(version), streaming)
+    offered = {_binding(i.get("protocolBinding") or i.get("protocol_binding")) for i in interfaces}
+    offered |= {_binding(i.get("transport")) for i in additional}
+    if _text(card.get("url")):
+        offered.add(preferred)
+    if offered:  # posting JSON-RPC to the card's origin would only fail less clearly
+        raise ConfigError(
+            f"the agent card {card_url} offers no JSON-RPC interface, only "
+            f"{', '.join(sorted(offered))}: toolmesh speaks A2A over JSON-RPC"
+        )
     parts = urlsplit(card_url)
     if not parts.scheme or not parts.netloc:
         raise ConfigError(f"cannot find the agent's endpoint: {card_url!r} is not a URL")
     return Endpoint(f"{parts.scheme}://{parts.netloc}", "1.0", streaming)
+
+
+def _binding(value: Any) -> str:
+    """A protocol binding (transport) name as compared: JSON-RPC when not said."""
+    return str(value or "JSONRPC").strip().upper()
 
 
 def _dialect(version: Any) -> Dialect:

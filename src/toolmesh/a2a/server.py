@@ -449,7 +449,16 @@ class A2AServer:
         except Exception as exc:
             running.set_status("failed", f"{type(exc).__name__}: {exc}")
         else:
-            self._complete(running, result.text)
+            if result.stop_reason == "max_turns":  # cut off while still calling tools: its
+                # last text (often none) is not an answer, and "completed" would say it is
+                running.set_status(
+                    "failed",
+                    f"the model was still calling tools after {self.max_turns} turns "
+                    "(the agent's max_turns) and gave no answer"
+                    + (f"; its last words: {result.text}" if result.text.strip() else ""),
+                )
+            else:
+                self._complete(running, result.text)
         await self._finish(running)
 
     def _capabilities(self, asked: Any) -> CapabilitySet | None:

@@ -184,30 +184,40 @@ class LLMClient:
     async def _request(
         self, body: dict[str, Any], *, stream: bool, on_text: Callable[[str], None]
     ) -> Reply:
+        # ``timeout`` bounds the whole request (the transports' own read timeouts apply to
+        # each read only: a server sending a byte, or an SSE comment, now and then would hold
+        # the run forever); a stream gets ``timeout`` again with each event it sends.
+        loop = asyncio.get_running_loop()
         try:
-            async with self._exchange(body) as response:
-                if response.status_code != 200:
-                    text = (await response.aread()).decode("utf-8", "replace")
-                    raise self._refused(response, text)
-                kind = response.headers.get("content-type", "")
-                if stream and "text/event-stream" in kind:
-                    parser = self.style.stream_parser(on_text)
-                    try:
-                        async for event, data in read_events(response):
-                            parser.feed(event, data)
-                        reply = parser.finish()
-                    except _SHAPE_ERRORS as exc:
-                        raise self._shape_error(exc) from exc
-                    if not parser.ended:
-                        raise ProviderError(
-                            f"the answer streamed from {self._url} was cut off: it ended "
-                            "without the provider's end of message",
-                            status=200,
-                        )
-                    return reply
-                payload = await response.aread()
+            async with asyncio.timeout(self.timeout) as bound:
+                async with self._exchange(body) as response:
+                    if response.status_code != 200:
+                        text = (await response.aread()).decode("utf-8", "replace")
+                        raise self._refused(response, text)
+                    kind = response.headers.get("content-type", "")
+                    if stream and "text/event-stream" in kind:
+                        parser = self.style.stream_parser(on_text)
+                        try:
+                            async for event, data in read_events(response):
+                                bound.reschedule(loop.time() + self.timeout)
+                                parser.feed(event, data)
+                            reply = parser.finish()
+                        except _SHAPE_ERRORS as exc:
+                            raise self._shape_error(exc) from exc
+                        if not parser.ended:
+                            raise ProviderError(
+                                f"the answer streamed from {self._url} was cut off: it ended "
+                                "without the provider's end of message",
+                                status=200,
+                            )
+                        return reply
+                    payload = await response.aread()
         except (httpx.HTTPError, LeanError) as exc:
             raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
+        except TimeoutError as exc:
+            raise ProviderError(
+                f"no answer from {self._url} within {self.timeout:g}s (the client's timeout)"
+            ) from exc
         try:
             decoded = strictjson.loads(payload)
         except ValueError:

@@ -239,6 +239,8 @@ class _OpenAIStream(StreamParser):
             self.ended = True
             return
         chunk = _json(data)
+        if chunk.get("error"):  # a provider failing mid-stream (OpenAI, vLLM, LiteLLM)
+            raise _stream_error(chunk["error"])
         if chunk.get("usage"):
             self.reply.usage = _openai_usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
@@ -435,6 +437,14 @@ def _json(data: str) -> dict[str, Any]:
     except ValueError:
         raise ProviderError(f"the stream sent data that is not JSON: {data[:200]!r}") from None
     return value if isinstance(value, dict) else {}
+
+
+def _stream_error(error: Any) -> ProviderError:
+    """The error an OpenAI-style stream reports in a chunk (``{"error": {"message": ...}}``):
+    the provider's own words, not "the stream was cut off"."""
+    said = error.get("message") if isinstance(error, dict) else error
+    text = str(said or error)[:300]
+    return ProviderError(f"the stream reported an error: {text}", body=json.dumps(error)[:2000])
 
 
 def _malformed(payload: Any, what: str) -> ProviderError:
