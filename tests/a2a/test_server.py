@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -981,3 +982,35 @@ async def test_a_task_cut_off_by_max_turns_is_failed_not_completed() -> None:
     assert "max_turns" in task["status"]["message"]["parts"][0]["text"]
     assert "artifacts" not in task
     assert len(stub.requests) == 2
+
+
+async def test_a_failed_run_tells_the_caller_what_failed_not_the_details(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The provider's own error text (which may echo a credential) and the model's URL stay in
+    the agent's log; the remote caller learns that the model provider failed, and its status."""
+
+    def refuse(body: dict[str, Any], index: int) -> Answer:
+        return Answer({"error": {"message": "bad key sk-secret-123"}}, status=401)
+
+    with StubLLM(refuse) as stub:
+        kit = await create_toolkit(tools=[])
+        client = create_client(stub.base_url, model="m")
+        handle = await kit.serve(client=client, a2a={"name": "desk"})
+        try:
+            with caplog.at_level(logging.WARNING, logger="toolmesh.a2a.server"):
+                answer = await rpc(
+                    handle.url + "/a2a", "SendMessage", {"message": _wire_message("go")}
+                )
+        finally:
+            await handle.stop()
+            await kit.close()
+    task = answer["result"]["task"]
+    said = task["status"]["message"]["parts"][0]["text"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert (
+        said
+        == "the agent's model provider failed (it answered HTTP 401); the agent's log has the details"
+    )
+    assert "sk-secret" not in json.dumps(answer) and stub.base_url not in json.dumps(answer)
+    assert any("sk-secret-123" in record.getMessage() for record in caplog.records)

@@ -39,7 +39,7 @@ from toolmesh.a2a.card import WELL_KNOWN_CARD
 from toolmesh.a2a.tasks import RunningTask, TaskBoard, approval_of
 from toolmesh.capabilities import CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
-from toolmesh.errors import CapabilityError, ConfigError
+from toolmesh.errors import CallTimeout, CapabilityError, ConfigError, ProviderError
 from toolmesh.llm.loop import RunEvent
 from toolmesh.llm.styles import ChatMessage
 from toolmesh.models import new_id, secret_id
@@ -447,7 +447,10 @@ class A2AServer:
             await self._finish(running)
             raise
         except Exception as exc:
-            running.set_status("failed", f"{type(exc).__name__}: {exc}")
+            # The caller learns that the run failed, and how; the details (the model's URL, the
+            # provider's own words, which may echo a credential) stay in this server's log.
+            logger.warning("A2A task %s failed: %s", running.id, exc, exc_info=exc)
+            running.set_status("failed", _failure_for_caller(exc))
         else:
             if result.stop_reason == "max_turns":  # cut off while still calling tools: its
                 # last text (often none) is not an answer, and "completed" would say it is
@@ -614,6 +617,16 @@ def _chat(messages: list[JsonObject]) -> list[ChatMessage]:
         ChatMessage("assistant" if wire.is_agent(m) else "user", wire.text_of(m.get("parts")))
         for m in messages
     ]
+
+
+def _failure_for_caller(exc: Exception) -> str:
+    """What a remote caller is told of a failed run: the kind of failure, not its details."""
+    if isinstance(exc, ProviderError):
+        answered = f" (it answered HTTP {exc.status})" if exc.status else " (no answer)"
+        return f"the agent's model provider failed{answered}; the agent's log has the details"
+    if isinstance(exc, CallTimeout):
+        return "the agent ran out of time before it had an answer"
+    return f"the agent failed ({type(exc).__name__}); the agent's log has the details"
 
 
 def _progress_reporter(running: RunningTask) -> Callable[[RunEvent], None]:
