@@ -437,3 +437,27 @@ async def test_timeout_bounds_a_request_that_trickles(
             await client.run("hi", stream=stream)
     assert time.monotonic() - started < 10
     await client.aclose()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_answer_past_the_size_limit_is_refused(
+    streamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toolmesh.llm.client as llm_client
+
+    monkeypatch.setattr(llm_client, "MAX_ANSWER_BYTES", 1000)
+    big = "x" * 5000
+    chunks = [("", {"choices": [{"delta": {"content": big}}]}), ("", "[DONE]")]
+    answer = Answer(events=chunks) if streamed else openai_text(big)
+    with StubLLM(lambda body, i: answer) as llm:
+        client = create_client(llm.base_url, model="m")
+
+        async def ask() -> None:
+            if streamed:
+                [e async for e in client.stream("hi")]
+            else:
+                await client.run("hi")
+
+        with pytest.raises(ProviderError, match="larger than 1000 bytes"):
+            await ask()
+    assert len(llm.requests) == 1  # not retried

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["RETRY_STATUSES", "LLMClient", "create_client", "retry_delay"]
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model's answer (whole or streamed); past it, refused
+_ERROR_BYTES = 64 * 1024  # of a refusal's body, kept to explain it
 
 
 # What reading a provider's answer raises when it has another shape than documented (a string
@@ -192,14 +194,18 @@ class LLMClient:
             async with asyncio.timeout(self.timeout) as bound:
                 async with self._exchange(body) as response:
                     if response.status_code != 200:
-                        text = (await response.aread()).decode("utf-8", "replace")
-                        raise self._refused(response, text)
+                        start, _ = await _read_bounded(response, _ERROR_BYTES)
+                        raise self._refused(response, start.decode("utf-8", "replace"))
                     kind = response.headers.get("content-type", "")
                     if stream and "text/event-stream" in kind:
                         parser = self.style.stream_parser(on_text)
                         try:
+                            streamed = 0
                             async for event, data in read_events(response):
                                 bound.reschedule(loop.time() + self.timeout)
+                                streamed += len(data)
+                                if streamed > MAX_ANSWER_BYTES:
+                                    raise self._too_large()
                                 parser.feed(event, data)
                             reply = parser.finish()
                         except _SHAPE_ERRORS as exc:
@@ -211,7 +217,9 @@ class LLMClient:
                                 status=200,
                             )
                         return reply
-                    payload = await response.aread()
+                    payload, cut = await _read_bounded(response, MAX_ANSWER_BYTES)
+                    if cut:
+                        raise self._too_large()
         except (httpx.HTTPError, LeanError) as exc:
             raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
         except TimeoutError as exc:
@@ -261,6 +269,12 @@ class LLMClient:
             )
         async with self._http.stream("POST", self._endpoint, json=body) as answer:
             yield answer
+
+    def _too_large(self) -> ProviderError:
+        return ProviderError(
+            f"the answer from {self._url} is larger than {MAX_ANSWER_BYTES} bytes; not read on",
+            status=200,
+        )
 
     def _shape_error(self, exc: Exception) -> ProviderError:
         return ProviderError(
@@ -376,3 +390,13 @@ def _error_text(text: str) -> str:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _read_bounded(response: Any, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of a body, and whether there was more (not read on)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return bytes(body[:limit]), True
+    return bytes(body), False
