@@ -402,3 +402,23 @@ def test_an_audit_file_in_a_missing_folder_is_located(tmp_path: Path) -> None:
     manifest.write_text('[toolkit]\naudit = "nowhere/audit.db"\n')
     with pytest.raises(ConfigError, match=r"toolmesh.toml: toolkit.audit: the folder of .*nowhere"):
         load_manifest(manifest)
+
+
+def test_a_module_that_exits_at_import_is_located(tmp_path: Path) -> None:
+    # sys.exit() while importing went past the loader: `toolmesh serve` ended with the
+    # module's exit status and no word of why.
+    (tmp_path / "exits_at_import_manifest.py").write_text("import sys\nsys.exit(3)\n")
+    path = write(tmp_path, '[[tools]]\nkind = "python"\nmodule = "exits_at_import_manifest:x"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_manifest(path)
+    assert str(caught.value) == (
+        f"{path}: tools[0] (kind \"python\"): importing 'exits_at_import_manifest' failed: "
+        "SystemExit: 3"
+    )
+
+
+def test_a_manifest_may_start_with_a_bom(tmp_path: Path) -> None:
+    # Windows editors save UTF-8 with a BOM; it was "line 1, column 1: invalid statement".
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_bytes(b'\xef\xbb\xbf[toolkit]\nname = "desk"\n')
+    assert load_manifest(manifest).name == "desk"

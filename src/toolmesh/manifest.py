@@ -152,7 +152,7 @@ def load_manifest(path: str | Path) -> Manifest:
     label = str(path)
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not TOML
     except OSError as exc:
         raise ConfigError(f"cannot read the manifest: {exc.strerror}", location=label) from None
     except UnicodeDecodeError:
@@ -515,7 +515,7 @@ def python_sources(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # the module's own code failed (or called exit)
         raise ConfigError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     for part in attr_path.split("."):
         try:

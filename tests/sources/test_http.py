@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from starlette.routing import Route
 
 from tests.fixtures.web import serve_app
 from toolmesh import ConfigError, Toolkit
+from toolmesh.sources import http as http_module
 from toolmesh.sources.http import HttpEndpoint, HttpSource, http_tool, sources_from_manifest
 
 release = asyncio.Event()
@@ -393,3 +395,69 @@ async def test_a_failure_under_a_prefix_names_the_called_tool() -> None:
     kit.add(http_tool("down", "http://127.0.0.1:1/x"), prefix="p")  # nothing listens on port 1
     result = await kit.execute("p_down", {})
     assert not result.success and result.tool_name == "p_down"
+
+
+async def test_binary_bodies_come_back_base64_and_nan_is_not_json() -> None:
+    png = b"\x89PNG\r\n\x1a\n\x00\xff\xfe"
+
+    async def image(request: Request) -> Response:
+        return Response(png, media_type="image/png")
+
+    async def nan(request: Request) -> Response:
+        return Response(b'{"a": NaN}', media_type="application/json")
+
+    app = Starlette(routes=[Route("/png", image), Route("/nan", nan)])
+    async with serve_app(app) as base:
+        kit = Toolkit(
+            http_tool("png", base + "/png"),
+            http_tool("nan", base + "/nan"),
+            http_tool("nan_json", base + "/nan", result="json"),
+        )
+        image_result = await kit.execute("png", {})  # was text with U+FFFD for the bytes
+        auto = await kit.execute("nan", {})  # was the float nan, which no peer can read
+        strict = await kit.execute("nan_json", {})
+        await kit.close()
+    assert image_result.success and image_result.metadata["encoding"] == "base64"
+    assert base64.b64decode(image_result.data) == png
+    assert auto.success and auto.data == '{"a": NaN}'
+    assert strict.error == "the response is not JSON"
+
+
+async def test_a_huge_answer_is_read_only_up_to_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The whole body was held in memory (a 300 MB answer took 1 GB), then cut by the pipeline.
+    monkeypatch.setattr(http_module, "MAX_BODY_BYTES", 1000)
+
+    async def big(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(64):
+                yield b"a" * 1024
+
+        return StreamingResponse(body(), media_type=f"{request.path_params['kind']}")
+
+    async with serve_app(Starlette(routes=[Route("/big/{kind:path}", big)])) as base:
+        kit = Toolkit(
+            http_tool("text", base + "/big/text/plain"),
+            http_tool("json", base + "/big/application/json", result="json"),
+        )
+        text = await kit.execute("text", {})
+        json_result = await kit.execute("json", {})
+        await kit.close()
+    assert text.success and text.data == "a" * 1000 and text.metadata["cut_at_bytes"] == 1000
+    assert json_result.error == "the response is larger than 0 MiB; it cannot be read as JSON"
+
+
+async def test_a_query_in_the_url_itself_is_kept() -> None:
+    # httpx's `params=` replaces the URL's own query: `?format=json` was never sent.
+    async def query(request: Request) -> JSONResponse:
+        return JSONResponse(sorted(request.query_params.multi_items()))
+
+    async with serve_app(Starlette(routes=[Route("/q", query)])) as base:
+        kit = Toolkit(
+            http_tool("fixed", base + "/q?format=json&v=2"),
+            http_tool("mixed", base + "/q?format=json", query={"page": "{page}"}),
+        )
+        fixed = await kit.execute("fixed", {})
+        mixed = await kit.execute("mixed", {"page": "3"})
+        await kit.close()
+    assert fixed.data == [["format", "json"], ["v", "2"]]
+    assert mixed.data == [["format", "json"], ["page", "3"]]

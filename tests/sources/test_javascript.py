@@ -352,3 +352,31 @@ async def test_a_package_json_may_start_with_a_bom(tmp_path: Path) -> None:
     source = JavaScriptSource(folder)
     async with await create_toolkit(tools=[source]) as kit:
         assert (await kit.execute("pid", {})).success, source.status
+
+
+SHAPES = """
+export default [
+  { name: "nothing", parameters: { type: "object" }, execute() { return null; } },
+  { name: "undefined", parameters: { type: "object" }, execute() {} },
+  { name: "one_op", parameters: { type: "object" },
+    execute() { return { output: "kept", state_update: { op: "add", path: "/context/n", value: 1 } }; } },
+  { name: "texts", parameters: { type: "object" },
+    execute() { return { output: 1, state_update: ["add /context/n"] }; } },
+];
+"""
+
+
+async def test_null_outputs_and_state_updates_that_are_not_patches(tmp_path: Path) -> None:
+    source = JavaScriptSource(package(tmp_path / "shapes", SHAPES))
+    async with await create_toolkit(tools=[source]) as kit:
+        for name in ("nothing", "undefined"):  # were `{}`; a Python tool's None is null
+            result = await kit.execute(name, {})
+            assert result.success and result.data is None, result
+        one_op = await kit.execute("one_op", {})  # was dropped, the call a success
+        assert one_op.error_code == "invalid_state_update" and one_op.data == "kept", one_op
+        assert one_op.error == (
+            "state_update must be a list of JSON Patch operations (objects), not an object"
+        )
+        texts = await kit.execute("texts", {})  # was a pydantic dump as a tool_error
+        assert texts.error_code == "invalid_state_update", texts
+        assert texts.error.endswith("not a list holding a string")

@@ -181,3 +181,81 @@ async def test_a_malformed_pyproject_fails_only_its_source(
         assert len(kit) == 0
     assert source.status.state == "failed" and reason in source.status.reason
     assert "pyproject.toml" in source.status.reason
+
+
+ODDER = """
+import math
+import subprocess
+import sys
+
+
+def nan(input):
+    return {"output": [math.nan, math.inf]}
+
+
+def bad_update(input):
+    return {"output": "kept", "state_update": {"op": "add", "path": "/context/n", "value": 1}}
+
+
+def detach(input):
+    # a child in a session of its own, holding the worker's stderr
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    return child.pid
+
+
+tools = [{"name": n, "execute": f} for n, f in [("nan", nan), ("bad_update", bad_update),
+                                                 ("detach", detach)]]
+"""
+
+
+async def test_nan_and_a_state_update_that_is_not_a_patch_are_refused(tmp_path: Path) -> None:
+    source = PythonPackageSource(package(tmp_path / "pkg", body=ODDER), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        nan = await kit.execute("nan", {}, timeout=20)  # was the float nan, which no peer reads
+        assert nan.error_code == "tool_error" and "not JSON" in (nan.error or ""), nan
+        bad = await kit.execute("bad_update", {}, timeout=20)  # was dropped, the call a success
+        assert bad.error_code == "invalid_state_update", bad
+        assert bad.error == (
+            "state_update must be a list of JSON Patch operations (objects), not an object"
+        )
+        assert bad.data == "kept"
+
+
+CLOSE_WITH_A_DETACHED_CHILD = """
+import asyncio, gc, os, signal, sys
+from toolmesh import create_toolkit
+from toolmesh.sources.pyprocess import PythonPackageSource
+
+async def main():
+    source = PythonPackageSource(sys.argv[1], cache_dir=sys.argv[2])
+    async with await create_toolkit(tools=[source]) as kit:
+        return (await kit.execute("detach", {}, timeout=20)).data
+
+child = asyncio.run(main())
+try:
+    gc.collect()  # the loop is closed; the child still holds the pipe
+finally:
+    os.kill(child, signal.SIGKILL)  # the child is the test's to end
+print("done", flush=True)
+"""
+
+
+def test_closing_beside_a_detached_child_prints_no_traceback(tmp_path: Path) -> None:
+    # The child kept the worker's stderr open, so the pipe transport outlived the event loop
+    # and asyncio printed "RuntimeError: Event loop is closed" with a traceback at exit.
+    import subprocess
+    import sys
+
+    folder = package(tmp_path / "pkg", body=ODDER)
+    script = tmp_path / "close.py"
+    script.write_text(CLOSE_WITH_A_DETACHED_CHILD)
+    done = subprocess.run(
+        [sys.executable, str(script), str(folder), str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -19,6 +19,8 @@ timeouts and unreachable hosts (without a status).
 from __future__ import annotations
 
 import asyncio
+import base64
+import codecs
 import contextlib
 import dataclasses
 import json
@@ -32,6 +34,7 @@ from urllib.parse import quote
 
 import httpx
 
+from toolmesh import strictjson
 from toolmesh.capabilities import check_tag
 from toolmesh.errors import ConfigError, SchemaError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
@@ -51,6 +54,8 @@ _HEADER_TOKEN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\{([^{}$]+)\}
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
 _EXCERPT = 500
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The most of a response's body a tool reads (far above the host's output bound)."""
 
 
 class _Missing(Exception):
@@ -166,13 +171,13 @@ class HttpEndpoint:
         content: Any = {}
         if body is not None:
             content = self._body(body, headers)
-        request = httpx.Request(
-            self.method,
-            url,
-            params=[(k, _text(v)) for k, v in _flatten(params)],
-            headers=headers,
-            **content,
-        )
+        target = httpx.URL(url)
+        flat: list[tuple[str, str | int | float | bool | None]] = [
+            (k, _text(v)) for k, v in _flatten(params)
+        ]
+        if flat:  # merged: httpx's `params=` would replace a query the URL itself holds
+            target = target.copy_merge_params(flat)
+        request = httpx.Request(self.method, target, headers=headers, **content)
         # For the redirect hook and error messages: the headers this tool set (they go to its
         # own origin only) and the secrets expanded into them (never shown).
         request.extensions["toolmesh_origin"] = _origin(request.url)
@@ -399,36 +404,87 @@ async def call_endpoint(
         # httpx's timeout bounds each read; a server trickling its answer a byte a second
         # would pass every one of them, so the whole exchange is bounded too
         async with asyncio.timeout(limit):
-            response = await client.send(request)
+            response = await client.send(request, stream=True)
+            try:
+                body, cut = await _read_bounded(response)
+            finally:
+                await response.aclose()
     except (httpx.TimeoutException, TimeoutError):
         return _error(name, f"{request.method} {_safe_url(request)} timed out after {limit:g}s")
     except httpx.HTTPError as exc:
         where = f"{request.method} {_safe_url(request)}"
         return _error(name, _scrubbed(f"{where} failed: {type(exc).__name__}: {exc}", request))
-    return _answer(endpoint, response)
+    return _answer(endpoint, response, body, cut)
 
 
-def _answer(endpoint: HttpEndpoint, response: httpx.Response) -> ToolResult | Output:
+async def _read_bounded(response: httpx.Response) -> tuple[bytes, bool]:
+    """The response's body, read up to ``MAX_BODY_BYTES`` (and whether it was cut there): an
+    endless or huge answer would otherwise be held whole in memory, then cut by the output
+    bound anyway."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return b"".join(chunks)[:MAX_BODY_BYTES], True
+    return b"".join(chunks), False
+
+
+def _answer(
+    endpoint: HttpEndpoint, response: httpx.Response, body: bytes, cut: bool
+) -> ToolResult | Output:
     status = response.status_code
     metadata: dict[str, Any] = {"status": status}
     content_type = response.headers.get("content-type", "")
     if content_type:
         metadata["content_type"] = content_type
+    if cut:
+        metadata["cut_at_bytes"] = MAX_BODY_BYTES
+    encoding = _encoding(response)
     if not 200 <= status < 300:
-        excerpt = response.text[:_EXCERPT]
+        excerpt = body[: _EXCERPT * 4].decode(encoding, "replace")[:_EXCERPT]
         reason = response.reason_phrase or "error"
         message = f"HTTP {status} {reason}" + (f": {excerpt}" if excerpt else "")
         return _error(endpoint.name, message, metadata)
     if endpoint.result == "status":
         return Output(status, metadata=metadata)
     wants_json = endpoint.result == "json" or (endpoint.result == "auto" and "json" in content_type)
-    if wants_json:
+    if wants_json and not cut:
         try:
-            return Output(response.json() if response.content else None, metadata=metadata)
-        except ValueError:
+            return Output(
+                strictjson.loads(body.decode(encoding)) if body else None, metadata=metadata
+            )
+        except ValueError:  # not JSON (NaN included), or not text
             if endpoint.result == "json":
                 return _error(endpoint.name, "the response is not JSON", metadata)
-    return Output(response.text, metadata=metadata)
+    elif wants_json and endpoint.result == "json":
+        return _error(
+            endpoint.name,
+            f"the response is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB; it cannot be "
+            "read as JSON",
+            metadata,
+        )
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError:  # an image, an archive: as the pipeline gives bytes, base64
+        if not cut:
+            metadata["encoding"] = "base64"
+            return Output(base64.b64encode(body).decode(), metadata=metadata)
+        text = body.decode(encoding, "replace")  # cut inside a character, perhaps
+    return Output(text, metadata=metadata)
+
+
+def _encoding(response: httpx.Response) -> str:
+    """The charset the response declares (one Python knows), else UTF-8."""
+    declared = response.charset_encoding
+    if declared:
+        try:
+            codecs.lookup(declared)
+        except LookupError:
+            return "utf-8"
+        return declared
+    return "utf-8"
 
 
 def _error(name: str, message: str, metadata: dict[str, Any] | None = None) -> ToolResult:

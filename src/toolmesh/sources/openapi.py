@@ -49,12 +49,30 @@ _SCHEMA_PREFIX = "#/components/schemas/"
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-def _plain_json(value: Any) -> Any:
+class _Budget:
+    """How many values a document may expand to. Without YAML aliases every value takes at
+    least a character of the text; aliases of aliases (``&a [*b, *b, ...]``) make a few hundred
+    bytes expand to billions of values, which copying them would take minutes and gigabytes."""
+
+    def __init__(self, text: str) -> None:
+        self.left = 10 * len(text) + 100_000
+
+    def spend(self, where: str) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ConfigError(
+                f"{where}: the document expands to far more values than its text holds "
+                "(YAML aliases of aliases?); refused"
+            )
+
+
+def _plain_json(value: Any, budget: _Budget, where: str) -> Any:
     """``value`` with the dates and times YAML reads from unquoted text as ISO strings."""
+    budget.spend(where)
     if isinstance(value, dict):
-        return {key: _plain_json(item) for key, item in value.items()}
+        return {key: _plain_json(item, budget, where) for key, item in value.items()}
     if isinstance(value, list):
-        return [_plain_json(item) for item in value]
+        return [_plain_json(item, budget, where) for item in value]
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     return value
@@ -69,7 +87,8 @@ def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: not JSON or YAML: {exc}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{where}: an OpenAPI document must be an object")
-    document = dict(_plain_json(document))  # YAML's unquoted dates are text in JSON Schema
+    # YAML's unquoted dates are text in JSON Schema; aliases become copies, within a budget
+    document = dict(_plain_json(document, _Budget(raw), where))
     version = str(document.get("openapi", ""))
     if not version.startswith("3."):
         found = f"swagger {document['swagger']}" if "swagger" in document else repr(version)

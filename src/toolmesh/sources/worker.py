@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from toolmesh.errors import ConfigError, ToolmeshError
-from toolmesh.models import ToolDefinition
+from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.tools import Output, Tool, ToolContext
 
@@ -151,6 +151,12 @@ class Worker:
                     os.killpg(process.pid, signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), 5)
+            # A process the tool started and detached may still hold the pipes open: without
+            # this the transport is closed by the garbage collector, after the loop has ended,
+            # and asyncio prints a traceback ("Event loop is closed") at exit.
+            transport = getattr(process, "_transport", None)
+            if transport is not None:
+                transport.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -371,7 +377,7 @@ class WorkerSource(Source):
     def _tool(self, spec: Mapping[str, Any]) -> Tool:
         name = str(spec["name"])
 
-        async def run(args: dict[str, Any], ctx: ToolContext) -> Output:
+        async def run(args: dict[str, Any], ctx: ToolContext) -> Output | ToolResult:
             worker = await self._running()
             try:
                 answer = await worker.call(name, args, ctx)
@@ -385,9 +391,19 @@ class WorkerSource(Source):
                 raise WorkerError(str(answer.get("message") or "the tool failed"))
             output = answer.get("output")
             update = answer.get("state_update")
+            if update is not None and not _is_patch(update):
+                # Dropped without a word, the tool would believe its state was kept.
+                refused = ToolResult.failure(
+                    name,
+                    ToolErrorCode.INVALID_STATE_UPDATE,
+                    "state_update must be a list of JSON Patch operations (objects), not "
+                    + _shape_of(update),
+                )
+                refused.data = output  # as the pipeline keeps it for an update it refuses
+                return refused
             return Output(
                 output,
-                state_update=update if isinstance(update, list) and update else None,
+                state_update=update or None,
                 text=output if isinstance(output, str) else None,
             )
 
@@ -397,6 +413,28 @@ class WorkerSource(Source):
             capabilities=[str(c) for c in spec.get("capabilities") or []],
         )
         return Tool(definition, run, source=self.kind, input_schema=dict(spec["parameters"]))
+
+
+def _is_patch(update: Any) -> bool:
+    return isinstance(update, list) and all(isinstance(op, dict) for op in update)
+
+
+def _shape_of(value: Any) -> str:
+    if isinstance(value, list):
+        odd = next(item for item in value if not isinstance(item, dict))
+        return f"a list holding {_JSON_TYPES.get(type(odd), type(odd).__name__)}"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+_JSON_TYPES: dict[type, str] = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    dict: "an object",
+    list: "a list",
+    type(None): "null",
+}
 
 
 def _check_spec(spec: Any, label: str) -> None:

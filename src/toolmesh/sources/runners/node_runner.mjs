@@ -60,8 +60,10 @@ async function run(tools, message) {
     activity: (activityType, patch) => emit("activity", { activity_type: activityType, patch }),
   };
   try {
-    const answer = (await tool.execute(input)) ?? {};
-    const shaped = typeof answer === "object" && "output" in answer ? answer : { output: answer };
+    // null and undefined are the output null, as a Python tool's None is (not `{}`)
+    const answer = await tool.execute(input);
+    const shaped =
+      answer !== null && typeof answer === "object" && "output" in answer ? answer : { output: answer };
     send({ type: "result", id: message.id, output: shaped.output ?? null, state_update: shaped.state_update ?? null });
   } catch (error) {
     send({ type: "error", id: message.id, message: describe(error) });

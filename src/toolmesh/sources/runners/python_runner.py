@@ -27,7 +27,10 @@ def main() -> None:
     lock = threading.Lock()
 
     def send(message: dict[str, Any]) -> None:
-        line = json.dumps(message, default=str)
+        # NaN and infinity are not JSON: refused here (the call answers "not JSON"), as the
+        # JavaScript runner cannot send them either, rather than passed on as a float no peer
+        # can read.
+        line = json.dumps(message, default=str, allow_nan=False)
         with lock:
             protocol.write(line + "\n")
             protocol.flush()
