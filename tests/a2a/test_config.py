@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +20,8 @@ def test_precedence_rules() -> None:
         {
             "agents": {
                 "plain": {"card": CARD},
-                "no_card": {"headers": {}},
-                "card_not_text": {"card": 42},
                 "not_a_table": "https://x.example",
+                "off_without_card": {"enabled": False},
                 "off": {"card": CARD, "enabled": False},
                 "disabled_wins": {"card": CARD, "enabled": True, "disabled": True},
                 "on": {"card": CARD, "enabled": True, "disabled": False},
@@ -28,6 +29,21 @@ def test_precedence_rules() -> None:
         }
     )
     assert [a.name for a in agents] == ["plain", "on"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"url": CARD}, "needs 'card', the URL of the agent's card, as text; did you mean 'card'?"),
+        ({"headers": {}}, "needs 'card'"),
+        ({"card": 42}, "needs 'card'"),
+    ],
+)
+def test_an_agent_table_without_a_card_is_an_error(entry: dict[str, Any], says: str) -> None:
+    # It used to be skipped: a typo ('url' for 'card') dropped the agent without a word.
+    with pytest.raises(ConfigError, match=re.escape(says)) as caught:
+        parse_agents_config({"agents": {"typo": entry}})
+    assert "agents.typo" in str(caught.value)
 
 
 def test_an_agent_keyed_card_is_read_with_the_others() -> None:

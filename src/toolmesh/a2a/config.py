@@ -45,11 +45,17 @@ def parse_agents_config(cfg: Mapping[str, Any]) -> list[Agent]:
         raise ConfigError(f"must be a table of agents, not {table!r}", location="agents")
     agents = []
     for key, entry in cfg.items():
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("card"), str):
-            logger.debug("agents.%s has no string 'card'; skipped", key)
+        if not isinstance(entry, Mapping):
+            logger.debug("agents.%s is not a table; skipped", key)
             continue
         if entry.get("disabled") is True or entry.get("enabled") is False:
             continue
+        if not isinstance(entry.get("card"), str):  # a typo would drop the agent unseen
+            hint = "; did you mean 'card'?" if "url" in entry or "card_url" in entry else ""
+            raise ConfigError(
+                f"needs 'card', the URL of the agent's card, as text{hint}",
+                location=f"agents.{key}",
+            )
         agents.append(_agent(str(key), entry))
     return agents
 
