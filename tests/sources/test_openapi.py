@@ -396,3 +396,62 @@ paths:
         {"q": {"type": "integer"}},
         {"q": {"type": "integer"}},
     ]
+
+
+async def test_a_multipart_body_is_sent_as_form_data_with_its_files() -> None:
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/upload": {
+                "post": {
+                    "operationId": "upload",
+                    "requestBody": {
+                        "content": {
+                            "multipart/form-data": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "title": {"type": "string"},
+                                        "tags": {"type": "array", "items": {"type": "string"}},
+                                        "report": {"type": "string", "format": "binary"},
+                                    },
+                                    "required": ["report"],
+                                }
+                            }
+                        }
+                    },
+                }
+            }
+        },
+    }
+
+    async def upload(request: Request) -> Response:
+        form = await request.form()
+        report = form["report"]
+        assert not isinstance(report, str)  # an uploaded file, with a file name
+        return JSONResponse(
+            {
+                "title": form["title"],
+                "tags": form.getlist("tags"),
+                "file": report.filename,
+                "content": (await report.read()).decode(),
+            }
+        )
+
+    async with serve_app(Starlette(routes=[Route("/upload", upload, methods=["POST"])])) as url:
+        kit = Toolkit(OpenAPISource(document, base_url=url))
+        schema = kit["upload"].input_schema["properties"]["body"]
+        assert schema["properties"]["report"] == {
+            "type": "string",
+            "description": "the file's content, as text",
+        }
+        body = {"title": "Q3", "tags": ["a", "b"], "report": "line 1\nline 2"}
+        result = await kit.execute("upload", {"body": body})
+        await kit.close()
+    assert result.success, result.error
+    assert result.data == {
+        "title": "Q3",
+        "tags": ["a", "b"],
+        "file": "report",
+        "content": "line 1\nline 2",
+    }

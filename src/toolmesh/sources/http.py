@@ -45,7 +45,7 @@ from toolmesh.tools import Output, Tool, ToolContext
 __all__ = ["HttpEndpoint", "HttpSource", "http_tool", "sources_from_manifest"]
 
 JsonSchema = dict[str, Any]
-BodyFormat = Literal["json", "form", "raw"]
+BodyFormat = Literal["json", "form", "multipart", "raw"]
 ResultFormat = Literal["auto", "text", "json", "status"]
 
 _PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}$]+)\}")
@@ -75,6 +75,8 @@ class HttpEndpoint:
     body: Any = None
     body_format: BodyFormat | None = None
     content_type: str | None = None
+    # multipart: the fields sent as files (named after the field), not as plain values
+    file_fields: Sequence[str] = ()
     timeout: float = 30.0
     result: ResultFormat = "auto"
     input_schema: JsonSchema | None = None
@@ -88,9 +90,9 @@ class HttpEndpoint:
             raise ConfigError(f"http tool {self.name!r}: unknown method {self.method!r}")
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"http tool {self.name!r}: url must be http(s), not {self.url!r}")
-        if self.body_format not in (None, "json", "form", "raw"):
+        if self.body_format not in (None, "json", "form", "multipart", "raw"):
             raise ConfigError(
-                f"http tool {self.name!r}: body_format must be json, form or raw, "
+                f"http tool {self.name!r}: body_format must be json, form, multipart or raw, "
                 f"not {self.body_format!r}"
             )
         if self.result not in ("auto", "text", "json", "status"):
@@ -199,6 +201,22 @@ class HttpEndpoint:
                 elif value is not None:
                     fields[key] = _text(value)
             return {"data": fields}
+        if form == "multipart":
+            if not isinstance(body, Mapping):
+                raise ValueError("a multipart body must be an object")
+            # One part per value (a list: one per item); a file field's part has a file name,
+            # which is what makes a server read it as an uploaded file.
+            parts: list[tuple[str, tuple[str | None, bytes, str]]] = []
+            for key, value in body.items():
+                for item in value if isinstance(value, list | tuple) else [value]:
+                    if item is None:
+                        continue
+                    text = item if isinstance(item, str) else json.dumps(item)
+                    if key in self.file_fields:
+                        parts.append((key, (key, text.encode(), "application/octet-stream")))
+                    else:
+                        parts.append((key, (None, text.encode(), "text/plain")))
+            return {"files": parts}
         if form == "raw":
             if self.content_type:
                 headers.setdefault("Content-Type", self.content_type)
@@ -602,6 +620,7 @@ _ENDPOINT_KEYS = frozenset(
         "body",
         "body_format",
         "content_type",
+        "file_fields",
         "timeout",
         "result",
         "capabilities",
@@ -636,6 +655,7 @@ def endpoint_of(spec: Mapping[str, Any], *, base_url: str = "") -> HttpEndpoint:
         body=spec.get("body"),
         body_format=spec.get("body_format"),
         content_type=spec.get("content_type"),
+        file_fields=_strings(spec, "file_fields", name),
         timeout=_number(spec.get("timeout", 30.0), name),
         result=spec.get("result", "auto"),
         capabilities=_strings(spec, "capabilities", name),

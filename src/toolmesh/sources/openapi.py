@@ -292,7 +292,7 @@ def _endpoint(
         if undeclared not in properties and (undeclared, "path") not in parameters:
             properties[undeclared] = {"type": "string"}
             required.append(undeclared)
-    body, body_format, content_type = _request_body(
+    body, body_format, content_type, file_fields = _request_body(
         doc, operation, properties, required, defs, where
     )
     input_schema: JsonSchema = {
@@ -317,6 +317,7 @@ def _endpoint(
         body=body,
         body_format=body_format,
         content_type=content_type,
+        file_fields=file_fields,
         timeout=timeout,
         input_schema=input_schema,
         tags=[str(t) for t in tags] if isinstance(tags, list) else [],
@@ -330,9 +331,9 @@ def _request_body(
     required: list[str],
     defs: dict[str, Any],
     where: str,
-) -> tuple[str | None, Any, str | None]:
+) -> tuple[str | None, Any, str | None, tuple[str, ...]]:
     if "requestBody" not in operation:
-        return None, None, None
+        return None, None, None, ()
     body = doc.resolve(operation["requestBody"], f"{where}.requestBody")
     content = body.get("content") if isinstance(body, Mapping) else None
     if not isinstance(content, Mapping) or not content:
@@ -344,13 +345,37 @@ def _request_body(
         schema = {"type": "string"}
     elif form == "raw" and schema.get("format") == "binary":
         schema = {"type": "string", "description": "the content, as text"}
+    files: tuple[str, ...] = ()
+    if form == "multipart":
+        schema, files = _multipart_schema(schema)
     if body.get("description") and "description" not in schema:
         schema = {**schema, "description": body["description"]}
     arg = "body" if "body" not in properties else "request_body"
     properties[arg] = schema
     if body.get("required"):
         required.append(arg)
-    return "{" + arg + "}", form, media_type if form == "raw" else None
+    return "{" + arg + "}", form, media_type if form == "raw" else None, files
+
+
+def _multipart_schema(schema: JsonSchema) -> tuple[JsonSchema, tuple[str, ...]]:
+    """A multipart body's schema, its files (``format: binary``) as text a model can give, and
+    the names of those file fields."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return schema, ()
+    files: list[str] = []
+    shown: dict[str, Any] = {}
+    for key, prop in properties.items():
+        item = prop.get("items") if isinstance(prop, Mapping) else None
+        if isinstance(prop, Mapping) and prop.get("format") == "binary":
+            files.append(str(key))
+            shown[key] = {"type": "string", "description": "the file's content, as text"}
+        elif isinstance(item, Mapping) and item.get("format") == "binary":  # several files
+            files.append(str(key))
+            shown[key] = {"type": "array", "items": {"type": "string"}}
+        else:
+            shown[key] = prop
+    return {**schema, "properties": shown}, tuple(files)
 
 
 def _pick_media_type(types: list[str]) -> tuple[str, Any]:
@@ -360,6 +385,9 @@ def _pick_media_type(types: list[str]) -> tuple[str, Any]:
     for media_type in types:
         if media_type == "application/x-www-form-urlencoded":
             return media_type, "form"
+    for media_type in types:
+        if media_type == "multipart/form-data":
+            return media_type, "multipart"
     return types[0], "raw"
 
 
