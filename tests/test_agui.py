@@ -131,3 +131,70 @@ async def test_a_stream_ends_when_its_session_closes(tmp_path: Path) -> None:
     await staying.close()
     assert [event["type"] async for event in watched][-1] == "RUN_FINISHED"
     await host.close()
+
+
+async def test_two_sessions_calling_with_the_same_call_id_see_only_their_own_run() -> None:
+    """A call's id is its client's choice: two wire clients may both send "1" at once. The
+    activity and state delta of one used to be mixed into the other's stream (one session saw
+    the other's state, the other saw a delta without a snapshot and lost its STATE_DELTA)."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+    from toolmesh.store import MemoryStore
+    from toolmesh.tools import Output, ToolContext
+
+    both_saved = asyncio.Event()
+
+    class TwoStepStore(MemoryStore):  # as a networked store may: a call's audit waits a while
+        saved = 0
+
+        async def save_state(
+            self, session_id: str, document: Any, *, expected_version: int
+        ) -> bool:
+            self.saved += 1
+            if self.saved == 2:
+                both_saved.set()
+            return await super().save_state(session_id, document, expected_version=expected_version)
+
+        async def append_audit(self, entry: Any, *, durable: bool = True) -> None:
+            await both_saved.wait()  # both calls' state is changed before either call ends
+            await super().append_audit(entry, durable=durable)
+
+    release = asyncio.Event()
+
+    @tool
+    async def work(secret: str, ctx: ToolContext) -> Output:
+        """Work on a secret."""
+        ctx.activity("progress", [{"op": "add", "path": "/secret", "value": secret}])
+        await release.wait()
+        return Output("done", state_update=[{"op": "add", "path": "/context/s", "value": secret}])
+
+    toolkit = Toolkit(work, store=TwoStepStore())
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    sessions = {"alice": Session(agent_id="alice"), "bob": Session(agent_id="bob")}
+    streams = {who: agui.events(session.id) for who, session in sessions.items()}
+    for stream in streams.values():
+        assert (await anext(stream))["type"] == "STATE_SNAPSHOT"
+    calls: list[asyncio.Future[Any]] = []
+    try:
+        for who, session in sessions.items():
+            spec = CallSpec("work", {"secret": f"{who}-pw"}, req_id="1")
+            calls.append(asyncio.ensure_future(toolkit.pipeline.call(session, spec)))
+            events = await asyncio.wait_for(collect(streams[who], 5), 10)
+            assert events[-1]["type"] == "ACTIVITY_SNAPSHOT", who
+            assert events[-1]["content"] == {"secret": f"{who}-pw"}
+        release.set()
+        for call in calls:
+            assert (await asyncio.wait_for(call, 10)).success
+        for who, stream in streams.items():
+            rest = await asyncio.wait_for(collect(stream, 3), 10)
+            assert kinds(rest) == ["TOOL_CALL_RESULT", "STATE_DELTA", "RUN_FINISHED"], who
+            assert rest[1]["delta"] == [{"op": "add", "path": "/context/s", "value": f"{who}-pw"}]
+    finally:  # a failing assertion must not leave the calls waiting for ever
+        release.set()
+        both_saved.set()
+        await asyncio.gather(*calls, return_exceptions=True)
+        for stream in streams.values():
+            await stream.aclose()
+    assert agui._activities == {} and agui._deltas == {}

@@ -312,3 +312,162 @@ def test_rules_and_conditions_refuse_shapes_that_would_switch_them_off() -> None
         )
     with pytest.raises(ConfigError, match=r"^policy\.rules\[0\]: .*non-empty name patterns"):
         Policy.from_config({"rules": [{"name": "r", "effect": "deny", "tools": ["shell", ""]}]})
+
+
+@pytest.mark.parametrize(
+    ("name", "pattern"),
+    [
+        ("délete_all", "délete_*"),  # listed as delete_all: accents dropped, as in names
+        ("ünsafe", "ü*"),
+        ("天气_drop", "天气_*"),  # listed as ___drop_<hash>
+        ("天气预报", "天气*"),  # listed as tool_<hash>
+        ("天气预报", "天气??"),
+    ],
+)
+async def test_a_glob_spelt_as_the_source_names_a_tool_catches_its_public_name(
+    name: str, pattern: str
+) -> None:
+    async def run(arguments: dict[str, Any], ctx: Any) -> str:
+        return "ran"
+
+    tool_ = Tool(ToolDefinition(name=name, description="A tool."), run)
+    toolkit = Toolkit(tool_, hooks=[Policy([Rule("no", "deny", tools=[pattern])])])
+    assert toolkit.names() != [name]  # it is listed under another name
+    result = await toolkit.execute(toolkit.names()[0], {})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED
+
+
+async def test_an_allow_glob_of_letters_ascii_cannot_spell_lets_nothing_else_through() -> None:
+    """ "é*" used to become "_*" for public names, which allowed every name starting with "_"."""
+
+    async def run(arguments: dict[str, Any], ctx: Any) -> str:
+        return "ran"
+
+    admin = Tool(ToolDefinition(name="_internal_admin", description="Admin."), run)
+    policy = Policy([Rule("ok", "allow", tools=["é*", "天*"])], default="deny")
+    toolkit = Toolkit(admin, hooks=[policy])
+    result = await toolkit.execute("_internal_admin", {})
+    assert result.error_code == ToolErrorCode.TOOL_DENIED and "default" in (result.error or "")
+    assert (await Toolkit(make_named("école"), hooks=[policy]).execute("ecole", {})).success
+
+
+def make_named(name: str) -> Tool:
+    async def run(arguments: dict[str, Any], ctx: Any) -> str:
+        return "ran"
+
+    return Tool(ToolDefinition(name=name, description="A tool."), run)
+
+
+async def test_a_condition_reaches_an_argument_whose_name_holds_dots() -> None:
+    async def run(arguments: dict[str, Any], ctx: Any) -> Any:
+        return arguments
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "filter.env": {"type": "string"},
+            "page": {"type": "object", "properties": {"size.max": {"type": "integer"}}},
+        },
+    }
+    query = Tool(ToolDefinition(name="query", description="Query."), run, input_schema=schema)
+    policy = Policy(
+        [
+            Rule("no-prod", "deny", when=[ArgumentCondition("filter.env", equals="prod")]),
+            Rule("small", "deny", when=[ArgumentCondition("page.size.max", matches="^1000$")]),
+        ]
+    )
+    toolkit = Toolkit(query, hooks=[policy])
+    denied = await toolkit.execute("query", {"filter.env": "prod"})
+    assert denied.error_code == ToolErrorCode.TOOL_DENIED and "no-prod" in (denied.error or "")
+    denied = await toolkit.execute("query", {"page": {"size.max": 1000}})
+    assert denied.error_code == ToolErrorCode.TOOL_DENIED and "small" in (denied.error or "")
+    assert (await toolkit.execute("query", {"filter.env": "dev", "page": {"size.max": 5}})).success
+
+
+async def test_conditions_see_defaults_inside_the_objects_given() -> None:
+    """The tool gets ``mode = "force"`` for ``opts: {}``: a rule on it must see that too, through
+    a ``$ref``, an optional object and the items of a list."""
+    from pydantic import BaseModel
+
+    class Opts(BaseModel):
+        mode: str = "force"
+
+    class Plan(BaseModel):
+        steps: list[Opts] = []
+
+    seen: list[str] = []
+
+    @tool
+    def deploy(opts: Opts, maybe: Opts | None = None, plan: Plan | None = None) -> str:
+        """Deploy."""
+        seen.append(opts.mode)
+        return "deployed"
+
+    policy = Policy(
+        [
+            Rule("no-force", "deny", when=[ArgumentCondition("opts.mode", equals="force")]),
+            Rule("no-maybe", "deny", when=[ArgumentCondition("maybe.mode", equals="force")]),
+            Rule("no-step", "deny", when=[ArgumentCondition("plan.steps.mode", equals="force")]),
+        ]
+    )
+    toolkit = Toolkit(deploy, hooks=[policy])
+    for arguments, rule in [
+        ({"opts": {}}, "no-force"),
+        ({"opts": {"mode": "safe"}, "maybe": {}}, "no-maybe"),
+        ({"opts": {"mode": "safe"}, "plan": {"steps": [{"mode": "safe"}, {}]}}, "no-step"),
+    ]:
+        result = await toolkit.execute("deploy", arguments)
+        assert result.error_code == ToolErrorCode.TOOL_DENIED, arguments
+        assert rule in (result.error or "")
+    assert seen == []
+    allowed = await toolkit.execute("deploy", {"opts": {"mode": "safe"}, "plan": {"steps": []}})
+    assert allowed.success and seen == ["safe"]
+
+
+async def test_a_path_across_a_list_that_contains_itself_ends() -> None:
+    async def run(arguments: dict[str, Any], ctx: Any) -> str:
+        return "ran"
+
+    loop: list[Any] = [{"path": "/etc/passwd"}]
+    loop.append(loop)
+    policy = Policy(
+        [Rule("no-etc", "deny", when=[ArgumentCondition("files.path", matches="^/etc")])]
+    )
+    toolkit = Toolkit(make_named("copy"), hooks=[policy])
+    assert policy.rules[0].matches("copy", {"files": loop})  # it ends, having seen the item
+    result = await toolkit.execute("copy", {"files": loop})
+    assert result.error_code in (ToolErrorCode.TOOL_DENIED, ToolErrorCode.INVALID_ARGUMENTS)
+
+
+async def test_defaults_are_filled_once_in_arguments_that_share_or_contain_themselves() -> None:
+    """An in-process caller's arguments may repeat one list (or hold themselves): walking
+    each path afresh took time exponential in the nesting."""
+
+    async def run(arguments: dict[str, Any], ctx: Any) -> str:
+        return "ran"
+
+    schema = {
+        "type": "object",
+        "properties": {"tree": {"$ref": "#/$defs/Node"}},
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "mode": {"type": "string", "default": "force"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                },
+            }
+        },
+    }
+    shared: dict[str, Any] = {"kids": []}
+    for _ in range(60):  # 2**60 paths, 60 objects
+        shared = {"mode": "safe", "kids": [shared, shared]}
+    node = {"mode": "safe", "kids": [{"kids": [shared, shared]}]}  # a kid of mode "force"
+    looped: dict[str, Any] = {"mode": "safe", "kids": []}
+    looped["kids"].append(looped)
+    tree = Tool(ToolDefinition(name="tree", description="Tree."), run, input_schema=schema)
+    rule = Rule("no-force", "deny", when=[ArgumentCondition("tree.kids.mode", equals="force")])
+    policy = Policy([rule])
+    for value in (node, looped):
+        decision = policy(None, tree, {"tree": value})  # type: ignore[arg-type]
+        assert decision.allowed is (value is looped), decision

@@ -23,7 +23,7 @@ from toolmesh import (
     tool,
 )
 from toolmesh.errors import RemoteError
-from toolmesh.state import MAX_DEPTH
+from toolmesh.state import MAX_DEPTH, MAX_INT_DIGITS
 from toolmesh.store import MemoryStore, SqliteStore
 from toolmesh.transports.http import HttpServer
 
@@ -194,6 +194,9 @@ NOT_JSON: dict[str, tuple[Callable[[], Any], str, str]] = {
     "NUL": (lambda: {"a/b": "x\x00"}, "/context/v/a~1b", "holds NUL"),
     "self-containing": (_self_containing, "/context/v", "nests deeper than 100 levels"),
     "too deep": (lambda: _nested(MAX_DEPTH), "/context/v", "nests deeper than 100 levels"),
+    # Python's json writes and reads at most 4300 digits: the SQLite store failed the call as
+    # "not saved" (retryably), the memory store kept what no Python client could then read.
+    "huge integer": (lambda: {"n": [-(10**5000)]}, "/context/v/n/0", "is an integer of about"),
 }
 
 
@@ -440,3 +443,24 @@ async def test_a_patch_refused_by_a_stale_copy_is_judged_again_on_the_stored_doc
     assert (record.document, record.version) == ({"context": {"n": 2, "seen": True}}, 3)
     await first.close()
     await second.close()
+
+
+async def test_the_longest_integer_allowed_is_kept_and_read_back(tmp_path: Path) -> None:
+    longest = int("9" * MAX_INT_DIGITS)
+
+    @tool
+    def put(sign: int) -> Output:
+        """Store a long integer."""
+        return Output(
+            "ok", state_update=[{"op": "add", "path": "/context/n", "value": sign * longest}]
+        )
+
+    async with Toolkit(put, store=SqliteStore(tmp_path / "s.db")) as toolkit:
+        assert (await toolkit.execute("put", {"sign": -1})).success
+        assert (await toolkit.execute("put", {"sign": 1})).success
+        session_id = toolkit.session.id
+    reopened = SqliteStore(tmp_path / "s.db")  # what a restarted host reads
+    record = await reopened.load_state(session_id)
+    await reopened.close()
+    assert record is not None and record.document == {"context": {"n": longest}}
+    assert record.version == 2

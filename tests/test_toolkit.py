@@ -277,3 +277,52 @@ async def test_names_in_scripts_ascii_cannot_spell_stay_distinct() -> None:
     assert len(names) == 2 and all(n.startswith("tool_") for n in names)
     assert len({sanitize_name("погода"), sanitize_name("почта")}) == 2
     assert (await kit.execute("天气", {})).output == "天气:the weather"  # its own name works too
+
+
+async def test_a_toolkit_used_as_a_source_passes_on_its_changes() -> None:
+    """The outer toolkit held the inner one's tools as they were at assembly: a tool the inner
+    one dropped stayed callable, and one that gained a capability stayed callable without it."""
+    from toolmesh import ToolErrorCode
+
+    source = ToolSet([make("secret")], name="inner")
+    inner = Toolkit(source)
+    outer = Toolkit(inner, capabilities=["public"])
+    assert (await outer.execute("secret")).success
+    source._tools = [make("secret").replace(capabilities=["admin"])]
+    source.changed()
+    assert outer["secret"].capabilities == ["admin"]
+    denied = await outer.execute("secret")
+    assert denied.error_code == ToolErrorCode.TOOL_DENIED and "admin" in (denied.error or "")
+    source.remove("secret")
+    assert "secret" not in outer and outer.search("secret") == []
+    assert (await outer.execute("secret")).error_code == ToolErrorCode.UNKNOWN_TOOL
+    inner.register(make("late"))
+    assert outer.names() == ["late"]
+
+
+def test_a_source_ranking_its_tools_by_their_own_names_finds_renamed_ones() -> None:
+    """A source ranks its tools by the names it gave them; those that were made legal
+    (``fs.read`` is ``fs_read``) used to be dropped, so such a source found nothing."""
+
+    class Ranked(ToolSet):
+        def search(self, query: str, filter_tags: object = ()) -> list[str]:
+            return [t.name for t in self._tools]
+
+    kit = Toolkit(Ranked([make("fs.read"), make("über")], name="ranked"))
+    assert kit.names() == ["fs_read", "uber"]
+    assert [t.name for t in kit.search("read")] == ["fs_read", "uber"]
+
+
+def test_a_source_whose_search_changes_the_toolkit_does_not_break_the_search() -> None:
+    """A tool removed while searching (a source re-listing as it ranks) raised KeyError."""
+    other = ToolSet([make("read_disk", "read a disk")], name="other")
+
+    class Ranked(ToolSet):
+        def search(self, query: str, filter_tags: object = ()) -> list[str]:
+            other.remove("read_disk")
+            return [t.name for t in self._tools]
+
+    kit = Toolkit(other, Ranked([make("read_file", "read a file")], name="ranked"))
+    kit.search("disk")  # the index has seen read_disk
+    other.add(make("read_disk", "read a disk"))
+    assert [t.name for t in kit.search("read")] == ["read_file"]

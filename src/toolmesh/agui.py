@@ -45,8 +45,10 @@ class AguiStream(CallObserver):
         self._pipeline = pipeline
         self._state = state
         self._subscribers: dict[str, set[asyncio.Queue[Event | None]]] = {}
-        self._activities: dict[tuple[str, str], dict[str, Any]] = {}
-        self._deltas: dict[str, list[Any]] = {}  # state patches held until the call's result
+        # By session and call: a call's id is its client's choice, and two sessions may both
+        # call theirs "1" at once.
+        self._activities: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._deltas: dict[tuple[str, str], list[Any]] = {}  # state patches until the result
 
     async def events(self, session_id: str) -> AsyncIterator[Event]:
         """AG-UI events of one session from now on, after a snapshot of its state."""
@@ -110,15 +112,17 @@ class AguiStream(CallObserver):
         if event.kind == "activity":
             self._activity(session.id, spec.req_id, event.data)
         elif event.kind == "state":
-            self._deltas.setdefault(spec.req_id, []).extend(event.data.get("delta", []))
+            key = (session.id, spec.req_id)
+            self._deltas.setdefault(key, []).extend(event.data.get("delta", []))
         else:
             value = {"toolCallId": spec.req_id, "seq": event.seq, **event.data}
             self._send(session.id, _event("CUSTOM", name=f"toolmesh.{event.kind}", value=value))
 
     def call_ended(self, session: Session, spec: CallSpec, result: ToolResult) -> None:
-        for key in [k for k in self._activities if k[0] == spec.req_id]:
+        call = (session.id, spec.req_id)
+        for key in [k for k in self._activities if k[:2] == call]:
             del self._activities[key]
-        delta = self._deltas.pop(spec.req_id, None)
+        delta = self._deltas.pop(call, None)
         if session.id not in self._subscribers:
             return
         self._send(
@@ -151,7 +155,7 @@ class AguiStream(CallObserver):
 
         activity_type = str(data.get("activity_type", "activity"))
         patch = list(data.get("patch") or [])
-        key = (req_id, activity_type)
+        key = (session_id, req_id, activity_type)
         message_id = f"{req_id}:{activity_type}"
         first = key not in self._activities
         try:

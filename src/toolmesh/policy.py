@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -158,24 +159,34 @@ def _leaves(value: Any) -> list[Any]:
 
 def _lookup(arguments: Mapping[str, Any], path: str) -> list[Any]:
     """The values at ``path``: one for plain nesting, one per item where it crosses a list
-    (``_MISSING`` for an item without it); none when the path reaches nothing."""
-    values: list[Any] = [arguments]
-    crossed = False  # past a list, an absence is one item's, kept so `every` can see it
-    for part in path.split("."):
-        crossed = crossed or any(isinstance(v, list | tuple) for v in values)
-        reached: list[Any] = []
-        for value in values:
-            reached.extend(_step(value, part, crossed))
-        values = reached
-    return values
-
-
-def _step(value: Any, part: str, crossed: bool) -> list[Any]:
-    if isinstance(value, Mapping) and part in value:
-        return [value[part]]
-    if isinstance(value, list | tuple):
-        return [found for item in value for found in _step(item, part, True)]
-    return [_MISSING] if crossed else []
+    (``_MISSING`` for an item without it); none when the path reaches nothing. An argument
+    whose own name holds dots (``filter.env``, common in OpenAPI) is reached too: at each
+    object every key the next parts spell, joined by dots, is followed."""
+    parts = path.split(".")
+    found: list[Any] = []
+    # (value, index of the next part, whether a list was crossed on the way): walked without
+    # recursion, as an argument may nest lists deeper than Python's stack.
+    pending: list[tuple[Any, int, bool]] = [(arguments, 0, False)]
+    crossed_lists: set[tuple[int, int]] = set()  # a list may contain itself (in-process)
+    while pending:
+        value, index, crossed = pending.pop()
+        if index == len(parts):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            if (id(value), index) not in crossed_lists:
+                crossed_lists.add((id(value), index))
+                pending.extend((item, index, True) for item in reversed(value))
+        elif isinstance(value, Mapping) and (
+            steps := [
+                (value[key], end, crossed)
+                for end in range(index + 1, len(parts) + 1)
+                if (key := ".".join(parts[index:end])) in value
+            ]
+        ):
+            pending.extend(reversed(steps))
+        elif crossed:  # an absence is one item's, kept so `every` can see it
+            found.append(_MISSING)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +215,9 @@ class Rule:
             raise ConfigError(f"rule {self.name!r}: when must be a list of conditions")
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "when", when)
-        object.__setattr__(self, "_patterns", _with_public_forms(tools))
+        object.__setattr__(
+            self, "_patterns", _with_public_forms(tools, lossy=self.effect != "allow")
+        )
 
     def matches(self, tool_name: str, arguments: Mapping[str, Any]) -> bool:
         if not any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in self._patterns):
@@ -218,27 +231,68 @@ class Rule:
         )
 
 
-def _with_public_forms(patterns: Sequence[str]) -> tuple[str, ...]:
+def _with_public_forms(patterns: Sequence[str], *, lossy: bool = True) -> tuple[str, ...]:
     """The patterns, plus each as the toolkit's public names spell it: a tool its source calls
-    ``fs.read`` is ``fs_read`` (reachable by both names), and a rule naming ``fs.read`` must
-    still catch it."""
+    ``fs.read`` is ``fs_read`` (reachable by both names), ``délete_all`` is ``delete_all``, and
+    a rule naming the source's spelling must still catch it. A name with letters no ASCII
+    spells ("天气") is public only with a hash suffix; a glob of such letters stands for it
+    only when ``lossy`` (deny and approve rules, where catching more is the safe side: the
+    ``_`` in place of each letter, or the hash, could also match other names, which an allow
+    rule must not let through)."""
     from toolmesh.toolkit import sanitize_name  # the toolkit imports far more than we need
 
     forms = list(patterns)
     for pattern in patterns:
-        if not _GLOB.search(pattern):
-            public = sanitize_name(pattern)
+        if _GLOB.search(pattern):
+            publics = _public_globs(pattern, lossy=lossy)
         else:
-            public = _ILLEGAL_IN_GLOB.sub("_", pattern)
-            if _NEEDS_LEAD.match(public):
-                public = "_" + public  # "1pass*" names "_1password"
-        if public not in forms:
-            forms.append(public)
-    return tuple(forms)
+            publics = [sanitize_name(pattern)]
+        forms.extend(public for public in publics if public not in forms)
+    return tuple(dict.fromkeys(forms))
+
+
+def _public_globs(pattern: str, *, lossy: bool) -> list[str]:
+    """``pattern`` as ``sanitize_name`` spells the names it matches, its glob characters kept:
+    accents dropped (NFKD, as there), every other character not legal in a name made ``_``, a
+    ``_`` before a leading digit or ``-``. A name that needed letters replaced also ends in
+    ``_`` and 8 hex digits (and is ``tool_`` and those when no letter or digit was left),
+    which the globs then allow for: only when ``lossy``, else there is no such form."""
+    out: list[str] = []
+    replaced = False
+    in_class = False
+    for index, char in enumerate(pattern):
+        if char in "*?" and not in_class:
+            out.append(char)
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+            out.append(char)
+            continue
+        if in_class and (char == "]" or (char == "!" and pattern[index - 1] == "[")):
+            in_class = char != "]"
+            out.append(char)
+            continue
+        for part in unicodedata.normalize("NFKD", char) if not char.isascii() else char:
+            if unicodedata.combining(part):
+                continue
+            replaced = replaced or not part.isascii()
+            out.append(part if _NAME_CHAR.fullmatch(part) else "_")
+    public = "".join(out)
+    if _NEEDS_LEAD.match(public):
+        public = "_" + public  # "1pass*" names "_1password"
+    if not replaced:
+        return [public]
+    if not lossy:
+        return []
+    hashed = "_" + "[0-9a-f]" * 8  # sanitize_name's hash suffix
+    forms = [public if public.endswith("*") else public + hashed]
+    if not any(c.isascii() and c.isalnum() for c in public):
+        forms.append("tool" + hashed)  # a name of no letter or digit left: "tool" and its hash
+    return forms
 
 
 _GLOB = re.compile(r"[*?\[]")
-_ILLEGAL_IN_GLOB = re.compile(r"[^A-Za-z0-9_\-*?\[\]!]")
+_NAME_CHAR = re.compile(r"[A-Za-z0-9_\-]")
 _NEEDS_LEAD = re.compile(r"[0-9\-]")
 
 
@@ -358,33 +412,152 @@ def _condition_from_config(raw: Any, where: str) -> ArgumentCondition:
 
 
 def _with_defaults(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The arguments as the tool will see them: a missing top-level argument with a default in
-    the schema has that value (a rule on ``mode = "force"`` must catch a call that omits a
-    ``mode`` defaulting to "force"). A default of null stays missing: it means "not given"."""
-    defaults = _defaults_of(schema)
+    """The arguments as the tool will see them: a missing argument with a default in the
+    schema has that value (a rule on ``mode = "force"`` must catch a call that omits a ``mode``
+    defaulting to "force"), at the top level and inside the objects given (``opts: {}`` of a
+    model whose ``mode`` defaults to "force", through ``$ref``, optional objects and list
+    items). A default of null stays missing: it means "not given"."""
+    defaults, nested = _defaults_of(schema)
+    if nested:
+        filled = _filled(arguments, schema, schema, 0)
+        return filled if isinstance(filled, Mapping) else arguments
     missing = {name: value for name, value in defaults.items() if name not in arguments}
     return {**arguments, **missing} if missing else arguments
 
 
-_DEFAULTS: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+_DEFAULTS: dict[int, tuple[Mapping[str, Any], dict[str, Any], bool]] = {}
+_FILL_DEPTH = 64  # levels of arguments given defaults; a deeper argument is left as it is
+_REF_HOPS = 16  # a $ref that leads to a $ref ...: at most this many are followed
 
 
-def _defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The non-null defaults of a schema's top-level properties, read once per schema (the
-    schema is kept with them, so its id names no other)."""
+def _defaults_of(schema: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The non-null defaults of a schema's top-level properties, and whether defaults appear
+    deeper too, read once per schema (the schema is kept with them, so its id names no other)."""
     known = _DEFAULTS.get(id(schema))
     if known is not None and known[0] is schema:
-        return known[1]
+        return known[1], known[2]
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    specs = list(properties.values()) if isinstance(properties, Mapping) else []
     defaults = {
         name: spec["default"]
         for name, spec in (properties.items() if isinstance(properties, Mapping) else ())
         if isinstance(spec, Mapping) and spec.get("default") is not None
     }
+    nested = _defaults_below(schema, {id(spec) for spec in specs})
     if len(_DEFAULTS) >= 4096:  # tools come and go (a source re-lists): start afresh
         _DEFAULTS.clear()
-    _DEFAULTS[id(schema)] = (schema, defaults)
-    return defaults
+    _DEFAULTS[id(schema)] = (schema, defaults, nested)
+    return defaults, nested
+
+
+def _defaults_below(schema: Any, top: set[int]) -> bool:
+    """Whether any part of ``schema`` but its top-level properties declares a default (a
+    default's own value may be walked too: that only sends a schema down the slower path)."""
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Mapping):
+            if "default" in node and id(node) not in top and node is not schema:
+                return True
+            pending.extend(node.values())
+        elif isinstance(node, list | tuple):
+            pending.extend(node)
+    return False
+
+
+def _resolved(schema: Any, root: Mapping[str, Any]) -> Any:
+    """``schema`` with its local ``$ref`` followed (to what it names), or as it is."""
+    from toolmesh.schema import pointer_target  # the schema module is not needed otherwise
+
+    for _ in range(_REF_HOPS):
+        ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+        if not isinstance(ref, str):
+            break
+        target = pointer_target(root, ref)
+        if not isinstance(target, Mapping):
+            break
+        schema = target
+    return schema
+
+
+def _object_schemas(schema: Any, root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The schemas whose properties an object value follows: the schema itself, every part of
+    its ``allOf``, and the one object branch of an ``anyOf``/``oneOf`` (``X | None``; with
+    several object branches which one applies is not known, and none is used). Each schema is
+    taken once (a ``$ref`` may lead back to where it started)."""
+    found: list[Mapping[str, Any]] = []
+    seen: set[int] = set()
+    pending = [schema]
+    while pending:
+        part = _resolved(pending.pop(), root)
+        if not isinstance(part, Mapping) or id(part) in seen:
+            continue
+        seen.add(id(part))
+        found.append(part)
+        every = part.get("allOf")
+        if isinstance(every, list | tuple):
+            pending.extend(every)
+        for key in ("anyOf", "oneOf"):
+            branches = part.get(key)
+            if isinstance(branches, list | tuple):
+                objects = [
+                    branch
+                    for branch in (_resolved(b, root) for b in branches)
+                    if isinstance(branch, Mapping)
+                    and (branch.get("type") == "object" or "properties" in branch)
+                ]
+                if len(objects) == 1:
+                    pending.append(objects[0])
+    return found
+
+
+def _filled(
+    value: Any,
+    schema: Any,
+    root: Mapping[str, Any],
+    depth: int,
+    memo: dict[tuple[int, int], Any] | None = None,
+) -> Any:
+    """``value`` with the defaults ``schema`` declares for what it leaves out (a copy where
+    anything was added; ``value`` itself is never changed). Each object is filled once per
+    schema (``memo``): an in-process caller's arguments may share or contain themselves."""
+    if depth > _FILL_DEPTH or not isinstance(value, Mapping | list | tuple):
+        return value
+    memo = {} if memo is None else memo
+    key = (id(value), id(schema))
+    if key in memo:
+        return memo[key]
+    memo[key] = value  # while it is being filled: a way back to it finds it as it is
+    if isinstance(value, Mapping):
+        out: dict[str, Any] | None = None
+        for part in _object_schemas(schema, root):
+            properties = part.get("properties")
+            if not isinstance(properties, Mapping):
+                continue
+            for name, spec in properties.items():
+                current = value if out is None else out
+                if name in current:
+                    inner = _filled(current[name], spec, root, depth + 1, memo)
+                    if inner is current[name]:
+                        continue
+                elif isinstance(spec, Mapping) and spec.get("default") is not None:
+                    inner = _filled(spec["default"], spec, root, depth + 1, memo)
+                else:
+                    continue
+                if out is None:
+                    out = dict(value)
+                out[name] = inner
+        result: Any = value if out is None else out
+    else:
+        resolved = _resolved(schema, root)
+        items = resolved.get("items") if isinstance(resolved, Mapping) else None
+        result = value
+        if isinstance(items, Mapping):
+            filled = [_filled(item, items, root, depth + 1, memo) for item in value]
+            if any(new is not old for new, old in zip(filled, value, strict=True)):
+                result = filled
+    memo[key] = result
+    return result
 
 
 def _describe(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from toolmesh.errors import StateError
 from toolmesh.store.base import StateRecord, Store
 
-__all__ = ["INITIAL_STATE", "MAX_DEPTH", "MAX_UPDATE_SIZE", "StateManager"]
+__all__ = ["INITIAL_STATE", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_UPDATE_SIZE", "StateManager"]
 
 INITIAL_STATE: dict[str, Any] = {"context": {}}
 
@@ -36,6 +36,13 @@ more: a deeper document would be stored and then unreadable by every client."""
 MAX_UPDATE_SIZE = 16 * 1024 * 1024
 """The most one patch may add to a document, in characters of text plus one per value: what one
 A2E message can carry. It also bounds ``copy``, which doubles what it copies at each repeat."""
+
+MAX_INT_DIGITS = 4300
+"""The most digits an integer in a document may have: Python refuses to read or write longer
+ones as text (``sys.int_info.default_max_str_digits``), so a store could not save it, nor a
+Python client read it."""
+_INT_LIMIT = 10**MAX_INT_DIGITS  # the smallest integer with one digit too many
+_SHORT_INT_BITS = int(MAX_INT_DIGITS / math.log10(2))  # an integer this long has few enough
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
 _CAS_ATTEMPTS = 50
@@ -215,6 +222,13 @@ class _PlainValue:
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, int):
+            if value.bit_length() > _SHORT_INT_BITS and abs(value) >= _INT_LIMIT:
+                raise self._error(
+                    at,
+                    f"is an integer of about {int(value.bit_length() * math.log10(2)) + 1} "
+                    f"digits; Python's JSON, which the stores and Python clients read with, "
+                    f"takes at most {MAX_INT_DIGITS}",
+                )
             return int(value)
         if isinstance(value, float):
             if not math.isfinite(value):

@@ -13,6 +13,7 @@ deadline, events, state, audit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import fnmatch
 import hashlib
@@ -132,6 +133,7 @@ class Toolkit(ToolResolver):
         )
         self.session = Session(capabilities=self.capabilities, agent_id="local")
         self._sources: list[Source] = []
+        self._watchers: list[Callable[[], None]] = []  # toolkits that hold this one as a source
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
         self._index = create_index(search)
@@ -183,6 +185,13 @@ class Toolkit(ToolResolver):
         self._version += 1
         self._listings.clear()
         self._defer_over_budget()
+        self._tell_watchers()
+
+    def _tell_watchers(self) -> None:
+        """Tell the toolkits this one is a source of that its tools changed: they hold its
+        tools, and must not keep serving one it dropped, or as it was before it changed."""
+        for watcher in list(self._watchers):
+            watcher()
 
     def _claim(
         self, source: Source, given: Tool, previous: Mapping[str, _Entry] | None = None
@@ -233,6 +242,7 @@ class Toolkit(ToolResolver):
         self._version += 1
         self._listings.clear()
         self._defer_over_budget()
+        self._tell_watchers()
 
     # -- lookup ----------------------------------------------------------------------------------
 
@@ -376,12 +386,14 @@ class Toolkit(ToolResolver):
         held = capabilities or self.capabilities
 
         def accept(name: str) -> bool:
-            definition = self._entries[name].tool.definition
-            return _visible(definition, held, kind, tags, include_deferred)
+            entry = self._entries.get(name)  # a source's own search may have changed its tools
+            return entry is not None and _visible(
+                entry.tool.definition, held, kind, tags, include_deferred
+            )
 
         self._catch_up_index()
         # Each source is asked once; one whose own search fails is ranked by the index.
-        custom: list[tuple[int, list[str]]] = []
+        custom: list[tuple[Source, list[str]]] = []
         for source in self._sources:
             try:
                 found_names = source.search(query, tags)
@@ -395,23 +407,33 @@ class Toolkit(ToolResolver):
                 )
                 continue
             if names is not None:
-                custom.append((id(source), names))
+                custom.append((source, names))
         if not custom:
             found = self._index.search(query, limit=limit, accept=accept)
             return [self._entries[name].tool for name, _score in found]
-        custom_names = {source_id for source_id, _names in custom}
+        custom_ids = {id(source) for source, _names in custom}
         ranked = [
             name
             for name, _score in self._index.search(query, accept=accept)
-            if id(self._entries[name].source) not in custom_names
+            if name in self._entries and id(self._entries[name].source) not in custom_ids
         ]
-        for _source_id, names in custom:
-            ranked = _interleave(
-                ranked,
-                [n for n in names if isinstance(n, str) and n in self._entries and accept(n)],
-            )
+        for source, names in custom:
+            publics = (self._public_name(name, source) for name in names)
+            ranked = _interleave(ranked, [n for n in publics if n is not None and accept(n)])
         tools = [self._entries[name].tool for name in ranked]
         return tools[:limit] if limit is not None else tools
+
+    def _public_name(self, name: object, source: Source) -> str | None:
+        """The public name of the tool ``source`` calls ``name`` (a source ranks its tools by
+        the names it gave them: ``fs.read`` is listed as ``fs_read``), or None when it names
+        none of its own tools here (one it lost to an earlier source, or none at all)."""
+        if not isinstance(name, str):
+            return None
+        for public in (name, self._aliases.get(name)):
+            entry = self._entries.get(public) if public is not None else None
+            if entry is not None and entry.source is source:
+                return public
+        return None
 
     def deferred_names(self) -> set[str]:
         """Names of the tools kept out of the default listing: those with ``defer_loading``,
@@ -580,11 +602,14 @@ class ToolkitSource(Source):
     def __init__(self, toolkit: Toolkit) -> None:
         self.toolkit = toolkit
         self.name = f"toolkit:{toolkit.name}"
+        toolkit._watchers.append(self.changed)  # its sources change: so do its tools
 
     def tools(self) -> Sequence[Tool]:
         return self.toolkit.tools
 
     async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.toolkit._watchers.remove(self.changed)
         await self.toolkit.close()
 
 
