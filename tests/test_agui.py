@@ -198,3 +198,39 @@ async def test_two_sessions_calling_with_the_same_call_id_see_only_their_own_run
         for stream in streams.values():
             await stream.aclose()
     assert agui._activities == {} and agui._deltas == {}
+
+
+async def test_a_cancelled_call_ends_its_run() -> None:
+    """A call cut off by its caller's cancellation ends its AG-UI run with RUN_ERROR (it used to
+    stop after the activity, the run never ended, and its activity stayed in memory)."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+    from toolmesh.tools import ToolContext
+
+    @tool
+    async def slow(ctx: ToolContext) -> str:
+        """Waits until cancelled."""
+        ctx.activity("progress", [{"op": "add", "path": "/p", "value": 1}])
+        await asyncio.Event().wait()
+        return "never"
+
+    toolkit = Toolkit(slow)
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    assert (await anext(stream))["type"] == "STATE_SNAPSHOT"
+    call = asyncio.ensure_future(toolkit.pipeline.call(session, CallSpec("slow", {}, req_id="r")))
+    try:
+        started = await asyncio.wait_for(collect(stream, 5), 10)
+        assert started[-1]["type"] == "ACTIVITY_SNAPSHOT"
+        call.cancel()
+        rest = await asyncio.wait_for(collect(stream, 2), 10)
+    finally:
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        await stream.aclose()
+    assert kinds(rest) == ["TOOL_CALL_RESULT", "RUN_ERROR"]
+    assert rest[1]["code"] == "cancelled"
+    assert agui._activities == {}

@@ -212,6 +212,8 @@ class Pipeline:
             result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
             result.duration_ms = _elapsed_ms(started)
             await self._audit(session, spec, tool, result, decision, measured)
+            for observer in observers:  # an AG-UI run, say, ends (as an error) here too
+                observer.call_ended(session, spec, result)
             raise
         result.duration_ms = _elapsed_ms(started)
         await self._audit(session, spec, tool, result, decision, measured)
