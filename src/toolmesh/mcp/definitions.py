@@ -25,6 +25,7 @@ __all__ = [
     "HINTS",
     "definition_from_mcp",
     "input_schema_of",
+    "listed_output_schema",
     "mcp_tool_entry",
     "usable_tool_entries",
 ]
@@ -171,10 +172,19 @@ def mcp_tool_entry(tool: Tool) -> dict[str, Any]:
         hints["title"] = title
     if hints:
         entry["annotations"] = hints
+    output = listed_output_schema(tool)
+    if output is not None:
+        entry["outputSchema"] = output
+    return entry
+
+
+def listed_output_schema(tool: Tool) -> dict[str, Any] | None:
+    """The ``outputSchema`` a tool is listed with over MCP: only an object schema (MCP requires
+    one there); a tool listed with one must answer with ``structuredContent``."""
     output = tool.output_schema
     if output is not None and output.get("type") == "object":
-        entry["outputSchema"] = output  # MCP requires an object schema here
-    return entry
+        return output
+    return None
 
 
 def _annotations(tool: Mapping[str, Any]) -> dict[str, Any]:

@@ -165,9 +165,7 @@ class MCPHttpEndpoint:
         version = headers.get(VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_VERSIONS:
             if version not in MODERN_VERSIONS:
-                supported = ", ".join((*HANDSHAKE_VERSIONS, *MODERN_VERSIONS))
-                refusal = f"MCP-Protocol-Version {version!r} is not served; these are: {supported}"
-                await _json_error(400, UNSUPPORTED_PROTOCOL_VERSION, refusal)(scope, receive, send)
+                await _unsupported_version(version)(scope, receive, send)
                 return
             peer = self.service.peer(stateful=False)
             peer.era = "modern"  # the header says so: a request without the envelope is refused
@@ -218,6 +216,10 @@ class MCPHttpEndpoint:
     # -- GET: the session's notification stream ----------------------------------------------------
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        version = headers.get(VERSION_HEADER)
+        if version is not None and version not in (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS):
+            await _unsupported_version(version)(scope, receive, send)
+            return
         if headers.get(VERSION_HEADER) in (None, *HANDSHAKE_VERSIONS) and SESSION_HEADER in headers:
             found = self._session(headers)
             if isinstance(found, Response):
@@ -240,6 +242,10 @@ class MCPHttpEndpoint:
         await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
 
     async def _delete(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        version = headers.get(VERSION_HEADER)
+        if version is not None and version not in (*HANDSHAKE_VERSIONS, *MODERN_VERSIONS):
+            await _unsupported_version(version)(scope, receive, send)
+            return
         found = self._session(headers)
         if isinstance(found, Response):
             await found(scope, receive, send)
@@ -417,6 +423,13 @@ def _json(reply: bytes, status: int, extra: list[tuple[bytes, bytes]]) -> Respon
     return Response(
         reply, status_code=status, media_type="application/json", headers=dict(_text(extra))
     )
+
+
+def _unsupported_version(version: str) -> Response:
+    """The 400 the spec asks for a request whose ``MCP-Protocol-Version`` is not served."""
+    supported = ", ".join((*HANDSHAKE_VERSIONS, *MODERN_VERSIONS))
+    refusal = f"MCP-Protocol-Version {version!r} is not served; these are: {supported}"
+    return _json_error(400, UNSUPPORTED_PROTOCOL_VERSION, refusal)
 
 
 def _json_error(status: int, code: int, message: str) -> Response:

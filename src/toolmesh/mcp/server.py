@@ -44,7 +44,7 @@ from toolmesh.mcp.approvals import (
     seal,
     unseal,
 )
-from toolmesh.mcp.definitions import mcp_tool_entry
+from toolmesh.mcp.definitions import listed_output_schema, mcp_tool_entry
 from toolmesh.mcp.results import mcp_call_result
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, secret_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from toolmesh.capabilities import CapabilitySet
     from toolmesh.host import Host
     from toolmesh.models import ToolDefinition
+    from toolmesh.tools import Tool
 
 __all__ = ["MCPPeer", "MCPService", "Send"]
 
@@ -117,6 +118,7 @@ class MCPService:
         self.shared_loaded: frozenset[str] = frozenset()
         self._listings: dict[tuple[Any, ...], tuple[list[ToolDefinition], str]] = {}
         self._watched: set[int] = set()
+        self._structured: dict[str, tuple[Tool, bool]] = {}  # tools listed with outputSchema
         self._search_name = SEARCH_TOOL
         self._info_json = json.dumps(self.server_info)
 
@@ -163,6 +165,20 @@ class MCPService:
             self._listings.clear()
         self._listings[key] = (definitions, text)
         return text
+
+    def promises_structure(self, name: str) -> bool:
+        """Whether the tool ``name`` is listed with an ``outputSchema`` (cached per tool)."""
+        tool = self.host.toolkit.get(name)
+        if tool is None:
+            return False
+        cached = self._structured.get(name)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        promised = listed_output_schema(tool) is not None
+        if len(self._structured) > 4096:
+            self._structured.clear()
+        self._structured[name] = (tool, promised)
+        return promised
 
     def has_deferred(self, held: CapabilitySet) -> bool:
         toolkit = self.host.toolkit
@@ -495,6 +511,12 @@ class MCPPeer:
             self._cancelled.discard(task)
         if result.error_code == ToolErrorCode.UNKNOWN_TOOL:
             raise _RpcError(INVALID_PARAMS, result.error or f"unknown tool {name!r}")
+        if (
+            result.success
+            and not isinstance(result.data, dict)
+            and self.service.promises_structure(name)
+        ):
+            result = _unstructured(result)
         wire = mcp_call_result(result, modern=self.era == "modern")
         return self._result(request_id, json.dumps(wire, ensure_ascii=False, default=str))
 
@@ -762,6 +784,17 @@ def _search_entry(name: str) -> dict[str, Any]:
         "inputSchema": _SEARCH_SCHEMA,
         "annotations": {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
     }
+
+
+def _unstructured(result: ToolResult) -> ToolResult:
+    """A success without the structured result its listed ``outputSchema`` promises (data cut
+    off by the output limit, say): an ``isError`` result, which clients do not check against
+    the schema ("Servers MUST provide structured results that conform to this schema")."""
+    why = result.metadata.get("data_omitted") or "the tool returned no object"
+    message = f"{result.tool_name} gave no structured result for its outputSchema ({why})"
+    if result.output:
+        message += f"; its output:\n{result.output}"
+    return ToolResult.failure(result.tool_name, ToolErrorCode.TOOL_ERROR, message, result.metadata)
 
 
 def _refused_search(name: str, message: str) -> ToolResult:

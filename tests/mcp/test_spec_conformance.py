@@ -1,0 +1,97 @@
+"""Spec points of the MCP server found by a QA pass: an ``outputSchema`` promise kept when the
+output limit drops the data, and ``MCP-Protocol-Version`` checked on every HTTP method."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TypedDict
+
+import httpx
+import pytest
+from mcp import Client
+
+from toolmesh import Host, Limits, tool
+from toolmesh.mcp.http import mcp_routes
+from toolmesh.transports.http import HttpServer
+
+pytestmark = [pytest.mark.network_server]
+
+
+class Report(TypedDict):
+    n: int
+    text: str
+
+
+@tool
+def report(n: int) -> Report:
+    """A structured report of n characters."""
+    return {"n": n, "text": "x" * n}
+
+
+@tool
+def plain(text: str) -> str:
+    """Text back."""
+    return text
+
+
+@contextlib.asynccontextmanager
+async def endpoint() -> AsyncIterator[str]:
+    host = Host(report, plain, limits=Limits(max_output_chars=200))
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    try:
+        yield f"{url}/mcp"
+    finally:
+        await server.stop()
+        await host.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_cut_off_structured_result_is_an_error_not_a_broken_promise(mode: str) -> None:
+    # "If an output schema is provided: Servers MUST provide structured results that conform to
+    # this schema." The SDK's client raised RuntimeError on the success without them.
+    async with endpoint() as url, Client(url, mode=mode) as client:
+        listing = await client.list_tools(cache_mode="bypass")
+        assert {t.name: t for t in listing.tools}["report"].output_schema is not None
+        small = await client.call_tool("report", {"n": 3})
+        assert not small.is_error and small.structured_content == {"n": 3, "text": "xxx"}
+
+        cut = await client.call_tool("report", {"n": 1000})
+        assert cut.is_error
+        text = cut.content[0].text  # type: ignore[union-attr]
+        assert "outputSchema" in text and "larger than the output limit" in text
+        assert "[output truncated" in text  # what there was is still shown
+
+        long_text = await client.call_tool("plain", {"text": "y" * 1000})
+        assert not long_text.is_error  # no outputSchema listed: a cut-off text stays a success
+
+
+async def test_unsupported_protocol_version_is_400_on_get_and_delete() -> None:
+    # "If the server receives a request with an invalid or unsupported MCP-Protocol-Version,
+    # it MUST respond with 400 Bad Request." GET answered 405; DELETE ended the session.
+    accept = {"Accept": "application/json, text/event-stream"}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}},
+    }
+    async with endpoint() as url, httpx.AsyncClient(timeout=10) as http:
+        opened = await http.post(url, headers=accept, json=hello)
+        session = {"Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        wrong = {**accept, **session, "MCP-Protocol-Version": "1999-01-01"}
+
+        stream = await http.get(url, headers={**wrong, "Accept": "text/event-stream"})
+        assert stream.status_code == 400
+        assert "1999-01-01" in stream.json()["error"]["message"]
+
+        ended = await http.delete(url, headers=wrong)
+        assert ended.status_code == 400
+
+        right = {**accept, **session, "MCP-Protocol-Version": "2025-06-18"}
+        ping = await http.post(
+            url, headers=right, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        )
+        assert ping.status_code == 200 and ping.json()["result"] == {}  # the session lives on
+        assert (await http.delete(url, headers=right)).status_code == 200
