@@ -9,7 +9,7 @@ from typing import TypedDict
 
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 
 from toolmesh import Host, Limits, tool
 from toolmesh.mcp.http import mcp_routes
@@ -95,3 +95,14 @@ async def test_unsupported_protocol_version_is_400_on_get_and_delete() -> None:
         )
         assert ping.status_code == 200 and ping.json()["result"] == {}  # the session lives on
         assert (await http.delete(url, headers=right)).status_code == 200
+
+
+async def test_a_cursor_never_given_out_is_invalid_params() -> None:
+    # Pagination: "Invalid cursors SHOULD result in an error with code -32602". The listing is
+    # one page, so no cursor was ever handed out; one used to get the whole listing again.
+    async with endpoint() as url, Client(url, mode="legacy") as client:
+        listing = await client.list_tools(cache_mode="bypass")
+        assert listing.next_cursor is None
+        with pytest.raises(MCPError) as refused:
+            await client.list_tools(cursor="page-2", cache_mode="bypass")
+        assert refused.value.code == -32602 and "page-2" in str(refused.value)

@@ -299,6 +299,9 @@ class MCPPeer:
         if method == "tools/call":
             return await self._call(request_id, params, notify or self.send)
         if method == "tools/list":
+            cursor = params.get("cursor")
+            if cursor not in (None, ""):  # the listing is one page: no cursor was ever given out
+                raise _RpcError(INVALID_PARAMS, f"unknown cursor {str(cursor)[:64]!r}")
             return self._list(request_id)
         if method == "server/discover":
             return self._discover(request_id)
