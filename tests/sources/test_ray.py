@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from tests.fixtures import ray_tools
-from toolmesh import ConfigError, Host, Toolkit, connect_async
+from toolmesh import ConfigError, Host, Toolkit, connect_async, tool
 from toolmesh.manifest import load_manifest
 from toolmesh.models import ToolEvent
 from toolmesh.sources.functions import tools_of
 from toolmesh.sources.ray import OnRay
+from toolmesh.store import SqliteStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.network_server]
 
@@ -172,3 +173,43 @@ def test_a_ray_it_started_is_stopped_when_it_closes() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "initialized after close: False" in done.stdout
+
+
+async def test_sys_exit_on_a_worker_fails_its_call_not_the_host(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    """A tool calling sys.exit() on its Ray worker was shipped back as SystemExit and raised in
+    the host, which then left the caller (and the host's loop) instead of answering. A result
+    that cannot travel back was "failed before running the tool" with Ray's coloured
+    traceback as the error a model reads."""
+
+    @tool
+    def leave(code: int) -> str:
+        """Exit the worker's tool with ``code``."""
+        raise SystemExit(code)
+
+    @tool
+    def opaque() -> Any:
+        """Return a value that cannot travel back (a lock)."""
+        import threading
+
+        return threading.Lock()
+
+    host = Host(OnRay(tools_of([leave, opaque])), audit=tmp_path / "audit.db")
+    client = await connect_async(host, agent_id="tester")
+    try:
+        result = await client.call_tool("leave", {"code": 3})
+        assert (result.success, result.error_code) == (False, "tool_error")
+        assert "SystemExit: 3" in (result.error or "")
+        odd = await client.call_tool("opaque", {})  # it ran; its result could not travel
+        assert odd.error_code == "tool_error"
+        assert "cannot pickle" in (odd.error or "") and "\x1b" not in (odd.error or "")
+        assert "before running the tool" not in (odd.error or "")
+        print("OPAQUE", repr(odd.error))
+        again = await client.call_tool("leave", {"code": 0})
+        assert again.error_code == "tool_error"  # the host still answers
+    finally:
+        await client.close()
+        await host.close()
+    entries = await SqliteStore(tmp_path / "audit.db").recent_audit(10)
+    assert [e.tool_name for e in entries].count("leave") == 2

@@ -82,3 +82,25 @@ async def test_the_audit_command_reads_a_shared_store(postgres_url: str) -> None
     )
     (entry,) = [json.loads(line) for line in shown.stdout.splitlines()]
     assert (entry["tool_name"], entry["host_id"]) == ("shared", "h1")
+
+
+async def test_a_refused_signal_connection_fails_open_instead_of_hanging(
+    postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    """The pool connected, then the connection that listens for signals was refused (the role's
+    or the server's connection limit): open() waited for it forever, logging once a second."""
+    database = postgres_url.rsplit("/", 1)[1]
+    role = f"one_conn_{database}"
+    postgres_cluster.sql(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 1')
+    postgres_cluster.sql(f'ALTER DATABASE "{database}" OWNER TO "{role}"')
+    url = postgres_cluster.url(database).replace("toolmesh@", f"{role}@", 1)
+    store = PostgresStore(url, min_connections=1, max_connections=1)
+    with pytest.raises(ConfigError, match=r"listens for signals.*too many connections"):
+        await asyncio.wait_for(store.open(), 30)  # (the old code never returned)
+    with pytest.raises(ConfigError, match="not open"):
+        store.pool  # noqa: B018 - nothing was left open
+    postgres_cluster.sql(f'ALTER ROLE "{role}" CONNECTION LIMIT 2')
+    await store.open()  # the same store opens once the limit allows it
+    await store.append_audit(AuditEntry(tool_name="t", success=True))
+    assert [e.tool_name for e in await store.recent_audit(5)] == ["t"]
+    await store.close()

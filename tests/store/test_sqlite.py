@@ -14,6 +14,7 @@ from toolmesh import ConfigError, Host, Toolkit, connect_async, tool
 from toolmesh.audit import AuditEntry
 from toolmesh.store import MemoryStore, SqliteStore, open_store
 from toolmesh.store.base import A2ATaskRecord, SessionRecord
+from toolmesh.store.sqlite import BATCH_ROWS, _audit_row
 
 
 async def test_schema_is_migrated_once(tmp_path: Path) -> None:
@@ -252,3 +253,78 @@ async def test_a_batched_commit_that_fails_is_counted_and_raises_nowhere(
     assert sum("ping" in record.getMessage() for record in caplog.records) == 2  # logged in full
     await client.close()
     await host.close()
+
+
+def _entry(req_id: str) -> AuditEntry:
+    return AuditEntry(tool_name="t", success=True, session_id="s", req_id=req_id, host_id="h")
+
+
+async def test_a_full_disk_under_a_batch_reports_the_full_disk(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite rolls a transaction back by itself when the disk is full: the store's own
+    ROLLBACK then failed ("no transaction is active") and replaced the real error, in the
+    caller's exception and in every lost row's log line."""
+    store = SqliteStore(tmp_path / "a.db")
+    await store.open()
+    db = store.connection()
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count={pages}")  # no room for one more page: a full disk
+    with caplog.at_level(logging.ERROR, logger="toolmesh.audit"):
+        for i in range(BATCH_ROWS - 1):
+            await store.append_audit(_entry(str(i)), durable=False)
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            await store.append_audit(_entry("last"), durable=False)  # the batch is written
+    assert not db.in_transaction
+    assert store.audit_rows_lost == BATCH_ROWS - 1
+    assert all("full" in record.getMessage() for record in caplog.records)
+    db.execute("PRAGMA max_page_count=1000000")  # room again: the store goes on
+    for i in range(3):
+        await store.append_audit(_entry(f"after{i}"), durable=False)
+    await store.append_audit(_entry("durable"))
+    assert [e.req_id for e in await store.recent_audit(5)][:4] == [
+        "durable",
+        "after2",
+        "after1",
+        "after0",
+    ]
+    await store.close()
+
+
+async def test_a_failed_commit_of_a_batch_leaves_no_transaction_open(tmp_path: Path) -> None:
+    """A COMMIT that fails leaves its transaction open; every later batch then failed on
+    BEGIN ("cannot start a transaction within a transaction") and single rows were never
+    committed."""
+    store = SqliteStore(tmp_path / "a.db")
+    await store.open()
+    real = store.connection()
+
+    class FailingCommit:
+        def __init__(self) -> None:
+            self.failures = 1
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql == "COMMIT" and self.failures:
+                self.failures -= 1
+                raise sqlite3.OperationalError("disk I/O error")
+            return real.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    store._db = FailingCommit()  # type: ignore[assignment]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        store._insert([_audit_row(_entry(f"r{i}")) for i in range(2)])
+    assert not real.in_transaction
+    for i in range(2):
+        await store.append_audit(_entry(f"n{i}"), durable=False)
+    await store.append_audit(_entry("n2"))
+    store._db = real
+    other = sqlite3.connect(tmp_path / "a.db")
+    assert other.execute("SELECT req_id FROM audit ORDER BY id").fetchall() == [
+        ("n0",),
+        ("n1",),
+        ("n2",),
+    ]
+    other.close()
+    await store.close()

@@ -26,6 +26,7 @@ import hashlib
 import os
 import pickle
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -158,7 +159,12 @@ class OnRay(WrapperSource):
             ray.cancel(task, force=True)  # the deadline passed or the caller gave up
             raise
         except ray.exceptions.RayTaskError as exc:
-            raise RuntimeError(f"the Ray task failed before running the tool: {exc}") from None
+            # Ray's own failure around the tool (its code, arguments or result would not
+            # travel): the cause, not Ray's coloured multi-line traceback, for the model.
+            raise RuntimeError(
+                f"the Ray task of {tool.name!r} failed outside the tool's code (sending the "
+                f"tool, its arguments or its result): {_cause(exc)}"
+            ) from None
         except ray.exceptions.TaskCancelledError:
             return _failure(tool.name, ToolErrorCode.CANCELLED, "the Ray task was cancelled")
         except ray.exceptions.RayError as exc:
@@ -211,11 +217,28 @@ def _lost(tool_name: str, exc: BaseException) -> ToolResult:
     )
 
 
+def _cause(exc: BaseException) -> str:
+    """One line naming what went wrong inside a RayTaskError."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and not isinstance(cause, type(exc)):
+        text = f"{type(cause).__name__}: {cause}"
+    else:
+        text = str(exc)
+    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:500]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _exception(raised: Any, text: Any) -> BaseException:
     """The tool's exception as raised on the worker (or its name and text when it would not
-    pickle)."""
-    if isinstance(raised, BaseException):
+    pickle). SystemExit and KeyboardInterrupt ended the tool on the worker: raised again here
+    they would end the host, so they are the tool's error, as ``sys.exit()`` is in-process."""
+    if isinstance(raised, Exception | asyncio.CancelledError):
         return raised
+    if isinstance(raised, BaseException):
+        return RuntimeError(f"{type(raised).__name__}: {raised}")
     return RuntimeError(f"{raised}: {text}" if text else str(raised))
 
 

@@ -205,7 +205,6 @@ class PostgresStore(Store):
         self._flushes: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
         self._listener: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
         self._open_lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
@@ -239,9 +238,23 @@ class PostgresStore(Store):
                 await pool.close()
                 raise
             self._pool = pool
-            self._listening = asyncio.Event()
-            self._listener = asyncio.ensure_future(self._listen())
-            await self._listening.wait()
+            listening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._listener = asyncio.ensure_future(self._listen(listening))
+            try:
+                await listening
+            except BaseException as exc:
+                # The signal connection was refused (too many connections, say): without it
+                # this host would never hear the others, and waiting would never end.
+                self._listener.cancel()
+                await asyncio.gather(self._listener, return_exceptions=True)
+                self._listener, self._pool = None, None
+                await pool.close()
+                if not isinstance(exc, Exception):
+                    raise
+                raise ConfigError(
+                    f"cannot use {display_url(self.url)} as a toolmesh store: the connection "
+                    f"that listens for signals failed: {type(exc).__name__}: {exc}"
+                ) from exc
 
     async def close(self) -> None:
         if self._pool is None:
@@ -471,8 +484,10 @@ class PostgresStore(Store):
         message = f"{topic} {payload}"
         await self.run(lambda db: db.execute("SELECT pg_notify($1, $2)", CHANNEL, message))
 
-    async def _listen(self) -> None:
-        """Hold one connection LISTENing on the channel; reconnect whenever it is lost."""
+    async def _listen(self, listening: asyncio.Future[None]) -> None:
+        """Hold one connection LISTENing on the channel; reconnect whenever it is lost.
+        ``listening`` is settled by the first attempt: done once listening, or failed with
+        why it could not connect (``open`` then fails instead of waiting forever)."""
         connected_before = False
         delay = 0.05
         while True:
@@ -480,6 +495,9 @@ class PostgresStore(Store):
             try:
                 connection = await asyncpg.connect(self.url, timeout=self.connect_timeout)
             except Exception as exc:
+                if not listening.done():
+                    listening.set_exception(exc)
+                    return
                 if not _lost(exc):
                     logger.error("cannot listen for signals: %s", exc)
                 await asyncio.sleep(delay)
@@ -489,12 +507,16 @@ class PostgresStore(Store):
                 connection.add_termination_listener(_setter(lost))
                 await connection.add_listener(CHANNEL, self._notified)
                 delay = 0.05
-                self._listening.set()
+                if not listening.done():
+                    listening.set_result(None)
                 if connected_before:
                     self.resync()
                 connected_before = True
                 await _until_lost(connection, lost)
             except Exception as exc:
+                if not listening.done():
+                    listening.set_exception(exc)
+                    return
                 if not _lost(exc):
                     logger.error("listening for signals failed: %s", exc)
             finally:

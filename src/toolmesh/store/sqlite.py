@@ -200,10 +200,13 @@ class SqliteStore(Store):
         db.execute("BEGIN")
         try:
             db.executemany(self._insert_audit, rows)
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (a full disk): a ROLLBACK then would
+            # fail and hide the real error. A failed COMMIT leaves it open: end it here.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
 
     def _commit_soon(self) -> None:
         if not self._commit_scheduled:
