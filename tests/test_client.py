@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_toolapi_in_process(tmp_path: Path) -> None:
     tools = ToolAPI(client)
     listed = tools.list()
     assert "echo" in [t.name for t in listed]
-    assert client._tools_cache is listed and tools.list() is listed  # cached
+    assert client._tools_cache == listed and tools.list() == listed  # cached (as copies)
     assert tools.list(query="github", include_deferred=True)[0].name == "github_search"
     events: list[ToolEvent] = []
     result = tools.call(
@@ -199,3 +200,152 @@ async def test_calls_given_up_keep_their_slot_until_the_host_is_done(served: Ser
             await hold_all()
     result = await client.call_tool("echo", {"text": "next"})
     assert result.success and result.data == "next"
+
+
+async def test_an_on_event_callback_that_raises_costs_neither_the_call_nor_the_session(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The callback is the caller's: its failure is logged. It once failed the tool in-process
+    (a retryable tool_error for a tool that had succeeded), left the answer unread over stdio
+    until the call's timeout, and ended the HTTP stream (the whole session)."""
+
+    def fails(_event: ToolEvent) -> None:
+        raise RuntimeError("the caller's callback fails")
+
+    client = served.client
+    with caplog.at_level(logging.ERROR, logger="toolmesh.client"):
+        result = await client.call_tool("count", {"n": 2}, on_event=fails, timeout=1)
+    assert result.success and result.data == {"counted": 2} and len(result.events) == 2
+    assert "on_event callback" in caplog.text
+    assert (await client.call_tool("add", {"a": 1, "b": 2}, timeout=1)).data == 3
+
+
+def test_the_blocking_client_refuses_a_call_from_its_own_thread(tmp_path: Path) -> None:
+    """An on_event callback runs on the client's loop thread: using the blocking client there
+    waited for itself forever (every later call too). It is refused, naming the cause."""
+    import threading
+
+    client = connect(demo_host(tmp_path / "a.db"))
+    tools = ToolAPI(client)
+    refusals: list[BaseException] = []
+
+    def reenters(_event: ToolEvent) -> None:
+        try:
+            tools.list()
+        except RuntimeError as exc:
+            refusals.append(exc)
+
+    outcome: list[object] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(tools.call("count", {"n": 1}, on_event=reenters)),
+        daemon=True,  # with the old code it never ends
+    )
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome, "the call deadlocked"
+    assert "its own event-loop thread" in str(refusals[0])
+    assert tools.call("add", {"a": 1, "b": 1}).data == 2
+    client.close()
+
+
+def test_a_closed_blocking_client_says_it_is_closed(tmp_path: Path) -> None:
+    client = connect(demo_host(tmp_path / "a.db"))
+    tools = ToolAPI(client)
+    assert tools.list()
+    client.close()
+    with pytest.raises(TransportError, match="client closed"):  # was "Event loop is closed"
+        tools.list()
+    with pytest.raises(TransportError, match="client closed"):
+        tools.call("add", {"a": 1, "b": 1})
+
+
+async def test_an_in_process_call_waiting_for_a_slot_fails_cleanly_on_close(
+    tmp_path: Path,
+) -> None:
+    host = demo_host(tmp_path / "a.db")
+    client = await connect_async(host)
+    running = [
+        asyncio.ensure_future(client.call_tool("hold", {"seconds": 60}))
+        for _ in range(MAX_PARALLEL)
+    ]
+    waiting = asyncio.ensure_future(client.call_tool("echo", {"text": "late"}))
+    slots = client._slots
+    assert slots is not None
+    while not slots._waiters:  # yield until the last call waits for a slot
+        await asyncio.sleep(0)
+    await client.close()
+    with pytest.raises(TransportError, match="not connected"):  # was an AttributeError
+        await waiting
+    for call in running:
+        assert (await call).error_code == "cancelled"
+    await host.close()
+
+
+async def test_a_call_after_the_connection_was_lost_fails_at_once(tmp_path: Path) -> None:
+    """The HTTP stream ended (here: its reader stopped) while the host still takes POSTs: a
+    later request was sent anyway and waited out its whole timeout for an answer."""
+    host = demo_host(tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    client = await connect_async(url)
+    try:
+        channel: Any = client._channel
+        channel._reader.cancel()
+        await asyncio.gather(channel._reader, return_exceptions=True)
+        async with asyncio.timeout(3):  # the call's own timeout plus grace is 6 s
+            with pytest.raises(TransportError, match="not connected"):
+                await client.call_tool("add", {"a": 1, "b": 1}, timeout=1)
+    finally:
+        await client.close()
+        await server.stop()
+        await host.close()
+
+
+async def test_the_listing_cache_is_a_copy_and_follows_an_in_process_toolkit(
+    tmp_path: Path,
+) -> None:
+    from toolmesh import Toolkit, tool
+
+    @tool
+    def first() -> str:
+        """The first tool."""
+        return "1"
+
+    @tool
+    def second() -> str:
+        """The second tool."""
+        return "2"
+
+    toolkit = Toolkit([first])
+    host = Host(toolkit, audit=None)
+    client = await connect_async(host)
+    try:
+        tools = AsyncToolAPI(client)
+        listed = await tools.list()
+        listed.clear()  # the caller's list, not the cache
+        assert [t.name for t in await tools.list()] == ["first"]
+        toolkit.add(second)
+        assert [t.name for t in await tools.list()] == ["first", "second"]  # was stale
+    finally:
+        await client.close()
+        await host.close()
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf")])
+async def test_a_timeout_that_is_not_a_positive_number_is_refused(
+    served: Served, timeout: float
+) -> None:
+    """Each side read these its own way: the host ran 0 or NaN under its default deadline
+    (30 s) while the client gave up after its 5 s grace, NaN at once; inf was an
+    invalid_message over the wire and an hour in-process."""
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        await served.client.call_tool("add", {"a": 1, "b": 1}, timeout=timeout)
+
+
+async def test_async_toolapi_over_a_closed_blocking_client_says_it_is_closed(
+    tmp_path: Path,
+) -> None:
+    client = await asyncio.to_thread(connect, demo_host(tmp_path / "a.db"))
+    await asyncio.to_thread(client.close)
+    with pytest.raises(TransportError, match="client closed"):  # was "Event loop is closed"
+        await AsyncToolAPI(client).call("echo", {"text": "x"})

@@ -128,6 +128,7 @@ class AsyncClient:
         self.accepted_caps: list[NegotiatedCapability] = []
         self.max_parallel = 1
         self._tools_cache: list[ToolDefinition] | None = None
+        self._cached_version: int | None = None  # in-process: the toolkit's, when cached
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._listeners: dict[str, EventCallback] = {}
         self._slots: _Slots | None = None
@@ -227,7 +228,9 @@ class AsyncClient:
         timeout: float | None,
         slot: _Slots | None = None,
     ) -> Any:
-        if self._channel is None:
+        if self._channel is None or self._closed_reason:
+            # A channel that reported its end (a stdio host gone, an HTTP stream that failed)
+            # never answers: say so now rather than at the request's timeout.
             if slot is not None:
                 slot.give_back()
             raise TransportError(f"not connected ({self._closed_reason or 'closed'})")
@@ -273,7 +276,12 @@ class AsyncClient:
         if isinstance(message, ToolEvent):
             listener = self._listeners.get(message.req_id)
             if listener is not None:
-                listener(message)
+                try:
+                    listener(message)
+                except Exception:
+                    # The caller's callback: its failure must not cost the transport its
+                    # reader (the call's answer behind it, or the whole HTTP stream).
+                    logger.exception("the on_event callback of call %s failed", message.req_id)
             if message.kind == "approval":
                 task = asyncio.ensure_future(self._answer(message))
                 self._answering.add(task)
@@ -372,7 +380,10 @@ class AsyncClient:
     ) -> list[ToolDefinition]:
         cacheable = not query and not tags and not kind and not include_deferred
         if cacheable and self._tools_cache is not None:
-            return self._tools_cache
+            if self._connection is None or self._cached_version == self._toolkit_version():
+                return list(self._tools_cache)  # a copy: the caller may change its list
+            self._tools_cache = None  # in-process: the toolkit's tools changed since
+        version = self._toolkit_version()
         response = await self.request(
             ToolListRequest(
                 query=query,
@@ -386,10 +397,18 @@ class AsyncClient:
             raise ProtocolError("invalid_message", f"expected tool/list/resp, got {response.type}")
         if cacheable:
             self._tools_cache = response.tools
+            self._cached_version = version
+            return list(response.tools)
         return response.tools
 
     def invalidate_tools_cache(self) -> None:
         self._tools_cache = None
+
+    def _toolkit_version(self) -> int | None:
+        """In-process, the served toolkit's change count (a wire host has no message saying
+        its tools changed; ``invalidate_tools_cache`` is for that)."""
+        connection = self._connection
+        return None if connection is None else connection.host.toolkit._version
 
     async def call_tool(
         self,
@@ -404,7 +423,10 @@ class AsyncClient:
         slots = self._slots
         if slots is None:
             raise TransportError("call start() (or use connect_async) before calling tools")
-        if self._connection is not None:
+        if not 0 < timeout < _INFINITY:  # NaN too: each side would read it its own way
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        connection = self._connection
+        if connection is not None:
             spec = CallSpec(
                 tool_name=tool_name,
                 arguments=dict(arguments),
@@ -415,8 +437,13 @@ class AsyncClient:
             )
             if not slots.take():
                 await slots.wait()
+                if self._connection is not connection:  # closed while this call waited
+                    slots.give_back()
+                    raise TransportError(f"not connected ({self._closed_reason or 'closed'})")
             try:
-                return await self._connection.call_direct(spec, on_event)
+                return await connection.call_direct(
+                    spec, None if on_event is None else _guarded(on_event)
+                )
             finally:
                 slots.give_back()
         request = ToolCallRequest(
@@ -435,6 +462,22 @@ class AsyncClient:
         if not isinstance(response, ToolCallResponse):
             raise ProtocolError("invalid_message", f"expected tool/call/resp, got {response.type}")
         return response.data
+
+
+_INFINITY = float("inf")
+
+
+def _guarded(on_event: EventCallback) -> EventCallback:
+    """An in-process call's ``on_event``, whose failure is logged: it is the caller's, and
+    must not fail the tool it would otherwise be raised into (as over the wire)."""
+
+    def deliver(event: ToolEvent) -> None:
+        try:
+            on_event(event)
+        except Exception:
+            logger.exception("the on_event callback of call %s failed", event.req_id)
+
+    return deliver
 
 
 class _Slots:
@@ -496,14 +539,29 @@ class Client:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the client's loop and wait for it."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        if threading.get_ident() == self._thread.ident:
+            coroutine.close()
+            raise RuntimeError(
+                "a blocking client was used from its own event-loop thread (an on_event or "
+                "on_approval callback, say), where it would wait for itself forever; use "
+                "AsyncToolAPI there, or call from another thread"
+            )
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        except RuntimeError:  # the loop is closed: the client was closed
+            coroutine.close()
+            raise TransportError("not connected (client closed)") from None
         try:
             return future.result()
         except concurrent.futures.CancelledError as exc:
             raise TransportError("the client's request was cancelled") from exc
 
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        except RuntimeError:  # the loop is closed: the client was closed
+            coroutine.close()
+            raise TransportError("not connected (client closed)") from None
 
     @property
     def session_id(self) -> str:
