@@ -43,3 +43,42 @@ async def test_code_size_limit(make_kit: Make) -> None:
     kit = await make_kit({"python": {"isolation": "none", "max_code_bytes": 10}})
     result = await kit.execute("python", {"code": "print('this is too long')"})
     assert not result.success and "limit is 10" in result.error
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")  # a zombie has ended
+
+
+async def test_a_daemon_the_code_detaches_does_not_outlive_the_call(
+    make_kit: Make, tmp_path: Path
+) -> None:
+    """Double fork, setsid, stdio closed: out of the process group and holding no pipe, it
+    used to run on after a clean exit (only a deadline looked for such processes)."""
+    pid_file = tmp_path / "daemon.pid"
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.close(0); os.close(1); os.close(2)\n"
+        f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "        time.sleep(60)\n"
+        "    os._exit(0)\n"
+        f"while not os.path.exists({str(pid_file)!r}) or not open({str(pid_file)!r}).read():\n"
+        "    time.sleep(0.01)\n"
+        "print('parent done')\n"
+    )
+    kit = await make_kit({"python": {"isolation": "none"}})
+    result = await kit.execute("python", {"code": code, "timeout": 20})
+    daemon = int(pid_file.read_text())
+    try:
+        assert result.success and result.data["stdout"] == "parent done\n", result
+        assert not _alive(daemon)
+    finally:
+        if _alive(daemon):
+            os.kill(daemon, 9)

@@ -138,8 +138,11 @@ async def run_process(
     settings: ProcessSettings,
     stdin: bytes | None = None,
     pass_fds: Sequence[int] = (),
+    sweep: bool = False,
 ) -> Completed:
-    """Run ``argv`` to its end or its deadline; see the module docstring.
+    """Run ``argv`` to its end or its deadline; see the module docstring. ``sweep``: after a
+    clean exit too, kill what it left running anywhere (a daemon that left the session and
+    closed its pipes: only a scan of all processes, about a millisecond, finds it).
 
     The end of the process is watched through a pidfd, not through its pipes (asyncio's own
     ``Process.wait`` also waits for the pipes, which a stray grandchild may hold open)."""
@@ -175,7 +178,7 @@ async def run_process(
             process.wait()
             # Background jobs it left behind keep its process group alive; an empty group
             # answers ESRCH at once, which keeps this path cheap.
-            if _kill_group(process.pid):
+            if _kill_group(process.pid) or sweep:
                 kill_session(process.pid, token)
         if not await pipes.drain(DRAIN_GRACE):  # something that escaped holds the pipes
             kill_session(process.pid, token)

@@ -55,8 +55,8 @@ def python_tool(roots: Roots, settings: PythonSettings) -> Tool:
             timeout = max(0.01, min(timeout, ctx.remaining - 0.1))
         argv = [interpreter, "-E", "-s", "-"]
         try:
-            done = await run_limited(
-                argv, roots, cwd, env, timeout, settings, stdin=code, visible=visible
+            done = await run_limited(  # code may fork and detach: swept after it ends
+                argv, roots, cwd, env, timeout, settings, stdin=code, visible=visible, sweep=True
             )
         except SandboxUnavailable as exc:
             return denied("python", str(exc))

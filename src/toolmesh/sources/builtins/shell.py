@@ -166,11 +166,14 @@ async def run_limited(
     *,
     stdin: bytes | None = None,
     visible: tuple[str, ...] = (),
+    sweep: bool = False,
 ) -> Completed:
-    """Run ``argv`` within the settings' limits, in a sandbox when they ask for one."""
+    """Run ``argv`` within the settings' limits, in a sandbox when they ask for one. ``sweep``:
+    outside a sandbox, look for daemons it left behind even after a clean exit (see
+    ``run_process``); a sandbox's processes end with it anyway."""
     if settings.isolation != "bubblewrap":
         return await run_process(
-            argv, cwd=cwd, env=env, timeout=timeout, settings=settings, stdin=stdin
+            argv, cwd=cwd, env=env, timeout=timeout, settings=settings, stdin=stdin, sweep=sweep
         )
     sandbox = Sandbox(
         roots.paths,
