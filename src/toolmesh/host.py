@@ -653,7 +653,8 @@ class Connection:
         running: list[asyncio.Future[Any]] = list(self._calls.values())
         direct = None
         if self._direct:
-            self._direct_done = asyncio.Event()
+            if self._direct_done is None or self._direct_done.is_set():
+                self._direct_done = asyncio.Event()  # one for every waiter (close after drain)
             direct = asyncio.ensure_future(self._direct_done.wait())
             running.append(direct)
         if running:
