@@ -529,3 +529,30 @@ async def test_stdio_answers_its_running_calls_when_terminated(tmp_path: Path) -
         await asyncio.wait_for(process.wait(), 30)
     assert last["id"] == 1 and last["result"]["isError"] is True
     assert last["result"]["_meta"]["io.toolmesh/errorCode"] == "cancelled"
+
+
+async def test_stdio_answers_a_2025_03_26_batch_in_one_line(tmp_path: Path) -> None:
+    process = await raw_mcp_stdio(tmp_path)
+    assert process.stdin is not None and process.stdout is not None
+    hello = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": CLIENT}
+    echo = {"name": "echo", "arguments": {"text": "in a batch"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello},
+        [
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": echo},
+        ],
+    ]
+    process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    try:
+        opened = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+        assert opened["result"]["protocolVersion"] == "2025-03-26"
+        answers = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 30)
+    assert isinstance(answers, list)
+    by_id = {a["id"]: a for a in answers}
+    assert by_id[1]["result"] == {}
+    assert by_id[2]["result"]["content"][0]["text"] == "in a batch"

@@ -106,3 +106,47 @@ async def test_a_cursor_never_given_out_is_invalid_params() -> None:
         with pytest.raises(MCPError) as refused:
             await client.list_tools(cursor="page-2", cache_mode="bypass")
         assert refused.value.code == -32602 and "page-2" in str(refused.value)
+
+
+def _batch(*messages: dict[str, object]) -> list[dict[str, object]]:
+    return [{"jsonrpc": "2.0", **m} for m in messages]
+
+
+async def test_a_2025_03_26_session_takes_json_rpc_batches() -> None:
+    # 2025-03-26 (Basic, Messages): implementations "MUST support receiving JSON-RPC batches";
+    # 2025-06-18 removed them. They used to be refused as -32600 in every revision.
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with endpoint() as url, httpx.AsyncClient(timeout=10) as http:
+        for version, takes in (("2025-03-26", True), ("2025-06-18", False)):
+            hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": {}}
+            opened = await http.post(
+                url,
+                headers=accept,
+                json=_batch({"id": 1, "method": "initialize", "params": hello})[0],
+            )
+            session = {**accept, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+            session["MCP-Protocol-Version"] = version
+            batch = _batch(
+                {"method": "notifications/initialized"},
+                {"id": 2, "method": "ping"},
+                {
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "plain", "arguments": {"text": "b"}},
+                },
+                {"id": 4, "method": "no/such/method"},
+            )
+            answer = await http.post(url, headers=session, json=batch)
+            if not takes:
+                assert answer.status_code == 400 and answer.json()["error"]["code"] == -32600
+                continue
+            assert answer.status_code == 200
+            by_id = {item["id"]: item for item in answer.json()}
+            assert set(by_id) == {2, 3, 4}  # the notification has no answer
+            assert by_id[2]["result"] == {}
+            assert by_id[3]["result"]["content"][0]["text"] == "b"
+            assert by_id[4]["error"]["code"] == -32601
+            nested = await http.post(
+                url, headers=session, json=[[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]]
+            )
+            assert nested.json()[0]["error"]["code"] == -32600

@@ -290,8 +290,9 @@ async def _exchange(
         reply = await peer.handle(message, headers=headers)
         if reply is None:
             await Response(status_code=202, headers=dict(_text(extra)))(scope, receive, send)
-        else:
-            await _json(reply, 400, extra)(scope, receive, send)
+        else:  # a batch's answers (2025-03-26), else a refusal
+            status = 200 if isinstance(message, list) and reply.startswith(b"[") else 400
+            await _json(reply, status, extra)(scope, receive, send)
         return
     queue: asyncio.Queue[bytes] = asyncio.Queue()
     notify = queue.put_nowait if sse_ok else None

@@ -67,6 +67,7 @@ Send = Callable[[bytes], None]
 
 MODERN_VERSIONS = ("2026-07-28",)
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+BATCH_VERSIONS = frozenset({"2025-03-26"})  # JSON-RPC batches: added then, removed in 2025-06-18
 LATEST_HANDSHAKE = HANDSHAKE_VERSIONS[-1]
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
@@ -251,6 +252,8 @@ class MCPPeer:
 
         ``notify`` carries this request's own notifications (progress); ``headers`` are the
         HTTP request's headers (lower-case), checked against a 2026-07-28 envelope."""
+        if isinstance(message, list) and message and self.version in BATCH_VERSIONS:
+            return await self._batch(message, notify, headers)
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return _error(None, INVALID_REQUEST, "expected one JSON-RPC 2.0 request object")
         if "method" not in message and "id" in message:
@@ -275,6 +278,22 @@ class MCPPeer:
             self._saved = True
             await self.save_session()
         return answer
+
+    async def _batch(
+        self, messages: list[Any], notify: Send | None, headers: Mapping[str, str] | None
+    ) -> bytes | None:
+        """A JSON-RPC batch, which the 2025-03-26 revision (only) has clients send: its
+        messages run concurrently, and their answers come back as one array (none when all
+        were notifications or answers)."""
+        handled = (
+            _nested_batch()
+            if isinstance(m, list)
+            else self.handle(m, notify=notify, headers=headers)
+            for m in messages
+        )
+        replies = await asyncio.gather(*handled)
+        answered = [reply for reply in replies if reply is not None]
+        return b"[" + b",".join(answered) + b"]" if answered else None
 
     async def _request(
         self,
@@ -726,6 +745,10 @@ class _RpcError(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+async def _nested_batch() -> bytes:
+    return _error(None, INVALID_REQUEST, "a batch cannot hold a batch")
 
 
 def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:

@@ -57,7 +57,9 @@ async def serve_mcp_stdio(
         except ValueError as exc:
             send(_error(None, PARSE_ERROR, f"not valid JSON: {exc}"))
             return None
-        if isinstance(message, dict) and message.get("method") in _LONG_RUNNING:
+        if isinstance(message, list) or (
+            isinstance(message, dict) and message.get("method") in _LONG_RUNNING
+        ):  # a batch may hold calls: it runs beside the reading, as a call does
             task = start_eagerly(answer(message))
             if not task.done():
                 running.add(task)
