@@ -67,6 +67,10 @@ async def test_async_toolapi_over_http(tmp_path: Path) -> None:
         results = await asyncio.gather(*(tools.call("add", {"a": i, "b": 1}) for i in range(10)))
         assert [r.data for r in results] == [i + 1 for i in range(10)]
         await client.close()
+        # A scheme is case-insensitive (RFC 3986): HTTP://... is the same URL.
+        shouting = await connect_async(url.replace("http://", "HTTP://"), agent_id="caps")
+        assert (await AsyncToolAPI(shouting).call("add", {"a": 1, "b": 1})).data == 2
+        await shouting.close()
     finally:
         await server.stop()
         await host.close()

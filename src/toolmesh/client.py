@@ -727,9 +727,10 @@ async def connect_async(
     elif isinstance(target, Host):
         await target.start()
         client = AsyncClient(connection=target.connect(_drop), **options)
-    elif isinstance(target, str) and target.startswith(("http://", "https://")):
+    elif isinstance(target, str) and web_url(target) is not None:
         from toolmesh.transports.http import HttpChannel
 
+        target = web_url(target) or target
         check_url(target)
         channel = HttpChannel(target, auth_token=auth_token, headers=headers)
         client = AsyncClient(channel, **options)
@@ -768,6 +769,15 @@ def connect(
             on_approval=on_approval,
         )
     )
+
+
+def web_url(target: str) -> str | None:
+    """``target`` as an http(s) URL with its scheme in lower case (``HTTP://h`` is ``http://h``:
+    schemes are case-insensitive, RFC 3986), or None when it is no http(s) URL."""
+    scheme, sep, rest = target.partition("://")
+    if sep and scheme.lower() in ("http", "https"):
+        return f"{scheme.lower()}://{rest}"
+    return None
 
 
 def check_url(url: str) -> None:

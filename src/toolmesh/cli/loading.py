@@ -77,11 +77,12 @@ def _named(exc: BaseException) -> str:
 
 def parse_target(target: str) -> Any:
     """A ``--target``: an http(s) URL, a MODULE:ATTR to serve in-process, or a command line."""
-    if target.startswith(("http://", "https://")):
-        from toolmesh.client import check_url
+    from toolmesh.client import check_url, web_url
 
-        check_url(target)
-        return target
+    url = web_url(target)
+    if url is not None:
+        check_url(url)
+        return url
     if _MODULE_ATTR.match(target):
         from toolmesh.host import Host
         from toolmesh.toolkit import Toolkit
