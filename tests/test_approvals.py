@@ -240,3 +240,29 @@ async def test_a_call_cancelled_while_it_waits_for_approval_is_audited_so() -> N
         await call
     (entry,) = store.audit
     assert (entry.error_code, entry.decision) == ("cancelled", "approval:cancelled")  # was ""
+
+
+async def test_what_runs_is_what_was_approved() -> None:
+    """The approver (or the caller) changing a nested argument while the approval waits used
+    to change what the tool ran, after the policy had judged the arguments."""
+    from toolmesh import Toolkit, tool
+
+    ran: list[Any] = []
+
+    @tool(requires_approval=True)
+    def deploy(target: dict[str, str]) -> str:
+        """Deploy somewhere."""
+        ran.append(dict(target))
+        return "deployed"
+
+    toolkit = Toolkit(deploy)
+    nested = {"env": "staging"}
+
+    async def approver(request: Any) -> bool:
+        request.arguments["target"]["env"] = "prod"  # an approver changing what it judged
+        nested["env"] = "prod"  # and the caller's own dict, changed while the approval waits
+        return True
+
+    result = await toolkit.execute("deploy", {"target": nested}, on_approval=approver)
+    assert result.success, result.error
+    assert ran == [{"env": "staging"}]

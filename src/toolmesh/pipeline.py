@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import difflib
 import inspect
 import logging
@@ -299,13 +300,17 @@ class Pipeline:
             )
         approval_id = secret_id()
         reason = verdict.reason or f"{tool.name!r} requires approval"
+        # What is approved is what runs: the call runs a copy taken now, and the approver (and
+        # the event) see copies of their own, so a nested value changed while the approval
+        # waits, by the caller or the approver, changes nothing that runs.
+        spec.arguments = copy.deepcopy(spec.arguments)
         event = ToolEvent(
             kind="approval",
             req_id=spec.req_id,
             data={
                 "approval_id": approval_id,
                 "tool_name": tool.name,
-                "arguments": dict(spec.arguments),
+                "arguments": copy.deepcopy(spec.arguments),
                 "reason": reason,
             },
         )
@@ -313,7 +318,7 @@ class Pipeline:
         request = ApprovalRequest(
             id=approval_id,
             tool_name=tool.name,
-            arguments=spec.arguments,
+            arguments=copy.deepcopy(spec.arguments),
             reason=reason,
             session_id=session.id,
             req_id=spec.req_id,
