@@ -150,3 +150,16 @@ async def test_a_2025_03_26_session_takes_json_rpc_batches() -> None:
                 url, headers=session, json=[[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]]
             )
             assert nested.json()[0]["error"]["code"] == -32600
+
+
+async def test_a_2026_result_holding_meta_still_carries_the_server_stamp() -> None:
+    # Every 2026-07-28 result is stamped with the server's info in `_meta`; a result with a
+    # `_meta` of its own (an error's code) used to go out without the stamp.
+    async with endpoint() as url, Client(url, mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        ok = await client.call_tool("plain", {"text": "a"})
+        failed = await client.call_tool("report", {"n": 10_000})  # past the output bound
+    stamp = "io.modelcontextprotocol/serverInfo"
+    assert ok.meta is not None and stamp in ok.meta
+    assert failed.is_error and failed.meta is not None
+    assert stamp in failed.meta and failed.meta["io.toolmesh/errorCode"] == "tool_error"

@@ -730,13 +730,25 @@ class MCPPeer:
     def _stamp(self, result_json: str) -> str:
         """A 2026-07-28 result: ``resultType`` and the ``serverInfo`` stamp."""
         body = result_json[1:-1]
+        if '"_meta"' in body:  # rare (an error's code, say): merged into the result's own
+            return self._stamp_merged(result_json)
         extra = '"resultType":"complete"' if '"resultType"' not in body else ""
-        if '"_meta"' not in body:
-            stamp = '"_meta":{"' + SERVER_INFO_KEY + '":' + self.service._info_json + "}"
-            extra = f"{extra},{stamp}" if extra else stamp
-        if not extra:
-            return result_json
+        stamp = '"_meta":{"' + SERVER_INFO_KEY + '":' + self.service._info_json + "}"
+        extra = f"{extra},{stamp}" if extra else stamp
         return "{" + body + ("," if body else "") + extra + "}"
+
+    def _stamp_merged(self, result_json: str) -> str:
+        """``_stamp`` for a result that may hold ``_meta`` itself, at its top or deeper (in
+        ``structuredContent``): read, stamped at the top, written again."""
+        result = json.loads(result_json)
+        if not isinstance(result, dict):
+            return result_json
+        result.setdefault("resultType", "complete")
+        meta = result.get("_meta")
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        meta.setdefault(SERVER_INFO_KEY, self.service.server_info)
+        result["_meta"] = meta
+        return json.dumps(result, ensure_ascii=False)
 
 
 class _RpcError(Exception):
