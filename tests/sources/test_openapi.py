@@ -455,3 +455,32 @@ async def test_a_multipart_body_is_sent_as_form_data_with_its_files() -> None:
         "file": "report",
         "content": "line 1\nline 2",
     }
+
+
+async def test_a_query_array_with_explode_false_is_one_comma_joined_value() -> None:
+    array = {"type": "array", "items": {"type": "string"}}
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/find": {
+                "get": {
+                    "operationId": "find",
+                    "parameters": [
+                        {"name": "tags", "in": "query", "explode": False, "schema": array},
+                        {"name": "ids", "in": "query", "schema": array},  # explode: true
+                    ],
+                }
+            }
+        },
+    }
+
+    async def find(request: Request) -> Response:
+        params = request.query_params
+        return JSONResponse({"tags": params.getlist("tags"), "ids": params.getlist("ids")})
+
+    async with serve_app(Starlette(routes=[Route("/find", find)])) as url:
+        kit = Toolkit(OpenAPISource(document, base_url=url))
+        result = await kit.execute("find", {"tags": ["a", "b"], "ids": ["1", "2"]})
+        await kit.close()
+    assert result.success, result.error
+    assert result.data == {"tags": ["a,b"], "ids": ["1", "2"]}  # one joined value; repeated

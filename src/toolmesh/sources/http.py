@@ -77,6 +77,9 @@ class HttpEndpoint:
     content_type: str | None = None
     # multipart: the fields sent as files (named after the field), not as plain values
     file_fields: Sequence[str] = ()
+    # query parameters whose list is one comma-joined value (OpenAPI's explode: false), not
+    # the parameter repeated
+    joined_query: Sequence[str] = ()
     timeout: float = 30.0
     result: ResultFormat = "auto"
     input_schema: JsonSchema | None = None
@@ -175,7 +178,7 @@ class HttpEndpoint:
             content = self._body(body, headers)
         target = httpx.URL(url)
         flat: list[tuple[str, str | int | float | bool | None]] = [
-            (k, _text(v)) for k, v in _flatten(params)
+            (k, _text(v)) for k, v in _flatten(params, self.joined_query)
         ]
         if flat:  # merged: httpx's `params=` would replace a query the URL itself holds
             target = target.copy_merge_params(flat)
@@ -299,13 +302,16 @@ def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _flatten(entries: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """Lists in the query repeat their parameter (``?tag=a&tag=b``); nulls are left out."""
+def _flatten(entries: list[tuple[str, Any]], joined: Sequence[str] = ()) -> list[tuple[str, Any]]:
+    """Lists in the query repeat their parameter (``?tag=a&tag=b``), or are one value joined by
+    commas for the parameters in ``joined`` (``?tag=a,b``); nulls are left out."""
     out: list[tuple[str, Any]] = []
     for key, value in entries:
         if value is None:
             continue
-        if isinstance(value, list | tuple):
+        if isinstance(value, list | tuple) and key in joined:
+            out.append((key, ",".join(_text(v) for v in value if v is not None)))
+        elif isinstance(value, list | tuple):
             out.extend((key, v) for v in value if v is not None)
         else:
             out.append((key, value))
@@ -621,6 +627,7 @@ _ENDPOINT_KEYS = frozenset(
         "body_format",
         "content_type",
         "file_fields",
+        "joined_query",
         "timeout",
         "result",
         "capabilities",
@@ -656,6 +663,7 @@ def endpoint_of(spec: Mapping[str, Any], *, base_url: str = "") -> HttpEndpoint:
         body_format=spec.get("body_format"),
         content_type=spec.get("content_type"),
         file_fields=_strings(spec, "file_fields", name),
+        joined_query=_strings(spec, "joined_query", name),
         timeout=_number(spec.get("timeout", 30.0), name),
         result=spec.get("result", "auto"),
         capabilities=_strings(spec, "capabilities", name),

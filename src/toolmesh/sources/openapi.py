@@ -270,6 +270,7 @@ def _endpoint(
     properties: JsonSchema = {}
     required: list[str] = []
     url, query, headers, cookies = root + path, {}, {}, []
+    joined: list[str] = []
     for (pname, place), param in parameters.items():
         arg = pname if pname not in properties else f"{pname}_{place}"
         schema = doc.schema(param.get("schema") or {"type": "string"}, f"{where}.{pname}", defs)
@@ -282,6 +283,9 @@ def _endpoint(
             url = url.replace("{" + pname + "}", "{" + arg + "}")
         elif place == "query":
             query[pname] = "{" + arg + "}"
+            # style form (the query's default) explodes lists unless explode is false
+            if param.get("explode") is False and param.get("style", "form") == "form":
+                joined.append(pname)
         elif place == "header":
             headers[pname] = "{" + arg + "}"
         elif place == "cookie":
@@ -318,6 +322,7 @@ def _endpoint(
         body_format=body_format,
         content_type=content_type,
         file_fields=file_fields,
+        joined_query=joined,
         timeout=timeout,
         input_schema=input_schema,
         tags=[str(t) for t in tags] if isinstance(tags, list) else [],
