@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import MAX_PARALLEL, Served
 from tests.fixtures.demo_tools import echo
+from tests.fixtures.waiting import Waiting
 from toolmesh import (
     ConfigError,
     HandshakeError,
@@ -261,19 +262,11 @@ async def test_closing_the_host_cancels_in_process_calls(tmp_path: Path) -> None
     """An in-process call still running when the host closes is cancelled, answered and
     audited as such; it used to run on, and audit into the closed store (opening it again,
     a file left open)."""
-    started = asyncio.Event()
-
-    @tool
-    async def wait_forever() -> str:
-        """Waits until cancelled."""
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    host = Host(wait_forever, audit=tmp_path / "a.db")
+    waiting = Waiting()
+    host = Host(waiting.tool, audit=tmp_path / "a.db")
     client = await connect_async(host)
     call = asyncio.ensure_future(client.call_tool("wait_forever", {}, timeout=60))
-    await asyncio.wait_for(started.wait(), 30)
+    await waiting.until_started()
     await host.close()
     assert call.done()
     result = call.result()

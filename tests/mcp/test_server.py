@@ -20,6 +20,7 @@ from mcp import Client, MCPError, StdioServerParameters
 
 from tests.conftest import REPO
 from tests.fixtures.demo_tools import RELEASE, TOOLS
+from tests.fixtures.waiting import Waiting
 from toolmesh import Host, ToolContext, tool
 from toolmesh.mcp.http import mcp_routes
 from toolmesh.transports.http import HttpServer
@@ -395,6 +396,17 @@ async def test_http_names_an_unsupported_or_incomplete_protocol_version(tmp_path
         await host.close()
 
 
+async def open_2025_session(http: httpx.AsyncClient) -> dict[str, str]:
+    """The request headers of a new 2025-11-25 session, opened over ``http``'s /mcp."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    opened = await http.post("/mcp", json=init, headers=headers)
+    assert opened.status_code == 200, opened.text
+    session_id = opened.headers["mcp-session-id"]
+    return {**headers, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
+
+
 async def test_idle_http_sessions_are_closed_on_a_timer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,23 +417,11 @@ async def test_idle_http_sessions_are_closed_on_a_timer(
     host = Host(*TOOLS, audit=tmp_path / "a.db")
     server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
     url = await server.start()
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
-            opened = await http.post("/mcp", json=init, headers=headers)
-            session = opened.headers["mcp-session-id"]
+            session = await open_2025_session(http)
             ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-            later = await http.post(
-                "/mcp",
-                json=ping,
-                headers={
-                    **headers,
-                    "Mcp-Session-Id": session,
-                    "MCP-Protocol-Version": "2025-11-25",
-                },
-            )
+            later = await http.post("/mcp", json=ping, headers=session)
             assert later.status_code == 404  # closed by the timer: no new session was opened
     finally:
         await server.stop()
@@ -433,30 +433,17 @@ async def test_ending_a_session_answers_its_running_calls(tmp_path: Path, ending
     """A DELETE of the session, or the server stopping, with a call running: the call is
     cancelled and its POST answered as such (it was a 500 with a traceback, or a wait for the
     server's shutdown timeout)."""
-    started = asyncio.Event()
-
-    @tool
-    async def wait_forever() -> str:
-        """Waits until cancelled."""
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    host = Host(wait_forever, audit=tmp_path / "a.db")
+    waiting = Waiting()
+    host = Host(waiting.tool, audit=tmp_path / "a.db")
     server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
     url = await server.start()
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
-            opened = await http.post("/mcp", json=init, headers=headers)
-            session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
-            session["MCP-Protocol-Version"] = "2025-11-25"
+            session = await open_2025_session(http)
             call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
             call["params"] = {"name": "wait_forever", "arguments": {}}
             running = asyncio.ensure_future(http.post("/mcp", json=call, headers=session))
-            await asyncio.wait_for(started.wait(), 30)
+            await waiting.until_started()
             if ending == "delete":
                 deleted = await http.delete("/mcp", headers=session)
                 assert deleted.status_code == 200
@@ -481,23 +468,15 @@ async def test_a_stateless_call_is_answered_as_the_server_stops(tmp_path: Path) 
     """A 2026-07-28 request has no session to DELETE; stopping the server answers it too."""
     from mcp import Client
 
-    started = asyncio.Event()
-
-    @tool
-    async def wait_forever() -> str:
-        """Waits until cancelled."""
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    host = Host(wait_forever, audit=tmp_path / "a.db")
+    waiting = Waiting()
+    host = Host(waiting.tool, audit=tmp_path / "a.db")
     server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
     url = await server.start()
     try:
         async with Client(f"{url}/mcp", mode="auto") as client:
             assert client.protocol_version == "2026-07-28"
             running = asyncio.ensure_future(client.call_tool("wait_forever", {}))
-            await asyncio.wait_for(started.wait(), 30)
+            await waiting.until_started()
             await server.stop()
             result = await asyncio.wait_for(running, 30)
     finally:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import demo_host
+from tests.fixtures.waiting import Waiting
 from toolmesh import ConfigError, TransportError, connect_async
 from toolmesh.transports.http import HttpServer, check_bind
 
@@ -433,23 +434,15 @@ async def test_proxy_settings_httpx_cannot_read_are_a_transport_error(
 async def test_stopping_answers_the_calls_it_cancels(tmp_path: Path) -> None:
     """The server stops with a call running: the call is cancelled and the client, still
     reading its stream, gets that answer before the stream ends (not "the stream ended")."""
-    from toolmesh import Host, tool
+    from toolmesh import Host
 
-    started = asyncio.Event()
-
-    @tool
-    async def wait_forever() -> str:
-        """Waits until cancelled."""
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    host = Host(wait_forever, audit=tmp_path / "a.db")
+    waiting = Waiting()
+    host = Host(waiting.tool, audit=tmp_path / "a.db")
     server = HttpServer(host, "127.0.0.1:0")
     client = await connect_async(await server.start())
     try:
         call = asyncio.ensure_future(client.call_tool("wait_forever", {}, timeout=60))
-        await asyncio.wait_for(started.wait(), 30)
+        await waiting.until_started()
         await server.stop()
         result = await asyncio.wait_for(call, 30)
         assert result.error_code == "cancelled" and "shutting down" in (result.error or "")
