@@ -488,3 +488,59 @@ async def test_a_shut_down_session_is_forgotten_and_its_stream_ends(tmp_path: Pa
     finally:
         await server.stop()
         await host.close()
+
+
+async def test_a_call_is_acknowledged_before_it_runs_other_messages_once_handled() -> None:
+    """POST /send of a call answers before the call starts (its answer comes on the stream,
+    and the client reads the acknowledgement meanwhile); a handshake's POST answers only once
+    the handshake is answered, so a client that waits for it may send its calls next."""
+    from toolmesh import Host, tool
+    from toolmesh.transports.http import build_app
+
+    seen: list[str] = []
+
+    @tool
+    async def note(text: str) -> str:
+        """Record that the call ran (on its first step: no thread, no suspension)."""
+        seen.append("tool ran")
+        return text
+
+    host = Host(note)
+    app = build_app(host)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        session_id = (await http.post("/session")).json()["session_id"]
+    peer = app.state.sessions.peers[session_id]
+
+    async def post(message: dict[str, object]) -> None:
+        arriving = [{"type": "http.request", "body": json.dumps(message).encode()}]
+
+        async def receive() -> dict[str, object]:
+            return arriving.pop(0)
+
+        async def send(reply: dict[str, object]) -> None:
+            if reply["type"] == "http.response.body":
+                waiting = [json.loads(m)["type"] for m in list(peer.queue._queue) if m]
+                seen.append(f"acknowledged {reply['body'].decode()} with {waiting} queued")
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/send",
+            "headers": [(b"x-session-id", session_id.encode())],
+        }
+        await app(scope, receive, send)  # type: ignore[arg-type]
+
+    await post({"type": "handshake/req", "id": "h1", "agent_caps": ["tools"]})
+    await post(
+        {"type": "tool/call/req", "id": "c1", "tool_name": "note", "arguments": {"text": "x"}}
+    )
+    assert seen == [
+        """acknowledged {"ok":true} with ['handshake/resp'] queued""",
+        """acknowledged {"ok":true} with ['handshake/resp'] queued""",
+        "tool ran",
+    ]
+    answers = [json.loads(await peer.queue.get() or b"{}") for _ in range(2)]
+    assert [a["type"] for a in answers] == ["handshake/resp", "tool/call/resp"]
+    assert answers[1]["data"]["data"] == "x"
+    await host.close()
