@@ -326,3 +326,31 @@ def test_a_source_whose_search_changes_the_toolkit_does_not_break_the_search() -
     kit.search("disk")  # the index has seen read_disk
     other.add(make("read_disk", "read a disk"))
     assert [t.name for t in kit.search("read")] == ["read_file"]
+
+
+async def test_a_started_toolkit_opens_its_sources_once() -> None:
+    """``async with`` on what ``create_toolkit`` returned (already started) opens nothing again:
+    a second open would start a second process or connection that ``close`` never sees."""
+    from toolmesh.sources.base import Source
+
+    class Counting(Source):
+        name = "counting"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.opened = self.closed = 0
+
+        def tools(self) -> list[Tool]:
+            return [make("counted")]
+
+        async def open(self) -> None:
+            self.opened += 1
+
+        async def close(self) -> None:
+            self.closed += 1
+
+    source = Counting()
+    async with await create_toolkit(tools=[source]) as kit:
+        await kit.start()
+        assert "counted" in kit
+    assert (source.opened, source.closed) == (1, 1)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import difflib
 import inspect
 import logging
 import time
@@ -253,6 +252,8 @@ class Pipeline:
         message = f"unknown tool {name!r}"
         names = self.tools.names()
         if len(names) <= 5000:
+            import difflib  # for a mistyped name only
+
             close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
             if close:
                 message += f"; did you mean {', '.join(repr(n) for n in close)}?"

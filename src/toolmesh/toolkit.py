@@ -31,7 +31,6 @@ from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
-from toolmesh.search import SearchIndex, SearchMode, create_index
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
@@ -42,6 +41,7 @@ from toolmesh.store import Store, open_store
 from toolmesh.tools import Tool
 
 if TYPE_CHECKING:
+    from toolmesh.search import SearchIndex, SearchMode
     from toolmesh.serving import ServeHandle
     from toolmesh.sources.skills import Skill, SkillsSource
 
@@ -136,10 +136,14 @@ class Toolkit(ToolResolver):
         self._watchers: list[Callable[[], None]] = []  # toolkits that hold this one as a source
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
-        self._index = create_index(search)
-        # Index changes wait for the first search: a host that never searches (most stdio
-        # servers) never pays for tokenizing and stemming every tool, and bursts of changes
-        # (an MCP server's list_changed) are applied together, still incrementally.
+        # The index is made, and its module imported, at the first search; changes wait for
+        # it too: a host that never searches (most stdio servers) never pays for tokenizing
+        # and stemming every tool, and bursts of changes (an MCP server's list_changed) are
+        # applied together, still incrementally.
+        self._search_mode = search
+        self._index_made: SearchIndex | None = None
+        if not isinstance(search, str) or search not in ("lexical", "hybrid"):
+            self._index_made = _create_index(search)  # an index given, or a wrong mode: raises
         self._unindexed: dict[str, ToolDefinition | None] = {}
         self.defer_above = defer_above
         self.keep_active = tuple(keep_active)
@@ -148,6 +152,8 @@ class Toolkit(ToolResolver):
         self._version = 0
         self._listings: dict[tuple[Any, ...], list[ToolDefinition]] = {}
         self._warned: set[tuple[str, str, str]] = set()
+        self._started = False
+        self._start_lock = asyncio.Lock()
         self._closed = False
         if tool_search:
             from toolmesh.sources.tool_search import ToolSearchSource
@@ -361,14 +367,21 @@ class Toolkit(ToolResolver):
             self._listings[key] = listing
         return listing
 
+    @property
+    def _index(self) -> SearchIndex:
+        if self._index_made is None:
+            self._index_made = _create_index(self._search_mode)
+        return self._index_made
+
     def _catch_up_index(self) -> None:
         """Apply the tool changes the search index has not seen yet."""
         pending, self._unindexed = self._unindexed, {}
+        index = self._index
         for name, definition in pending.items():
             if definition is None:
-                self._index.remove(name)
+                index.remove(name)
             else:
-                self._index.add(name, definition)
+                index.add(name, definition)
 
     def search(
         self,
@@ -558,11 +571,17 @@ class Toolkit(ToolResolver):
 
     async def start(self) -> Toolkit:
         """Open the store and every source (connections, processes), all at once: one slow
-        server does not hold up the others."""
-        await self.store.open()
-        outcomes = await asyncio.gather(
-            *(source.open() for source in self._sources), return_exceptions=True
-        )
+        server does not hold up the others. Once: starting a started toolkit (``async with``
+        on what ``create_toolkit`` returned) opens nothing again, so no second process or
+        connection is left behind for ``close`` to miss."""
+        async with self._start_lock:  # a second caller meanwhile waits for the first
+            if self._started:
+                return self
+            await self.store.open()  # a store that cannot open raises; a later start retries
+            self._started = True
+            outcomes = await asyncio.gather(
+                *(source.open() for source in self._sources), return_exceptions=True
+            )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -764,3 +783,9 @@ async def create_toolkit(
         )
 
     return await toolkit.start()
+
+
+def _create_index(mode: SearchMode | SearchIndex) -> SearchIndex:
+    from toolmesh.search import create_index
+
+    return create_index(mode)

@@ -82,6 +82,24 @@ async def test_round_trip_with_state_and_activity(tmp_path: Path) -> None:
         assert second.data == {"count": 5}  # it read the state the first call left
         bad = await kit.execute("counter", {"by": "x"})
         assert bad.error_code == "invalid_arguments"
+    # `async with` on a started toolkit opened no second worker: none is left running
+    assert _processes_naming(tmp_path / "counter") == []
+
+
+def _processes_naming(folder: Path) -> list[int]:
+    """The live processes whose command line names ``folder``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(folder).encode() in command and state != "Z":
+            found.append(int(entry))
+    return found
 
 
 async def test_permissions_are_limited(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from typing import Any
 
 from toolmesh.errors import ConfigError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, check_event_data
-from toolmesh.search import SearchIndex
 from toolmesh.sources.base import Source
 from toolmesh.tools import Tool, ToolContext, run_blocking
 
@@ -63,6 +62,8 @@ class ToolPlugin(ABC):
         candidates = self._list_tools() if tools is None else tools
         wanted = set(filter_tags or ())
         candidates = [t for t in candidates if wanted.issubset(t.tags)]
+        from toolmesh.search import SearchIndex  # imported by the first search only
+
         index = SearchIndex()
         for definition in candidates:
             index.add(definition.name, definition)
