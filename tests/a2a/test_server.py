@@ -1014,3 +1014,57 @@ async def test_a_failed_run_tells_the_caller_what_failed_not_the_details(
     )
     assert "sk-secret" not in json.dumps(answer) and stub.base_url not in json.dumps(answer)
     assert any("sk-secret-123" in record.getMessage() for record in caplog.records)
+
+
+async def test_each_conversation_has_its_own_tool_state() -> None:
+    """A tool's state belongs to the A2A conversation (contextId) that called it: a later task of
+    the same conversation sees it, another conversation does not."""
+    from toolmesh import Output, ToolContext
+
+    @tool
+    def remember(word: str) -> Output:
+        """Remember a word."""
+        return Output("kept", state_update=[{"op": "add", "path": "/context/word", "value": word}])
+
+    @tool
+    def recall(ctx: ToolContext) -> str:
+        """The word remembered, if any."""
+        return str(ctx.state["context"].get("word", "nothing"))
+
+    script = [
+        openai_calls(("c1", "remember", {"word": "apple"})),
+        openai_text("noted"),
+        openai_calls(("c2", "recall", {})),
+        openai_text("done"),
+        openai_calls(("c3", "recall", {})),
+        openai_text("done"),
+    ]
+    seen: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any], index: int) -> Answer:
+        seen.append(body)
+        return script[index]
+
+    with StubLLM(reply) as stub:
+        kit = await create_toolkit(tools=[remember, recall], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="keeper")
+        try:
+            for n, context in enumerate(["ctx-a", "ctx-b", "ctx-a"]):
+                message = {
+                    "messageId": f"m{n}",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "go"}],
+                    "contextId": context,
+                }
+                answer = await rpc(handle.url + "/a2a", "SendMessage", {"message": message})
+                assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        finally:
+            await handle.stop()
+            await kit.close()
+
+    def tool_answer(body: dict[str, Any]) -> str:
+        return str([m for m in body["messages"] if m.get("role") == "tool"][-1]["content"])
+
+    assert tool_answer(seen[1]) == "kept"
+    assert tool_answer(seen[3]) == "nothing"  # ctx-b: none of ctx-a's state
+    assert tool_answer(seen[5]) == "apple"  # ctx-a again: its own state

@@ -23,8 +23,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -426,8 +428,11 @@ class A2AServer:
         running.set_status("working")
         on_event = _progress_reporter(running) if running.listeners else None
         # A call needing approval puts the task in input-required until the client answers.
+        # The session is the task's conversation (its contextId): its tools' state is that
+        # conversation's, kept across its tasks and apart from every other conversation's.
         session = dataclasses.replace(
             self.toolkit.session,
+            id=_session_of_context(str(running.doc["contextId"])),
             capabilities=running.capabilities or self.toolkit.session.capabilities,
             approver=functools.partial(self._ask_approval, running),
         )
@@ -555,6 +560,13 @@ class A2AServer:
                 raise
         finally:
             self.board.forget(running)
+            # Its state stays in the store for the conversation's next task; this host's cached
+            # copy goes, or a server that talks to many conversations would keep them all.
+            if not any(
+                other.doc["contextId"] == running.doc["contextId"]
+                for other in self.board.running.values()
+            ):
+                self.toolkit.state.forget(_session_of_context(str(running.doc["contextId"])))
             running.publish({})  # the end of every listener's stream
 
     def _system(self, skill: Skill | None) -> str:
@@ -858,3 +870,15 @@ class _AsgiEndpoint:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         response = await self.handle(Request(scope, receive))
         await response(scope, receive, send)
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def _session_of_context(context_id: str) -> str:
+    """The session (state, audit) of an A2A conversation: ``a2a:`` and its contextId, or the
+    contextId's digest when it is long or holds other characters (a state key stays short and
+    plain whatever a client sends)."""
+    if _PLAIN_ID.fullmatch(context_id):
+        return f"a2a:{context_id}"
+    return "a2a:" + hashlib.sha256(context_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
