@@ -6,7 +6,9 @@ import asyncio
 import json
 import socket
 import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,6 +21,45 @@ from toolmesh.store import SqliteStore, open_store
 from toolmesh.store.postgres import PostgresStore, display_url
 
 pytestmark = [pytest.mark.network_server]
+
+T = TypeVar("T")
+
+
+class LosingReplies:
+    """Wraps ``store.run``: while ``active``, the first try of each operation runs its SQL
+    (committed) and then its reply is lost, as when the connection drops at that moment (an
+    error ``_lost`` accepts, so ``run`` retries). ``always``: every try's reply is lost.
+    ``meanwhile``: what other hosts do between the lost reply and the retry."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        *,
+        always: bool = False,
+        meanwhile: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.run = store.run
+        self.active = True
+        self.always = always
+        self.meanwhile = meanwhile
+        self.lost = 0
+        store.run = self  # type: ignore[method-assign]
+
+    async def __call__(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+        tries = 0
+
+        async def once(db: Any) -> T:
+            nonlocal tries
+            tries += 1
+            result = await operation(db)
+            if self.active and (tries == 1 or self.always):
+                self.lost += 1
+                if self.meanwhile is not None:
+                    await self.meanwhile()
+                raise ConnectionResetError("the reply was lost")
+            return result
+
+        return await self.run(once)
 
 
 def test_urls_pick_the_postgres_store() -> None:
@@ -47,7 +88,7 @@ async def test_hosts_starting_together_migrate_once(
     applied = postgres_cluster.sql(
         "SELECT track || ':' || version FROM schema_version ORDER BY track, version", database
     )
-    assert applied.split() == ["cluster:1", "store:1", "store:2"]
+    assert applied.split() == ["cluster:1", "cluster:2", "store:1", "store:2"]
     for store in stores:
         await store.close()
 
@@ -104,3 +145,109 @@ async def test_a_refused_signal_connection_fails_open_instead_of_hanging(
     await store.append_audit(AuditEntry(tool_name="t", success=True))
     assert [e.tool_name for e in await store.recent_audit(5)] == ["t"]
     await store.close()
+
+
+async def test_a_post_retried_after_a_lost_reply_is_stored_once(postgres_url: str) -> None:
+    """The retried insert of a post whose reply was lost queued every message twice."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        losing = LosingReplies(store)
+        await store.post_messages(["s1", "s1", "s2"], [b"a", b"b", b"c"])
+        assert losing.lost == 1
+        losing.active = False
+        assert await store.take_messages("s1") == [b"a", b"b"]
+        assert await store.take_messages("s2") == [b"c"]
+    finally:
+        await store.close()
+
+
+async def test_a_post_retried_after_its_messages_were_taken_adds_nothing(
+    postgres_url: str,
+) -> None:
+    """The stream's host may take the messages before the poster retries: the retry must still
+    find that its post landed (the rows it would conflict with are gone by then)."""
+    poster, taker = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await poster.open()
+    await taker.open()
+    try:
+        taken: list[bytes] = []
+
+        async def take() -> None:
+            taken.extend(await taker.take_messages("s1"))
+
+        LosingReplies(poster, meanwhile=take)
+        await poster.post_messages(["s1", "s1"], [b"a", b"b"])
+        assert taken == [b"a", b"b"]
+        assert await taker.take_messages("s1") == []  # the retry added nothing
+    finally:
+        await poster.close()
+        await taker.close()
+
+
+async def test_pruning_forgets_old_posts_too(
+    postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        await store.post_messages(["s1", "s2"], [b"a", b"b"])
+        await store.post_messages(["s1"], [b"c"])
+        assert await store.drop_messages(older_than=-60) == 3  # (everything is older than that)
+        database = postgres_url.rsplit("/", 1)[1]
+        assert postgres_cluster.sql("SELECT count(*) FROM mailbox_posts", database) == "0"
+    finally:
+        await store.close()
+
+
+async def test_a_take_retried_after_a_lost_reply_loses_nothing(postgres_url: str) -> None:
+    """The messages a take had deleted before its reply was lost were gone: the retry found
+    none (and nobody delivered them)."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        await store.post_messages(["s1", "s1", "s2"], [b"a", b"b", b"c"])
+        losing = LosingReplies(store)  # (both the claim's reply and the delete's are lost)
+        assert await store.take_messages("s1") == [b"a", b"b"]
+        assert losing.lost >= 1
+        await store.post_messages(["s1"], [b"d"])
+        assert await store.take_messages("s1") == [b"d"]  # each message once
+        losing.active = False
+        assert await store.take_messages("s1") == []
+        assert await store.take_messages("s2") == [b"c"]
+    finally:
+        await store.close()
+
+
+async def test_a_failed_take_leaves_its_claim_for_the_next_take(postgres_url: str) -> None:
+    """A take whose reply stays lost (the server gone for longer than reconnect_timeout) may
+    have claimed rows: no other taker gets them (no duplicate), its next take does."""
+    store = PostgresStore(postgres_url, reconnect_timeout=0.0)
+    await store.open()
+    try:
+        await store.post_messages(["s", "s"], [b"a", b"b"])
+        losing = LosingReplies(store, always=True)
+        with pytest.raises(ConnectionResetError):
+            await store.take_messages("s", claim="host1")
+        losing.active = False
+        assert await store.take_messages("s", claim="host2") == []
+        await store.post_messages(["s"], [b"c"])
+        assert await store.take_messages("s", claim="host1") == [b"a", b"b", b"c"]
+        assert await store.take_messages("s", claim="host2") == []
+    finally:
+        await store.close()
+
+
+async def test_takers_racing_for_a_session_get_each_message_once(postgres_url: str) -> None:
+    store = PostgresStore(postgres_url, min_connections=4)
+    await store.open()
+    try:
+        sent = [f"m{i}".encode() for i in range(200)]
+        await store.post_messages(["s"] * len(sent), sent)
+        taken = await asyncio.gather(
+            *(store.take_messages("s", claim=f"host{i}") for i in range(4))
+        )
+        assert sorted(m for batch in taken for m in batch) == sorted(sent)
+        assert all(batch == sorted(batch, key=sent.index) for batch in taken)  # oldest first
+    finally:
+        await store.close()

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import demo_host
+from tests.store.test_postgres import LosingReplies
 from toolmesh import AsyncClient, Host
 from toolmesh.models import ToolEvent
 from toolmesh.protocol import ToolCallRequest, encode
@@ -169,3 +170,25 @@ async def test_an_unknown_session_is_refused_by_every_host(cluster: Cluster) -> 
         for url in cluster.urls:
             answer = await http.post(f"{url}/send", headers={SESSION_HEADER: "nope"}, content=b"{}")
             assert answer.status_code == 404
+
+
+async def test_replies_the_store_loses_neither_double_nor_lose_messages(cluster: Cluster) -> None:
+    """Every store operation of every host commits, then its reply is lost (the connection
+    drops) and it is retried: a retried post queued the events and answers twice, a retried
+    take lost what the first try had taken (the call never got its answer)."""
+    losing = [LosingReplies(host.store) for host in cluster.hosts]  # type: ignore[arg-type]
+    client = await cluster.client(create=0, stream=1, sends=[2, 0])
+    events: list[ToolEvent] = []
+    results = [
+        await client.call_tool("count", {"n": 3}, on_event=events.append, timeout=20)
+        for _ in range(2)
+    ]
+    assert all(r.success and r.data == {"counted": 3} for r in results), results
+    assert [e.seq for e in events] == [0, 1, 2] * 2  # each once, in order
+    await client.close()
+    assert all(loser.lost for loser in losing)
+    for loser in losing:
+        loser.active = False
+    audit = await audit_of(cluster.url)
+    # (the handshake went to host 2, then the calls to host 0 and host 2): each audited once
+    assert [(e.tool_name, e.host_id) for e in audit] == [("count", "host0"), ("count", "host2")]

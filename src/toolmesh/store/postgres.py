@@ -10,7 +10,12 @@ Every host is a client of the same database, so:
 
 - state updates are compare-and-set on a version column, and a write carries a token so a
   retry after a lost connection can tell whether its own write landed (never applied twice);
-- an audit row carries a unique id, so a retried insert is harmless (exactly once);
+- an audit row carries a unique id, so a retried insert is harmless (exactly once); rows wait
+  for the next flush while the server is unreachable (at most ``MAX_WAITING_ROWS``), and a row
+  the server refuses is set aside (logged in full, counted) so it blocks no other;
+- a post to the mailbox of a session's stream carries an id (recorded while messages are
+  kept), and a message is claimed before it is deleted, so a post or a take retried after a
+  lost reply neither doubles nor loses a message;
 - ``shared = True`` tells the state manager to read documents through, never from a cache;
 - a lost connection (a restart, a failover) is retried for ``reconnect_timeout`` seconds, and
   the listener reconnects by itself, then asks subscribers to resync (signals may be lost);
@@ -32,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from toolmesh.audit import AuditEntry, storable
+from toolmesh.audit import AuditEntry, log_lost_entry, storable
 from toolmesh.errors import ConfigError
 from toolmesh.store.base import (
     A2ATaskRecord,
@@ -43,7 +48,7 @@ from toolmesh.store.base import (
     _check_topic,
 )
 
-__all__ = ["CLUSTER_MIGRATIONS", "MIGRATIONS", "PostgresStore", "display_url"]
+__all__ = ["CLUSTER_MIGRATIONS", "MAX_WAITING_ROWS", "MIGRATIONS", "PostgresStore", "display_url"]
 
 logger = logging.getLogger("toolmesh.store")
 
@@ -51,6 +56,9 @@ T = TypeVar("T")
 Connection = Any  # asyncpg.Connection or the pool's proxy of one
 CHANNEL = "toolmesh"
 _MIGRATION_LOCK = 0x746F6F6C  # "tool": the advisory lock hosts take while migrating
+MAX_WAITING_ROWS = 10_000
+"""Audit rows kept for the next flush while the server is unreachable; beyond that the oldest
+are logged in full (``toolmesh.audit.log_lost_entry``) and counted in ``audit_rows_lost``."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -124,6 +132,21 @@ CLUSTER_MIGRATIONS: list[tuple[int, str]] = [
             host_id TEXT NOT NULL,
             asked_at DOUBLE PRECISION NOT NULL
         );
+        """,
+    ),
+    (
+        2,
+        # mailbox_posts: the id each post carries, kept as long as messages are, so a post
+        # retried after a lost reply adds nothing (its messages may have been taken since);
+        # claim: the token of the host taking rows, so a take retried after a lost reply finds
+        # the rows it claimed.
+        """
+        CREATE TABLE mailbox_posts (
+            posted_at DOUBLE PRECISION NOT NULL,
+            post_id TEXT NOT NULL,
+            PRIMARY KEY (posted_at, post_id)
+        );
+        ALTER TABLE mailbox ADD COLUMN claim TEXT;
         """,
     ),
 ]
@@ -301,7 +324,7 @@ class PostgresStore(Store):
     async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
         self._pending.append(storable(_audit_row(entry)))  # PostgreSQL text holds no NUL
         if durable:
-            await self.flush()
+            await self._flush(last_reported=True)  # this row is the last of the batch
         elif not self._flush_scheduled:
             self._flush_scheduled = True
             task = asyncio.ensure_future(self._flush_soon())
@@ -314,19 +337,77 @@ class PostgresStore(Store):
         try:
             await self.flush()
         except Exception as exc:
-            logger.error("audit rows were not stored: %s", exc)
+            logger.error("audit rows wait for the next flush: %s", exc)
 
     async def flush(self) -> None:
-        """Insert the audit rows appended so far (committed when this returns)."""
+        """Insert the audit rows appended so far (committed when this returns). A row the
+        server refuses is logged in full and counted in ``audit_rows_lost``; while the server
+        is unreachable the rows wait for the next flush and the error is raised."""
+        await self._flush(last_reported=False)
+
+    async def _flush(self, *, last_reported: bool) -> None:
+        """Insert the pending rows in one statement. When the connection stays lost (or the
+        insert is cancelled) they wait for the next flush. Any other failure is a row the
+        server refuses (a constraint, an altered table, a revoked grant): the rows are then
+        inserted one by one, so the good ones are stored and the refused ones block nothing.
+        Each refused row is logged and counted; ``last_reported``: but the newest, whose
+        caller (a durable append) reports it, so its error is raised to it instead."""
         if not self._pending:
             return
         rows, self._pending = self._pending, []
-        columns = [list(column) for column in zip(*rows, strict=True)]
         try:
-            await self.run(lambda db: db.execute(_INSERT_AUDIT, *columns))
-        except BaseException:
-            self._pending[:0] = rows  # kept for the next flush (or close)
+            await self._insert(rows)
+            return
+        except Exception as exc:
+            if _lost(exc):
+                self._wait(rows, exc)
+                raise
+            error = exc
+        except BaseException as exc:
+            self._wait(rows, exc)
             raise
+        refused: list[tuple[tuple[Any, ...], BaseException]] = []
+        if len(rows) == 1:
+            refused.append((rows[0], error))
+        else:
+            done = 0
+            try:
+                for row in rows:
+                    try:
+                        await self._insert([row])
+                    except Exception as exc:
+                        if _lost(exc):
+                            raise
+                        refused.append((row, exc))
+                    done += 1
+            except BaseException as exc:
+                self._lose(refused)
+                self._wait(rows[done:], exc)
+                raise
+        if last_reported and refused and refused[-1][0] is rows[-1]:
+            _, own = refused.pop()
+            self._lose(refused)
+            raise own
+        self._lose(refused)
+
+    async def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        await self.run(lambda db: db.execute(_INSERT_AUDIT, *columns))
+
+    def _wait(self, rows: list[tuple[Any, ...]], exc: BaseException) -> None:
+        """Keep ``rows`` for the next flush, ahead of the newer ones; beyond
+        ``MAX_WAITING_ROWS`` the oldest are given up (logged in full and counted)."""
+        self._pending[:0] = rows
+        excess = len(self._pending) - MAX_WAITING_ROWS
+        if excess > 0:
+            given_up = self._pending[:excess]
+            del self._pending[:excess]
+            self._lose([(row, exc) for row in given_up])
+
+    def _lose(self, rows: list[tuple[tuple[Any, ...], BaseException]]) -> None:
+        for row, exc in rows:
+            log_lost_entry(AuditEntry(**dict(zip(_READ_COLUMNS, row[1:], strict=True))), exc)
+        self.audit_rows_lost += len(rows)
 
     async def recent_audit(self, limit: int = 20) -> list[AuditEntry]:
         await self.flush()
@@ -532,12 +613,17 @@ class PostgresStore(Store):
 
     async def post_messages(self, session_ids: Sequence[str], messages: Sequence[bytes]) -> None:
         """Queue messages for the host holding each session's stream and signal it (one
-        statement: rows and signals commit together)."""
+        statement: rows and signals commit together). The post carries an id: a retry after
+        a lost reply finds it recorded and adds nothing (nor signals again)."""
         now = time.time()
+        post_id = uuid.uuid4().hex
         await self.run(
             lambda db: db.execute(
-                "WITH posted AS (INSERT INTO mailbox (session_id, message, posted_at) "
-                "SELECT s, m, $3 FROM unnest($1::text[], $2::bytea[]) AS t(s, m) "
+                "WITH post AS (INSERT INTO mailbox_posts (posted_at, post_id) VALUES ($3, $5) "
+                "ON CONFLICT DO NOTHING RETURNING post_id), "
+                "posted AS (INSERT INTO mailbox (session_id, message, posted_at) "
+                "SELECT s, m, $3 FROM post, "
+                "unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS t(s, m, n) ORDER BY n "
                 "RETURNING session_id) "
                 "SELECT pg_notify($4, 'mail ' || session_id) "
                 "FROM (SELECT DISTINCT session_id FROM posted) AS d",
@@ -545,25 +631,41 @@ class PostgresStore(Store):
                 list(messages),
                 now,
                 CHANNEL,
+                post_id,
             )
         )
 
-    async def take_messages(self, session_id: str) -> list[bytes]:
-        """Remove and return the messages waiting for ``session_id``, oldest first."""
+    async def take_messages(self, session_id: str, claim: str = "") -> list[bytes]:
+        """Remove and return the messages waiting for ``session_id``, oldest first.
+
+        Two steps, each safe to retry after a lost reply: the rows are claimed with the token
+        ``claim`` (rows another taker claimed are left alone; the rows this token claimed
+        before are taken again), then deleted. When this raises, the messages are still in
+        the store: the next take with the same ``claim`` returns them."""
+        claim = claim or uuid.uuid4().hex
         rows = await self.run(
             lambda db: db.fetch(
-                "DELETE FROM mailbox WHERE session_id = $1 RETURNING id, message", session_id
+                "UPDATE mailbox SET claim = $2 WHERE session_id = $1 "
+                "AND (claim IS NULL OR claim = $2) RETURNING id, message",
+                session_id,
+                claim,
             )
         )
+        if not rows:
+            return []
+        ids = [row["id"] for row in rows]
+        await self.run(lambda db: db.execute("DELETE FROM mailbox WHERE id = ANY($1)", ids))
         return [bytes(row["message"]) for row in sorted(rows, key=lambda r: r["id"])]
 
     async def drop_messages(self, older_than: float) -> int:
         """Forget messages nobody collected for ``older_than`` seconds."""
-        status = await self.run(
-            lambda db: db.execute(
-                "DELETE FROM mailbox WHERE posted_at < $1", time.time() - older_than
-            )
-        )
+        before = time.time() - older_than
+
+        async def drop(db: Connection) -> str:
+            await db.execute("DELETE FROM mailbox_posts WHERE posted_at < $1", before)
+            return str(await db.execute("DELETE FROM mailbox WHERE posted_at < $1", before))
+
+        status = await self.run(drop)
         return int(status.split()[-1])
 
     async def approval_asked(self, approval_id: str, session_id: str, host_id: str) -> None:

@@ -11,6 +11,10 @@ session lives on one host only:
   host holds the stream, else into the store's mailbox, with a signal that wakes the host that
   holds it (one statement: the rows and the signal commit together). A stream attaching
   collects what waited; a stream that ends hands what it had not sent back to the mailbox.
+  Both survive a lost reply: a post carries an id its poster chose (a retried post adds
+  nothing, even once its messages were collected), and the host collecting claims the rows
+  with its token for the session before deleting them (a retried or a later take finds what
+  a lost reply had claimed).
 - A new stream takes over: the host holding an older stream of the session ends it.
 - An approval is answered wherever the answer arrives: the store records which host waits for
   it, and the answer is signalled to that host.
@@ -66,6 +70,7 @@ class ClusterPeer(_Peer):
         self.pulling = False
         self.pull_again = False
         self.approvals_shared = False
+        self.claim = secret_id()  # this host's token for the mailbox rows it takes
 
     def _deliver(self, message: Any) -> None:
         data = encode(message)
@@ -203,7 +208,7 @@ class ClusterSessions(_Sessions):
         try:
             while True:
                 peer.pull_again = False
-                for data in await self.store.take_messages(peer.id):
+                for data in await self.store.take_messages(peer.id, claim=peer.claim):
                     peer.queue.put_nowait(data)
                 if peer.stream_owner is None:
                     self.detached(peer)  # the stream ended meanwhile: pass them on
@@ -211,6 +216,7 @@ class ClusterSessions(_Sessions):
                 if not peer.pull_again:
                     return
         except Exception:
+            # (what was claimed stays in the mailbox, for the next pull with the same claim)
             logger.exception("could not collect the messages of session %s", peer.id)
         finally:
             peer.pulling = False
