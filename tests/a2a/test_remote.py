@@ -4,6 +4,7 @@ auth-required, rejected, timeout -> CancelTask, a cancelled call -> CancelTask, 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -324,3 +325,86 @@ async def test_a_card_url_with_a_query_but_no_path(polled_peer: PeerProcess) -> 
     assert agent(f"{origin}/#top").card_url == f"{origin}/.well-known/agent-card.json#top"
     tools = await agent_tools(described)
     assert tools, "the card was fetched from the well-known path"
+
+
+# -- nothing is left behind: closing while a card is fetched or a call runs ---------------------
+
+
+@pytest.mark.parametrize("flavour", ["polled", "streaming"])
+async def test_closing_during_a_call_cancels_the_remote_task(
+    flavour: str, polled_peer: PeerProcess, streaming_peer: PeerProcess
+) -> None:
+    # Closing the source closed the shared client under the call: the call failed (polled:
+    # with "RuntimeError: Cannot send a request, as the client has been closed") and the
+    # agent's task went on working for nobody.
+    peer = polled_peer if flavour == "polled" else streaming_peer
+    known = {t["id"] for t in await peer_tasks(peer)}
+    started = asyncio.Event()
+
+    def seen(event: ToolEvent) -> None:
+        if event.kind == "status":
+            started.set()
+
+    source = AgentSource(agent(peer.card_url, poll_every=0.05))
+    kit = await create_toolkit(tools=[source])
+    call = asyncio.ensure_future(kit.execute(SCRIPT, {"task": "hang"}, on_event=seen))
+    await started.wait()
+    [running] = [t for t in await peer_tasks(peer) if t["id"] not in known]
+    await source.close()  # the source itself (a toolkit's close ends its calls first)
+    result = await call
+    await kit.close()
+    assert result.error_code == "tool_error", result
+    assert "was closed during the call; its task was cancelled" in (result.error or ""), result
+    states = {t["id"]: t["status"]["state"] for t in await peer_tasks(peer)}
+    assert states[running["id"]] == "TASK_STATE_CANCELED"
+
+
+async def test_closing_while_the_card_is_fetched_opens_no_client() -> None:
+    # The open went on after close(): it installed a peer with an open HTTP client, and said
+    # "connected", with nothing left to close either.
+    asked, release = asyncio.Event(), asyncio.Event()
+    card = {
+        "name": "late",
+        "description": "answers its card late",
+        "version": "1",
+        "supportedInterfaces": [
+            {
+                "url": "http://127.0.0.1:9/rpc",
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": "1.0",
+            }
+        ],
+        "capabilities": {"streaming": False},
+        "skills": [{"id": "go", "name": "go", "description": "go", "tags": []}],
+    }
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        asked.set()
+        await release.wait()
+        body = json.dumps(card).encode()
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        source = AgentSource(agent(f"http://127.0.0.1:{port}/.well-known/agent-card.json"))
+        kit = Toolkit(source)
+        starting = asyncio.ensure_future(kit.start())
+        await asyncio.wait(
+            {asyncio.ensure_future(asked.wait()), starting}, return_when=asyncio.FIRST_COMPLETED
+        )
+        assert asked.is_set(), starting
+        await kit.close()
+        release.set()
+        await starting
+    finally:
+        release.set()
+        server.close()
+        await server.wait_closed()
+    assert source.status.state == "failed" and "closed" in source.status.reason, source.status
+    assert source.tools() == [] and source._peer is None

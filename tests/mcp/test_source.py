@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from tests.fixtures.gate import PidGate, Snapshot, gone
 from tests.fixtures.web import serve_app
 from tests.mcp.conftest import (
     everything_stdio,
@@ -374,3 +375,62 @@ async def test_a_missing_working_folder_is_named(tmp_path: Path) -> None:
         assert status.state == "failed"
         assert f"its working folder {str(missing)!r} does not exist" in status.reason
         assert "cannot start" not in status.reason  # the command is there
+
+
+# -- nothing is left behind: closing or cancelling while a server is still starting ----------
+
+
+async def test_closing_while_connecting_stops_the_server_before_close_returns() -> None:
+    # close() cancelled the connection being made but did not wait for it: the server was
+    # still running when close() returned, and the toolkit's start raised CancelledError
+    # though nobody had cancelled it.
+    before, children = Snapshot(), live_children()
+    async with PidGate() as gate:
+        toolkit = Toolkit(mcp_source(fixture_server(env={"GATE_PORT": str(gate.port)})))
+        starting = asyncio.ensure_future(toolkit.start())
+        pid = await gate.arrival(starting)
+        await toolkit.close()
+        assert gone(pid) and live_children() == children
+        await starting
+    assert toolkit.sources[0].status.state == "failed"
+    assert await before.left() == (set(), set())
+
+
+async def test_a_cancelled_open_stops_connecting() -> None:
+    # The connection is made in a task of its own, shielded from the open that asked for it:
+    # cancelled (a timeout around create_toolkit, say), the open left it connecting, and the
+    # server running and connected behind a caller that had given up.
+    before, children = Snapshot(), live_children()
+    async with PidGate() as gate:
+        source = MCPSource(fixture_server(env={"GATE_PORT": str(gate.port)}))
+        opening = asyncio.ensure_future(source.open())
+        pid = await gate.arrival(opening)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert gone(pid) and live_children() == children
+    assert await before.left() == (set(), set())
+    await source.close()
+
+
+async def test_closing_while_a_call_reconnects_fails_the_call_and_stops_the_server() -> None:
+    before, children = Snapshot(), live_children()
+    async with PidGate() as gate:
+        source = mcp_source(fixture_server(env={"GATE_PORT": str(gate.port)}))
+        toolkit = Toolkit(source)
+        starting = asyncio.ensure_future(toolkit.start())
+        first = await gate.arrival(starting)
+        gate.release(first)
+        await starting
+        crashed = await toolkit.execute("fx_crash", {})
+        assert "went away during the call" in (crashed.error or ""), crashed
+        call = asyncio.ensure_future(toolkit.execute("fx_echo", {"text": "late"}))
+        again = await gate.arrival(call)  # the call is starting the server again
+        await source.close()  # the source itself (a toolkit's close ends its calls first)
+        assert gone(again) and live_children() == children
+        result = await call
+        await toolkit.close()
+    # A tool error saying why, not a cancellation nobody asked for.
+    assert result.error_code == "tool_error", result
+    assert "was closed" in (result.error or ""), result
+    assert await before.left() == (set(), set())

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolmesh import ToolEvent, create_toolkit
+from tests.fixtures.gate import NODE_GATE, PidGate, Snapshot, gone
+from toolmesh import ToolEvent, Toolkit, create_toolkit
 from toolmesh.sources.javascript import JavaScriptSource, sources_from_manifest
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
@@ -398,3 +399,116 @@ async def test_null_outputs_and_state_updates_that_are_not_patches(tmp_path: Pat
         texts = await kit.execute("texts", {})  # was a pydantic dump as a tool_error
         assert texts.error_code == "invalid_state_update", texts
         assert texts.error.endswith("not a list holding a string")
+
+
+# -- nothing is left behind: a worker still starting, opened twice, or restarting at close -----
+
+GATED_START = (
+    NODE_GATE
+    + """
+const none = { type: "object", properties: {} };
+export default gate.then(() => [
+  { name: "pid", description: "The worker's pid.", parameters: none,
+    execute() { return process.pid; } },
+  { name: "crash", description: "Exits the worker.", parameters: none,
+    execute() { process.exit(3); } },
+]);
+"""
+)
+
+
+def gated(folder: Path, gate: PidGate) -> JavaScriptSource:
+    """A package that reports to ``gate`` as it loads and sends its tools once let go."""
+    return JavaScriptSource(package(folder, GATED_START), env={"GATE_PORT": str(gate.port)})
+
+
+async def test_closing_while_the_worker_starts_stops_it(tmp_path: Path) -> None:
+    # The worker was the source's only once it sent its tools: close() did not see it, and it
+    # went on running (and, once ready, serving) after the toolkit was closed.
+    before = Snapshot()
+    async with PidGate() as gate:
+        source = gated(tmp_path / "slow", gate)
+        toolkit = Toolkit(source)
+        starting = asyncio.ensure_future(toolkit.start())
+        pid = await gate.arrival(starting)
+        await toolkit.close()
+        assert gone(pid)  # stopped and reaped by the time close() returns
+        await starting  # the start ends too, without an error of its own
+    assert source.status.state == "failed" and "closed" in source.status.reason
+    assert await before.left() == (set(), set())
+
+
+async def test_a_cancelled_open_stops_the_worker_it_was_starting(tmp_path: Path) -> None:
+    # Cancelled while it waited for the tool list (a timeout around create_toolkit, say), the
+    # start left the process and its pipes and reader tasks behind.
+    before = Snapshot()
+    async with PidGate() as gate:
+        source = gated(tmp_path / "slow", gate)
+        opening = asyncio.ensure_future(source.open())
+        pid = await gate.arrival(opening)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert gone(pid)
+    assert await before.left() == (set(), set())
+
+
+async def test_opening_twice_starts_one_worker(tmp_path: Path) -> None:
+    # A second open() started a second worker over the first, which nothing closed.
+    before = Snapshot()
+    folder = tmp_path / "twice"
+    async with PidGate(release_all=True) as gate:
+        source = gated(folder, gate)
+        await source.open()
+        await source.open()
+        await asyncio.gather(source.open(), source.open())
+        assert source.status.state == "connected", source.status
+        [pid] = _processes_naming(folder)
+        await source.close()
+        assert gone(pid) and _processes_naming(folder) == []
+    assert await before.left() == (set(), set())
+
+
+async def test_closing_while_a_call_restarts_the_worker_stops_it(tmp_path: Path) -> None:
+    # The call's restart finished after close() and kept its worker: running, and serving
+    # the call, after the toolkit had closed.
+    before = Snapshot()
+    async with PidGate() as gate:
+        source = gated(tmp_path / "restart", gate)
+        toolkit = Toolkit(source)
+        starting = asyncio.ensure_future(toolkit.start())
+        first = await gate.arrival(starting)
+        gate.release(first)
+        await starting
+        crashed = await toolkit.execute("crash", {})
+        assert not crashed.success and "exited" in (crashed.error or ""), crashed
+        call = asyncio.ensure_future(toolkit.execute("pid", {}))
+        restarted = await gate.arrival(call)  # the call is starting a fresh worker
+        await source.close()  # the source itself (a toolkit's close ends its calls first)
+        assert gone(first) and gone(restarted)
+        result = await call
+        await toolkit.close()
+    assert not result.success and "closed" in (result.error or ""), result
+    assert await before.left() == (set(), set())
+
+
+async def test_a_cancelled_create_toolkit_leaves_no_worker_running(tmp_path: Path) -> None:
+    async with PidGate() as gate:
+        fast, slow = gated(tmp_path / "fast", gate), gated(tmp_path / "slow", gate)
+        connected = asyncio.Event()
+        fast.subscribe(lambda _source: connected.set())
+        slow.subscribe(lambda _source: connected.set())
+        creating = asyncio.ensure_future(create_toolkit(tools=[fast, slow]))
+        first = await gate.arrival(creating)
+        second = await gate.arrival(creating)
+        gate.release(first)  # one source opens; the other is still starting
+        await connected.wait()
+        creating.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await creating
+        try:
+            assert gone(second)  # the one still starting: stopped by its cancelled open
+            assert gone(first)  # the one already open: nobody closes it
+        finally:
+            await fast.close()
+            await slow.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from toolmesh import ConfigError, ToolEvent, create_toolkit
+from tests.fixtures.gate import PYTHON_GATE, PidGate, Snapshot, gone
+from toolmesh import ConfigError, ToolEvent, Toolkit, create_toolkit
 from toolmesh.sources.pyprocess import PythonPackageSource, ensure_venv, sources_from_manifest
 
 TOOL = """
@@ -259,3 +261,22 @@ def test_closing_beside_a_detached_child_prints_no_traceback(tmp_path: Path) -> 
     )
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+async def test_closing_while_the_worker_starts_stops_it(tmp_path: Path) -> None:
+    # As for JavaScript packages (the same WorkerSource): close() did not see a worker that
+    # had not sent its tools yet, and it went on running after the toolkit was closed.
+    folder = package(tmp_path / "pkg", body=PYTHON_GATE + TOOL)
+    before = Snapshot()
+    async with PidGate() as gate:
+        source = PythonPackageSource(
+            folder, cache_dir=tmp_path / "cache", env={"GATE_PORT": str(gate.port)}
+        )
+        toolkit = Toolkit(source)
+        starting = asyncio.ensure_future(toolkit.start())
+        pid = await gate.arrival(starting)
+        await toolkit.close()
+        assert gone(pid)
+        await starting
+    assert source.status.state == "failed" and "closed" in source.status.reason
+    assert await before.left() == (set(), set())

@@ -396,7 +396,11 @@ class SkillCall:
             except asyncio.CancelledError:
                 await self._cancel_in_background(progress)
                 raise
-            except (wire.RpcError, TransportError, httpx.HTTPError) as exc:
+            except (wire.RpcError, TransportError, httpx.HTTPError, RuntimeError) as exc:
+                if http.is_closed:  # the source closed (and its shared client) under the call
+                    return await self._closed_under(progress, ctx, started)
+                if isinstance(exc, RuntimeError):
+                    raise
                 return self._result(
                     ctx,
                     progress,
@@ -492,6 +496,22 @@ class SkillCall:
             logger.info("CancelTask for %s at %s failed: %s", progress.task_id, self.peer.url, exc)
             return False
         return progress.state == "canceled"  # what the agent says, not that it was asked
+
+    async def _closed_under(
+        self, progress: _Progress, ctx: ToolContext, started: float
+    ) -> ToolResult:
+        """The call's end when its source was closed while it ran: the agent's task is
+        cancelled (with a client of its own), not left working for nobody."""
+        async with self.peer.new_client() as http:
+            asked = await self._cancel(http, progress)
+        return self._result(
+            ctx,
+            progress,
+            started,
+            ToolErrorCode.TOOL_ERROR,
+            f"the agent {self.agent_name!r} was closed during the call"
+            + ("; its task was cancelled" if asked else ""),
+        )
 
     async def _cancel_in_background(self, progress: _Progress) -> None:
         """Cancel the remote task although this call is being cancelled itself (with a client

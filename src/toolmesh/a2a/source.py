@@ -29,6 +29,7 @@ class AgentSource(Source):
         self.card: dict[str, object] = {}
         self._tools: list[Tool] = []
         self._peer: Peer | None = None
+        self._epoch = 0  # bumped by close(): an open begun before it keeps nothing
 
     def tools(self) -> Sequence[Tool]:
         return self._tools
@@ -37,6 +38,7 @@ class AgentSource(Source):
         from toolmesh import a2a as package  # looked up here so _fetch_card can be replaced
 
         url = self.agent.card_url
+        epoch = self._epoch
         try:
             card = check_card(
                 await package._fetch_card(
@@ -50,13 +52,19 @@ class AgentSource(Source):
             self.status = SourceStatus("failed", f"{url}: {exc}")
             logger.warning("A2A agent %s is unavailable: %s", url, exc)
             return
-        await self._release()
-        peer.open()
+        if epoch != self._epoch:  # closed while the card was fetched: open no client
+            self.status = SourceStatus("failed", f"{url}: closed before the card arrived")
+            return
+        previous = self._peer
+        peer.open()  # installed before any await, so a close meanwhile closes this one
         self.card, self._peer, self._tools = card, peer, tools
         self.status = SourceStatus("connected")
+        if previous is not None:
+            await previous.close()
         self.changed()
 
     async def close(self) -> None:
+        self._epoch += 1
         await self._release()
 
     async def _release(self) -> None:

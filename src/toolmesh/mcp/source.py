@@ -107,20 +107,38 @@ class MCPSource(Source):
         """Connect and list the tools; a failure or a hang sets ``status``, never raises."""
         if not self.config.enabled or self._connection is not None or self._closed:
             return
-        with contextlib.suppress(_ConnectFailed):
+        try:
             await self._connect()
+        except _ConnectFailed:
+            return
+        except asyncio.CancelledError:
+            # The caller gave up: stop connecting too, or the server would go on starting
+            # (and stay connected) behind it, with nobody left to close it.
+            pending = self._connecting
+            if pending is not None and not pending.done():
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+            raise
 
     async def close(self) -> None:
-        """Disconnect; a stdio server's process (and its children) is gone when this returns."""
+        """Disconnect; a stdio server's process (and its children) is gone when this returns,
+        also when it was still connecting."""
         self._closed = True
-        if self._refreshing is not None:
-            self._refreshing.cancel()
+        refreshing, self._refreshing = self._refreshing, None
+        if refreshing is not None:
+            refreshing.cancel()
         pending = self._connecting
         if pending is not None and not pending.done():
             pending.cancel()
+            self.status = SourceStatus("failed", f"MCP server {self.name!r} was closed")
+        else:
+            pending = None
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.stop()
+        ending = [task for task in (pending, refreshing) if task is not None]
+        if ending:  # the connection being made is stopped (its process reaped) by now
+            await asyncio.gather(*ending, return_exceptions=True)
 
     async def _connect(self) -> _Connection:
         """The live connection, connecting first (once, however many calls wait for it)."""
@@ -128,7 +146,15 @@ class MCPSource(Source):
             return self._connection
         if self._connecting is None or self._connecting.done():
             self._connecting = asyncio.ensure_future(self._start_connection())
-        return await asyncio.shield(self._connecting)
+        connecting = self._connecting
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if connecting.cancelled() and (task is None or not task.cancelling()):
+                # Not this caller's cancellation: close() (or a cancelled open) stopped it.
+                raise _ConnectFailed(f"MCP server {self.name!r} was closed") from None
+            raise
 
     async def _start_connection(self) -> _Connection:
         if self._closed:

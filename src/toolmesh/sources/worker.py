@@ -67,6 +67,7 @@ class Worker:
         self._calls: dict[str, tuple[asyncio.Future[dict[str, Any]], ToolContext]] = {}
         self._abandoned: set[str] = set()  # cancelled calls the worker has not answered yet
         self._ready: asyncio.Future[list[dict[str, Any]]] | None = None
+        self._spawning: asyncio.Event | None = None  # set once the process exists (or failed)
         self._tasks: list[asyncio.Task[None]] = []
         self._next = 0
         self._closing = False
@@ -75,21 +76,25 @@ class Worker:
         """Start the process and wait for its list of tools."""
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
-        self.process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.cwd,
-            env=self.env,
-            start_new_session=True,
-            limit=LINE_LIMIT,
-        )
-        self._tasks = [
-            asyncio.ensure_future(self._read_messages()),
-            asyncio.ensure_future(self._read_stderr()),
-        ]
+        spawned = self._spawning = asyncio.Event()
         try:
+            try:
+                self.process = await asyncio.create_subprocess_exec(
+                    *self.argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd=self.cwd,
+                    env=self.env,
+                    start_new_session=True,
+                    limit=LINE_LIMIT,
+                )
+            finally:
+                spawned.set()
+            self._tasks = [
+                asyncio.ensure_future(self._read_messages()),
+                asyncio.ensure_future(self._read_stderr()),
+            ]
             async with asyncio.timeout(timeout):
                 self.specs = await self._ready
         except TimeoutError:
@@ -97,7 +102,8 @@ class Worker:
             raise WorkerError(
                 f"{self.label}: no tool list after {timeout:g}s{self._tail()}"
             ) from None
-        except WorkerError:
+        except BaseException:  # a broken start, or a cancelled one: no process left running
+            self._ready.cancel()  # nobody waits for it any more
             await self.close()
             raise
         return self.specs
@@ -144,6 +150,8 @@ class Worker:
     async def close(self) -> None:
         """Kill the worker (and anything it started) and reap it."""
         self._closing = True
+        if self._spawning is not None and not self._spawning.is_set():
+            await self._spawning.wait()  # closed while the process is being made: kill it too
         process = self.process
         if process is not None:
             if process.returncode is None:
@@ -310,6 +318,11 @@ class WorkerSource(Source):
         self._tools: list[Tool] = []
         self._worker: Worker | None = None
         self._lock: asyncio.Lock | None = None
+        # Workers still starting (not yet ready): close() stops them too, and a start begun
+        # before a close (whose epoch it bumps) keeps no worker it finishes starting.
+        self._starting: set[Worker] = set()
+        self._epoch = 0
+        self._closed = False
         self.status = SourceStatus("pending", "not started yet")
 
     # Subclasses: prepare (install, bundle) and say how to start the worker.
@@ -324,35 +337,70 @@ class WorkerSource(Source):
         return self._tools
 
     async def open(self) -> None:
-        try:
-            await self.prepare()
-            worker = await self._start()
-            tools = [self._tool(spec) for spec in worker.specs]
-        except (WorkerError, OSError, ValueError, TypeError) as exc:
-            await self.close()
-            self.status = SourceStatus("failed", str(exc))
-            logger.warning("source %s failed: %s", self.name, exc)
-            return
-        self._tools = tools
-        self.status = SourceStatus("connected")
+        """Start the worker; opening an open source starts no second one."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # beside a call restarting the worker, or another open
+            if self._worker is not None and self._worker.alive:
+                return
+            self._closed = False
+            epoch = self._epoch
+            try:
+                await self._stop()  # a worker that died: reaped, not just forgotten
+                await self.prepare()
+                worker = await self._start(epoch)
+                tools = [self._tool(spec) for spec in worker.specs]
+            except (WorkerError, OSError, ValueError, TypeError) as exc:
+                closed = epoch != self._epoch
+                await self._stop()
+                self.status = SourceStatus("failed", str(exc))
+                if not closed:
+                    logger.warning("source %s failed: %s", self.name, exc)
+                return
+            self._tools = tools
+            self.status = SourceStatus("connected")
         self.changed()
 
     async def close(self) -> None:
-        if self._worker is not None:
-            await self._worker.close()
-            self._worker = None
+        """Stop the worker, and one still starting (an open or a call's restart): whatever
+        was started before the close is gone when it returns."""
+        self._epoch += 1
+        self._closed = True
+        await self._stop()
 
-    async def _start(self) -> Worker:
+    async def _stop(self) -> None:
+        workers = list(self._starting)
+        if self._worker is not None:
+            workers.append(self._worker)
+            self._worker = None
+        for worker in workers:
+            await worker.close()
+
+    async def _start(self, epoch: int) -> Worker:
+        """A started worker, made the source's own unless the source was closed (``epoch``
+        is the one the start was asked in)."""
+        if epoch != self._epoch:
+            raise WorkerError(f"{self.name}: the source was closed")
         argv, cwd, env = self.command()
         worker = Worker(argv, cwd=cwd, env=env, label=self.name)
-        specs = await worker.start(self.start_timeout)
+        self._starting.add(worker)
         try:
+            specs = await worker.start(self.start_timeout)
             for spec in specs:
                 _check_spec(spec, self.name)
             _check_unique(specs, self.name)
-        except WorkerError:
-            await worker.close()  # a rejected tool list must not leave the process running
+            if epoch != self._epoch:
+                raise WorkerError(f"{self.name}: the source was closed while its worker started")
+        except BaseException as exc:
+            # A rejected tool list, a close or a cancellation: no process is left running.
+            await worker.close()
+            if isinstance(exc, WorkerError) and epoch != self._epoch:
+                raise WorkerError(
+                    f"{self.name}: the source was closed while its worker started"
+                ) from None
             raise
+        finally:
+            self._starting.discard(worker)
         self._worker = worker
         return worker
 
@@ -367,9 +415,12 @@ class WorkerSource(Source):
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._worker is None or not self._worker.alive:
+                if self._closed:  # a call after close() starts no worker nobody would stop
+                    raise WorkerError(f"{self.name}: the source is closed")
+                epoch = self._epoch  # before any await: a close meanwhile must be seen
                 if self._worker is not None:
                     await self._worker.close()
-                await self._start()
+                await self._start(epoch)
             if self._worker is None:  # pragma: no cover - _start sets it
                 raise WorkerError(f"{self.name}: the worker did not start")
             return self._worker

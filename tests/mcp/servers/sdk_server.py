@@ -4,6 +4,9 @@ python sdk_server.py tools      # MCPServer: wait, progress, cancellations, add_
 python sdk_server.py paged      # lowlevel Server whose tools/list comes in pages of two
 python sdk_server.py garbage    # prints non-JSON lines to stdout, then serves `tools`
 python sdk_server.py hang       # never answers (and ignores end of input)
+
+With $GATE_PORT set, it first reports its pid to 127.0.0.1:$GATE_PORT and waits to be let go
+(tests/sources/gate.py): a test can act while the server is still starting.
 """
 
 import asyncio
@@ -104,8 +107,18 @@ def paged_server() -> Any:
     return Server("paged", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+def wait_at_the_gate() -> None:
+    import socket
+
+    told = socket.create_connection(("127.0.0.1", int(os.environ["GATE_PORT"])))
+    told.sendall(b"%d\n" % os.getpid())
+    told.recv(1)  # a line (or the gate's end) lets it go
+
+
 def main() -> None:
     mode = sys.argv[1]
+    if os.environ.get("GATE_PORT"):
+        wait_at_the_gate()
     if mode == "hang":
         sys.stderr.write("fixture: hanging\n")
         sys.stderr.flush()
