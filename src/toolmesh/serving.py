@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute
 
 from toolmesh.errors import ConfigError
 from toolmesh.host import Host
+from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from toolmesh.store import Store, open_store
 from toolmesh.transports.http import HttpServer
 
@@ -83,6 +84,8 @@ async def serve_toolkit(
     mcp: Any = None,
     auth_token: str | None = None,
     allowed_origins: Sequence[str] = (),
+    max_parallel: int = 8,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> ServeHandle:
     """Serve ``toolkit`` on ``bind`` and return once the port listens (see ``Toolkit.serve``)."""
     routes: list[BaseRoute] = []
@@ -90,7 +93,12 @@ async def serve_toolkit(
     if a2a is not None and a2a is not False:
         agent_server, owned = _a2a_server(toolkit, client, a2a, auth_token, allowed_origins)
         routes.extend(agent_server.routes())
-    host = Host(toolkit, auth_token=auth_token)
+    host = Host(
+        toolkit,
+        auth_token=auth_token,
+        max_parallel=max_parallel,
+        max_message_bytes=max_message_bytes,
+    )
     if mcp is not None and mcp is not False:
         routes.extend(_mcp_routes(host, mcp, auth_token, allowed_origins))
     server = HttpServer(

@@ -31,6 +31,7 @@ from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
 from toolmesh.errors import ConfigError, NameConflictError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
+from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
@@ -155,6 +156,8 @@ class Toolkit(ToolResolver):
         self._started = False
         self._start_lock = asyncio.Lock()
         self._closed = False
+        self._calls: dict[int, CallSpec] = {}  # execute() calls running, by id()
+        self._calls_done: asyncio.Event | None = None  # set when the last of them ends
         if tool_search:
             from toolmesh.sources.tool_search import ToolSearchSource
 
@@ -522,7 +525,14 @@ class Toolkit(ToolResolver):
         caller = session or self.session
         if on_approval is not None:
             caller = dataclasses.replace(caller, approver=on_approval)
-        return await self.pipeline.call(caller, spec, on_event)
+        key = id(spec)
+        self._calls[key] = spec  # close() ends it (a shell command's processes with it)
+        try:
+            return await self.pipeline.call(caller, spec, on_event)
+        finally:
+            del self._calls[key]
+            if self._calls_done is not None and not self._calls:
+                self._calls_done.set()
 
     # -- remote agents and serving ---------------------------------------------------------------
 
@@ -550,11 +560,14 @@ class Toolkit(ToolResolver):
         mcp: Any = None,
         auth_token: str | None = None,
         allowed_origins: Sequence[str] = (),
+        max_parallel: int = 8,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> ServeHandle:
         """Serve this toolkit over HTTP on ``bind`` (``HOST:PORT``; port 0 picks one): A2E
         always, an A2A agent with ``a2a={"name": ..., "description": ...}`` (its tasks run
-        ``client``'s agent loop), MCP with ``mcp=``. Returns a handle with ``url`` and
-        ``stop()``."""
+        ``client``'s agent loop), MCP with ``mcp=``. ``max_parallel`` and
+        ``max_message_bytes`` are the A2E and MCP sessions' limits, as ``Host``'s. Returns a
+        handle with ``url`` and ``stop()``."""
         from toolmesh.serving import serve_toolkit
 
         return await serve_toolkit(
@@ -565,6 +578,8 @@ class Toolkit(ToolResolver):
             mcp=mcp,
             auth_token=auth_token,
             allowed_origins=allowed_origins,
+            max_parallel=max_parallel,
+            max_message_bytes=max_message_bytes,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -579,26 +594,49 @@ class Toolkit(ToolResolver):
                 return self
             await self.store.open()  # a store that cannot open raises; a later start retries
             self._started = True
-            outcomes = await asyncio.gather(
-                *(source.open() for source in self._sources), return_exceptions=True
-            )
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+            try:
+                outcomes = await asyncio.gather(
+                    *(source.open() for source in self._sources), return_exceptions=True
+                )
+                failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+                if failure is not None:
+                    raise failure
+            except BaseException:
+                # Cancelled, or a source's open raised: what did open is closed again (the
+                # caller of create_toolkit has no toolkit to close), and a later start retries.
+                self._started = False
+                await self._close_sources()
+                raise
         return self
 
     async def close(self) -> None:
-        """Close every source and the store; no child process is left behind."""
+        """End the calls still running (each answers ``cancelled`` and is audited), then close
+        every source and the store; no child process is left behind."""
         if self._closed:
             return
         self._closed = True
+        await self._end_calls()
+        await self._close_sources()
+        await self.pipeline.drain()
+        await self.store.close()
+
+    async def _end_calls(self, timeout: float = 5.0) -> None:
+        if not self._calls:
+            return
+        for spec in list(self._calls.values()):
+            self.pipeline.abort(spec, "the call was cancelled: the toolkit is closing")
+        if self._calls_done is None or self._calls_done.is_set():
+            self._calls_done = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):  # they answer, and are audited, first
+                await self._calls_done.wait()
+
+    async def _close_sources(self) -> None:
         for source in reversed(self._sources):
             try:
                 await source.close()
             except Exception:
                 logger.exception("closing source %r failed", source.name)
-        await self.pipeline.drain()
-        await self.store.close()
 
     async def __aenter__(self) -> Toolkit:
         return await self.start()
@@ -782,7 +820,11 @@ async def create_toolkit(
             "create_toolkit(workspace=...) confines the built-in tools; enable builtins"
         )
 
-    return await toolkit.start()
+    try:
+        return await toolkit.start()
+    except BaseException:
+        await toolkit.close()  # its store too: the caller has no toolkit to close
+        raise
 
 
 def _create_index(mode: SearchMode | SearchIndex) -> SearchIndex:

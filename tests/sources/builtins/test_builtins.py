@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.gate import PYTHON_GATE, PidGate, gone
 from tests.sources.builtins.conftest import Make
 from toolmesh import ConfigError, Session, ToolErrorCode, create_toolkit
 from toolmesh.capabilities import CapabilitySet
@@ -136,3 +141,21 @@ def test_workspace_and_roots_of_the_wrong_type_are_named(
 ) -> None:
     with pytest.raises(ConfigError, match=says):
         sources_from_manifest(table, base_dir=tmp_path)
+
+
+async def test_closing_the_toolkit_ends_a_running_shell_command(workspace: Path) -> None:
+    async with PidGate() as gate:
+        shell = {"allow": "*", "set_env": {"GATE_PORT": str(gate.port)}, "timeout": 600}
+        kit = await create_toolkit(builtins={"default": False, "shell": shell}, workspace=workspace)
+        script = PYTHON_GATE + "import time; time.sleep(600)\n"
+        call = asyncio.ensure_future(
+            kit.execute("shell", {"command": f"{sys.executable} -c {shlex.quote(script)}"})
+        )
+        pid = await gate.arrival(call)
+        await kit.close()
+        try:
+            assert gone(pid)
+        finally:
+            call.cancel()  # the command is killed when its call ends
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
