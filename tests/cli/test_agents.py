@@ -259,3 +259,35 @@ def test_agents_list_shows_every_entry_though_one_needs_a_secret(tmp_path: Path)
     assert lines[0] == "open  http://127.0.0.1:9/.well-known/agent-card.json"
     assert lines[1].startswith("locked  http://127.0.0.1:8/.well-known/agent-card.json  (not")
     assert "QA_UNSET_TOKEN is not set" in lines[1]
+
+
+def test_serve_a2a_takes_the_same_sources_and_limits_as_serve(tmp_path: Path) -> None:
+    """`serve --a2a` ignored --mcp-config (and served the built-ins instead), --max-parallel,
+    --max-message-bytes and --approval-timeout: it serves what plain `serve` would."""
+    servers = tmp_path / "servers.json"
+    time_server = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
+    servers.write_text(json.dumps({"mcpServers": {"time": time_server}}))
+    options = ["--mcp-config", str(servers), "--max-parallel", "3", "--max-message-bytes", "4096"]
+    options += ["--audit", str(tmp_path / "a.db")]
+    with served_agent(tmp_path, *options, environment=dict(os.environ)) as url:
+        from toolmesh import ToolAPI, connect
+
+        with connect(url, agent_id="t") as client:
+            api = ToolAPI(client)
+            names = {t.name for t in api.list()}
+            assert {"time_get_current_time", "time_convert_time"} <= names
+            assert "read_file" not in names  # not the built-ins
+            assert client.max_parallel == 3
+            now = api.call("time_get_current_time", {"timezone": "UTC"})
+            assert now.success, now
+        big = {"type": "ping", "id": "p", "pad": "x" * 5000}
+        session = httpx.post(f"{url}/session", timeout=10).json()["session_id"]
+        refused = httpx.post(
+            f"{url}/send", content=json.dumps(big), headers={"X-Session-Id": session}, timeout=10
+        )
+        assert refused.status_code == 200
+        with httpx.stream(
+            "GET", f"{url}/stream", headers={"X-Session-Id": session}, timeout=10
+        ) as stream:
+            first = next(line for line in stream.iter_lines() if line.startswith("data:"))
+        assert json.loads(first[5:])["code"] == "message_too_large"

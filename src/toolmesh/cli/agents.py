@@ -246,40 +246,38 @@ def _audit_chosen(args: argparse.Namespace) -> str | None:
 
 
 async def _serve_agent(args: argparse.Namespace) -> None:
-    from toolmesh.cli.loading import load_sources
+    from toolmesh.cli.serve import cli_limits, cli_sources
     from toolmesh.llm import create_client
     from toolmesh.toolkit import create_toolkit
 
     names = API_KEY_VARIABLES[args.llm_style]
     api_key = next((os.environ[n] for n in names if os.environ.get(n)), None)
     audit = _audit_chosen(args)
+    sources = cli_sources(args)  # as plain `serve`: --tools, --skills, --mcp-config
     if args.config:
         # As plain `serve --config`: the manifest's audit unless --audit/--store chose one.
         from toolmesh.manifest import load_manifest
-        from toolmesh.sources.skills import SkillsSource
 
         manifest = load_manifest(args.config)
-        extra = load_sources(args.tools)
-        if args.skills:
-            extra.append(SkillsSource(args.skills))
         toolkit = await manifest.toolkit(
-            *extra,
+            *sources,
             name=args.a2a,
             capabilities=args.capability,
             capability_policy=args.capability_policy,
             audit=audit or manifest.store or manifest.audit or _default_audit(),
+            limits=cli_limits(args),
         ).start()
     else:
-        default = not (args.tools or args.skills)  # as `serve`: the built-ins
+        default = not sources  # as `serve`: the built-ins when nothing else is named
         toolkit = await create_toolkit(
-            tools=load_sources(args.tools),
+            tools=sources,
             builtins=default,
             workspace=args.workspace if default else None,
-            skills_dir=args.skills,
             audit=audit or _default_audit(),
             capabilities=args.capability,
             capability_policy=args.capability_policy or "locked",
             name=args.a2a,
+            limits=cli_limits(args),
         )
     try:
         client = create_client(args.llm, args.llm_style, args.model, api_key)
@@ -298,6 +296,8 @@ async def _serve_agent(args: argparse.Namespace) -> None:
             a2a={"name": args.a2a, "description": args.a2a_description},
             mcp=True if getattr(args, "mcp", False) else None,
             auth_token=args.auth_token,
+            max_parallel=args.max_parallel,
+            max_message_bytes=args.max_message_bytes,
         )
         print(handle.url, flush=True)
         also = f", MCP at {handle.url}/mcp" if getattr(args, "mcp", False) else ""

@@ -172,18 +172,7 @@ def build_host(
 ) -> Host:
     """The host the options describe. ``audit`` is the store the command line chose (None: not
     chosen); then the manifest's applies, else ``default_audit`` (None: the toolkit's own)."""
-    sources = load_sources(args.tools)
-    if getattr(args, "skills", None):
-        from toolmesh.sources.skills import SkillsSource
-
-        sources.append(SkillsSource(args.skills))
-    if getattr(args, "mcp_config", None):
-        from toolmesh.mcp.gateway import gateway_configs
-        from toolmesh.mcp.source import mcp_source
-
-        defer = getattr(args, "mcp_defer_over", None)
-        for path in args.mcp_config:
-            sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
+    sources = cli_sources(args)
     if args.config:
         return _manifest_host(args, sources, audit=audit, default_audit=default_audit)
     if audit is None:
@@ -202,8 +191,30 @@ def build_host(
         max_parallel=getattr(args, "max_parallel", 8),
         auth_token=getattr(args, "auth_token", None),
         max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
-        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+        limits=cli_limits(args),
     )
+
+
+def cli_sources(args: argparse.Namespace) -> list[Any]:
+    """The sources the command line names, besides a manifest's: ``--tools``, ``--skills`` and
+    the servers of each ``--mcp-config`` file (plain ``serve`` and ``serve --a2a`` alike)."""
+    sources = load_sources(args.tools)
+    if getattr(args, "skills", None):
+        from toolmesh.sources.skills import SkillsSource
+
+        sources.append(SkillsSource(args.skills))
+    if getattr(args, "mcp_config", None):
+        from toolmesh.mcp.gateway import gateway_configs
+        from toolmesh.mcp.source import mcp_source
+
+        defer = getattr(args, "mcp_defer_over", None)
+        for path in args.mcp_config:
+            sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
+    return sources
+
+
+def cli_limits(args: argparse.Namespace) -> Limits:
+    return Limits(approval_timeout=getattr(args, "approval_timeout", 300.0))
 
 
 def _manifest_host(
@@ -232,7 +243,7 @@ def _manifest_host(
         max_parallel=getattr(args, "max_parallel", 8),
         auth_token=getattr(args, "auth_token", None),
         max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
-        limits=Limits(approval_timeout=getattr(args, "approval_timeout", 300.0)),
+        limits=cli_limits(args),
         owns_toolkit=True,  # built for this host: it opens the sources and closes them
     )
 
