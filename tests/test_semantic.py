@@ -159,3 +159,17 @@ def test_lexical_search_never_imports_the_semantic_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_embedding_cache_follows_toolmesh_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TOOLMESH_CACHE moves every cache toolmesh keeps (package builds and embeddings alike);
+    TOOLMESH_CACHE_DIR still names the embeddings' folder itself."""
+    from toolmesh.semantic import default_cache_path
+
+    monkeypatch.delenv("TOOLMESH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TOOLMESH_CACHE", str(tmp_path / "all"))
+    assert default_cache_path() == tmp_path / "all" / "embeddings.sqlite"
+    monkeypatch.setenv("TOOLMESH_CACHE_DIR", str(tmp_path / "own"))
+    assert default_cache_path() == tmp_path / "own" / "embeddings.sqlite"

@@ -71,12 +71,15 @@ def find_model(model: str | Path | None = None) -> Path:
 
 
 def default_cache_path() -> Path:
-    """$TOOLMESH_CACHE_DIR, else $XDG_CACHE_HOME/toolmesh, else ~/.cache/toolmesh."""
+    """embeddings.sqlite in $TOOLMESH_CACHE_DIR, else in toolmesh's cache folder, where the
+    package tools' builds go too ($TOOLMESH_CACHE, else $XDG_CACHE_HOME/toolmesh, else
+    ~/.cache/toolmesh)."""
     root = os.environ.get(CACHE_ENV)
     if root:
         return Path(root) / "embeddings.sqlite"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "toolmesh" / "embeddings.sqlite"
+    from toolmesh.sources.worker import cache_root
+
+    return cache_root() / "embeddings.sqlite"
 
 
 class Encoder:
