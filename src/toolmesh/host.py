@@ -335,19 +335,14 @@ class Connection:
     def take_line(self, line: bytes | str) -> Awaitable[None] | None:
         """``receive_line`` for transports that read lines on a callback: a call starts at once
         (None is returned); any other message returns what to await before the next line."""
-        message = self.parse_line(line)
-        if message is None or self._took(message):
-            return None
-        return self._respond(message)
-
-    def parse_line(self, line: bytes | str) -> Any | None:
-        """The message of one raw NDJSON line, or None when it is malformed (the ``error``
-        message answering it is sent)."""
         try:
-            return decode(line, max_bytes=self.host.max_message_bytes)
+            message = decode(line, max_bytes=self.host.max_message_bytes)
         except ProtocolError as exc:
             self._deliver(ErrorMessage.from_exception(exc, request_id_of(line)))
             return None
+        if self._took(message):
+            return None
+        return self._respond(message)
 
     async def receive(self, message: Any) -> None:
         """Handle one decoded message; answers go out through ``deliver``."""

@@ -39,17 +39,9 @@ from toolmesh.pipeline import ApprovalRequest
 from toolmesh.protocol import encode
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
-from toolmesh.transports.http import (
-    _END,
-    IDLE_SESSION_SECONDS,
-    _acknowledge,
-    _Peer,
-    _Sessions,
-)
+from toolmesh.transports.http import _END, IDLE_SESSION_SECONDS, _Peer, _Sessions
 
 if TYPE_CHECKING:
-    from starlette.types import Send
-
     from toolmesh.store.postgres import PostgresStore
 
 __all__ = ["ClusterPeer", "ClusterSessions"]
@@ -63,10 +55,9 @@ PRUNE_EVERY_SECONDS = 60.0
 class ClusterPeer(_Peer):
     """A session as this host serves it: messages go to whichever host holds its stream."""
 
-    sessions: ClusterSessions
-
     def __init__(self, sessions: ClusterSessions, session_id: str) -> None:
-        super().__init__(sessions, session_id)
+        super().__init__(sessions.host, session_id)
+        self.sessions = sessions
         self.pulling = False
         self.pull_again = False
         self.approvals_shared = False
@@ -79,21 +70,15 @@ class ClusterPeer(_Peer):
         else:
             self.sessions.post(self.id, data)
 
-    async def receive(self, body: bytes, reply: Send) -> None:
-        """Every message is acknowledged once handled: what another host must see (the
-        restored session, a forwarded approval) is in the store before the client hears back."""
+    async def receive(self, body: bytes) -> None:
         connection = self.connection
         if connection.session is None and b'"handshake/req"' not in body:
             await self.sessions.restore(self)  # the handshake may have been answered elsewhere
         if b'"tool/approval/resp"' in body and await self.sessions.forward_approval(self, body):
-            await _acknowledge(reply)
             return
         await connection.receive_line(body)
         if connection.session is not None and not self.approvals_shared:
             self.sessions.share_approvals(self, connection.session)
-        if connection.closed:  # a shutdown message, drained
-            self.sessions.ended(self)
-        await _acknowledge(reply)
 
 
 class ClusterSessions(_Sessions):

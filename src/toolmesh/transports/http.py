@@ -39,14 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolmesh.errors import ConfigError, ProtocolError, TransportError
 from toolmesh.host import Connection, Host
 from toolmesh.models import secret_id
-from toolmesh.protocol import (
-    ErrorCode,
-    ErrorMessage,
-    ToolCallRequest,
-    decode,
-    encode,
-    request_id_of,
-)
+from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode, request_id_of
 from toolmesh.transports.lean_http import LeanClient, LeanError, lean_suits
 from toolmesh.transports.lines import HEAD_BYTES, Oversized
 
@@ -66,11 +59,10 @@ SHOWN_ID_CHARS = 64  # of a session id echoed in an error (ours have 32)
 class _Peer:
     """One HTTP session: its A2E connection and the queue its stream drains."""
 
-    def __init__(self, sessions: _Sessions, session_id: str) -> None:
+    def __init__(self, host: Host, session_id: str) -> None:
         self.id = session_id
-        self.sessions = sessions
         self.queue = _StreamQueue()  # None: time for a keepalive
-        self.connection: Connection = sessions.host.connect(
+        self.connection: Connection = host.connect(
             self._deliver, transport="http", session_id=session_id
         )
         self.stream_owner: object | None = None
@@ -79,24 +71,9 @@ class _Peer:
     def _deliver(self, message: Any) -> None:
         self.queue.put_nowait(encode(message))
 
-    async def receive(self, body: bytes, reply: Send) -> None:
-        """One message POSTed for this session, and the POST's answer.
-
-        A call is acknowledged before it starts: its answer comes on the stream, so the client
-        reads the acknowledgement while the call runs (nothing else of this connection can run
-        in between: the call starts before this yields). Any other message is acknowledged once
-        handled, so a client waiting for that knows its handshake, say, was answered."""
-        connection = self.connection
-        message = connection.parse_line(body)
-        if isinstance(message, ToolCallRequest):
-            await _acknowledge(reply)
-            await connection.receive(message)  # starts the call (ending here if it finished)
-            return
-        if message is not None:
-            await connection.receive(message)
-        if connection.closed:  # a shutdown message, drained
-            self.sessions.ended(self)
-        await _acknowledge(reply)
+    async def receive(self, body: bytes) -> None:
+        """One message POSTed for this session."""
+        await self.connection.receive_line(body)
 
 
 class _Sessions:
@@ -116,7 +93,7 @@ class _Sessions:
 
     async def create(self) -> _Peer:
         self._reap()
-        peer = _Peer(self, secret_id())
+        peer = _Peer(self.host, secret_id())
         self.peers[peer.id] = peer
         return peer
 
@@ -278,9 +255,12 @@ def build_app(
                     detail={"limit": host.max_message_bytes},
                 )
             )
-            await _acknowledge(reply)
         else:
-            await answer.receive(body, reply)
+            await answer.receive(body)
+            if answer.connection.closed:  # a shutdown message, drained
+                sessions.ended(answer)
+        await reply({"type": "http.response.start", "status": 200, "headers": _OK_HEADERS})
+        await reply({"type": "http.response.body", "body": _OK})
 
     async def stream(request: Request) -> Response:
         refused = refuse(request)
@@ -420,12 +400,6 @@ def _backlog_refusal(peer: _Peer) -> Response | None:
 
 _OK = b'{"ok":true}'
 _OK_HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"11")]
-
-
-async def _acknowledge(reply: Send) -> None:
-    """POST /send's answer: the message was taken (what became of it comes on the stream)."""
-    await reply({"type": "http.response.start", "status": 200, "headers": _OK_HEADERS})
-    await reply({"type": "http.response.body", "body": _OK})
 
 
 async def _bounded_body(receive: Receive, limit: int) -> bytes | Oversized:
