@@ -168,3 +168,33 @@ async def test_a_cancelled_insert_keeps_its_rows(
     finally:
         await holder.close()
         await store.close()
+
+
+@pytest.mark.parametrize(("sqlstate", "kind"), [("25006", "read-only"), ("53300", "full")])
+async def test_rows_wait_while_the_server_is_read_only_or_out_of_resources(
+    postgres_url: str, postgres_cluster: PostgresCluster, sqlstate: str, kind: str
+) -> None:
+    """A standby during a failover (read-only) or a server out of connections or disk refuses
+    every row for a while: the rows wait for the next flush, as for a lost server, and are
+    stored once it passes; none is given up."""
+    database = postgres_url.rsplit("/", 1)[1]
+    store = PostgresStore(postgres_url)
+    await store.open()  # makes the audit table
+    try:
+        postgres_cluster.sql(
+            "CREATE FUNCTION passing() RETURNS trigger AS $$ BEGIN "
+            f"RAISE EXCEPTION 'the server is {kind} for now' USING ERRCODE = '{sqlstate}'; "
+            "END $$ LANGUAGE plpgsql; "
+            "CREATE TRIGGER passing BEFORE INSERT ON audit EXECUTE FUNCTION passing()",
+            database,
+        )
+        await store.append_audit(entry("w1"), durable=False)
+        with pytest.raises(asyncpg.PostgresError):
+            await store.append_audit(entry("w2"))  # a durable caller hears of it
+        assert store.audit_rows_lost == 0
+        postgres_cluster.sql("DROP TRIGGER passing ON audit", database)
+        await store.flush()
+        assert await stored_names(store) == ["w1", "w2"]
+        assert store.audit_rows_lost == 0
+    finally:
+        await store.close()

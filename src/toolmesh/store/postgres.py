@@ -202,6 +202,15 @@ def _lost(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc)
 
 
+def _passing(exc: BaseException) -> bool:
+    """Whether an audit insert that failed with ``exc`` may succeed later as it is: the server
+    is unreachable, out of resources (a full disk, too many connections) or read-only (a
+    standby during a failover). Its rows wait for the next flush instead of being given up."""
+    return _lost(exc) or isinstance(
+        exc, asyncpg.InsufficientResourcesError | asyncpg.ReadOnlySQLTransactionError
+    )
+
+
 class PostgresStore(Store):
     """Audit, sessions and state in one PostgreSQL database, shared by every host."""
 
@@ -346,8 +355,8 @@ class PostgresStore(Store):
         await self._flush(last_reported=False)
 
     async def _flush(self, *, last_reported: bool) -> None:
-        """Insert the pending rows in one statement. When the connection stays lost (or the
-        insert is cancelled) they wait for the next flush. Any other failure is a row the
+        """Insert the pending rows in one statement. When the failure may pass (``_passing``)
+        or the insert is cancelled, they wait for the next flush. Any other failure is a row the
         server refuses (a constraint, an altered table, a revoked grant): the rows are then
         inserted one by one, so the good ones are stored and the refused ones block nothing.
         Each refused row is logged and counted; ``last_reported``: but the newest, whose
@@ -359,7 +368,7 @@ class PostgresStore(Store):
             await self._insert(rows)
             return
         except Exception as exc:
-            if _lost(exc):
+            if _passing(exc):
                 self._wait(rows, exc)
                 raise
             error = exc
@@ -376,7 +385,7 @@ class PostgresStore(Store):
                     try:
                         await self._insert([row])
                     except Exception as exc:
-                        if _lost(exc):
+                        if _passing(exc):
                             raise
                         refused.append((row, exc))
                     done += 1
