@@ -33,6 +33,27 @@ def test_help_everywhere(command: list[str]) -> None:
     assert shown.returncode == 0 and "usage: toolmesh" in shown.stdout
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["serve", "--http"], "toolmesh serve: error: argument --http: expected one argument"),
+        (["audit", "postgresql://u@127.0.0.1:1/db"], "toolmesh: error: unrecognized arguments"),
+        (["bogus"], "toolmesh: error: argument COMMAND: invalid choice: 'bogus'"),
+    ],
+)
+def test_a_usage_error_is_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse printed the usage, then the error: two lines, where every other error is one."""
+    from toolmesh.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says) and lines[0].endswith("--help)")
+
+
 def test_tools_list_and_search_over_stdio(tmp_path: Path) -> None:
     target = stdio_target(tmp_path / "a.db")
     listed = run("tools", "--target", target)

@@ -6,17 +6,26 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from toolmesh.errors import ToolmeshError
 
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line too, naming where the help is (its subcommand
+    parsers are of this class as well)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from toolmesh import __version__
     from toolmesh.cli import agents, audit, inspect, mcp, serve, skills
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="toolmesh",
         description="One runtime that gives LLM agents their tools.",
     )
