@@ -461,3 +461,29 @@ async def test_a_query_in_the_url_itself_is_kept() -> None:
         await kit.close()
     assert fixed.data == [["format", "json"], ["v", "2"]]
     assert mixed.data == [["format", "json"], ["page", "3"]]
+
+
+async def test_http_tool_takes_what_a_declaration_takes(base: str) -> None:
+    """`http_tool` lacked `joined_query`, `file_fields` and `input_schema`, which the manifest's
+    `kind = "http"` and `endpoint_of` take."""
+    schema = {
+        "type": "object",
+        "properties": {"tag": {"type": "array", "items": {"type": "string"}}},
+        "required": ["tag"],
+        "additionalProperties": False,
+    }
+    tagged = http_tool(
+        "tagged",
+        base + "/weather/oslo",
+        query={"tag": "{tag}"},
+        joined_query=["tag"],
+        input_schema=schema,
+        result="json",
+    )
+    assert tagged.input_schema == schema
+    async with Toolkit(tagged) as kit:
+        result = await kit.execute("tagged", {"tag": ["a", "b"]})
+        assert result.success, result.error
+        assert result.data["tags"] == ["a,b"]  # one comma-joined value, not the list repeated
+        refused = await kit.execute("tagged", {"tag": ["a"], "extra": 1})
+        assert refused.error_code == "invalid_arguments"

@@ -582,11 +582,16 @@ def http_tool(
     result: ResultFormat = "auto",
     capabilities: Sequence[str] = (),
     tags: Sequence[str] = (),
+    joined_query: Sequence[str] = (),
+    file_fields: Sequence[str] = (),
+    input_schema: Mapping[str, Any] | None = None,
 ) -> Tool:
     """One HTTP tool (a source of its own; add several at once with ``HttpSource``).
 
     ``parameters`` maps argument names to JSON Schemas (``required = true`` inside one, or the
-    ``required`` list, makes it required; URL placeholders always are).
+    ``required`` list, makes it required; URL placeholders always are); ``input_schema`` gives
+    the whole object schema instead. ``joined_query``: query parameters whose list is sent as
+    one comma-joined value; ``file_fields``: the fields a ``multipart`` body sends as files.
     """
     endpoint = endpoint_of(
         {
@@ -605,6 +610,9 @@ def http_tool(
             "result": result,
             "capabilities": list(capabilities),
             "tags": list(tags),
+            "joined_query": list(joined_query),
+            "file_fields": list(file_fields),
+            "input_schema": input_schema,
         }
     )
     return HttpSource([endpoint], name=f"http:{name}").tools()[0]
