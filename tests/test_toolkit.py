@@ -354,3 +354,18 @@ async def test_a_started_toolkit_opens_its_sources_once() -> None:
         await kit.start()
         assert "counted" in kit
     assert (source.opened, source.closed) == (1, 1)
+
+
+async def test_a_closed_toolkit_refuses_calls(tmp_path: object) -> None:
+    """A call after close() ran, and reopened the closed store (leaving its files open)."""
+    from pathlib import Path
+
+    from toolmesh import ProtocolError
+
+    audit = Path(str(tmp_path)) / "a.db"
+    kit = await Toolkit(make("echo"), store=audit).start()
+    await kit.close()
+    with pytest.raises(ProtocolError, match="is closed") as refused:
+        await kit.execute("echo", {})
+    assert refused.value.code == "shutting_down"
+    assert sorted(p.name for p in audit.parent.iterdir()) == ["a.db"]  # not reopened

@@ -28,10 +28,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
-from toolmesh.errors import ConfigError, NameConflictError
+from toolmesh.errors import ConfigError, NameConflictError, ProtocolError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
-from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
+from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
 from toolmesh.sources.functions import tool as function_tool
@@ -513,7 +513,10 @@ class Toolkit(ToolResolver):
         """Call a tool through the pipeline; tool failures come back as results.
 
         ``on_approval`` answers approval requests of this call (without it, a tool that needs
-        approval is denied)."""
+        approval is denied). A closed toolkit raises ``ProtocolError`` (``shutting_down``), as
+        a closed host does: its sources and store are gone."""
+        if self._closed:
+            raise ProtocolError(ErrorCode.SHUTTING_DOWN, f"the toolkit {self.name!r} is closed")
         spec = CallSpec(
             tool_name=name,
             arguments=dict(arguments or {}),
