@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.gate import NODE_GATE, PidGate, Snapshot, gone
+from tests.fixtures.gate import NODE_GATE, PYTHON_GATE, PidGate, Snapshot, gone
 from toolmesh import ToolEvent, Toolkit, create_toolkit
 from toolmesh.sources.javascript import JavaScriptSource, sources_from_manifest
 
@@ -512,3 +512,122 @@ async def test_a_cancelled_create_toolkit_leaves_no_worker_running(tmp_path: Pat
         finally:
             await fast.close()
             await slow.close()
+
+
+# -- setup steps (npm install, esbuild) end with a close or a cancelled open -------------------
+
+
+def command(path: Path, body: str) -> Path:
+    """An executable Python script at ``path``, standing in for npm or esbuild."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+# Makes half an install, reports to the gate, and finishes the install once let go.
+NPM = (
+    """
+import pathlib
+half = pathlib.Path("node_modules", "dep")
+half.mkdir(parents=True, exist_ok=True)  # an install under way: the package is not there yet
+"""
+    + PYTHON_GATE
+    + """
+(half / "package.json").write_text('{"name": "dep", "main": "index.js"}')
+(half / "index.js").write_text("module.exports = 42;")
+"""
+)
+
+USES_DEP = """
+import answer from "dep";
+export default { name: "answer", description: "", parameters: { type: "object" },
+                 execute() { return answer; } };
+"""
+
+
+async def test_closing_while_npm_installs_kills_it_and_drops_the_half_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # npm ran in a thread, to its end (up to 10 minutes) after the toolkit was closed; and
+    # a node_modules it left half made would have been taken for an install by the next open.
+    folder = package(tmp_path / "deps", USES_DEP)
+    (folder / "package.json").write_text(
+        json.dumps({"name": "deps", "main": "index.mjs", "dependencies": {"dep": "1.0.0"}})
+    )
+    command(tmp_path / "bin" / "npm", NPM)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    before = Snapshot()
+    async with PidGate() as gate:
+        monkeypatch.setenv("GATE_PORT", str(gate.port))
+        source = JavaScriptSource(folder)
+        toolkit = Toolkit(source)
+        starting = asyncio.ensure_future(toolkit.start())
+        pid = await gate.arrival(starting)
+        assert (folder / "node_modules" / "dep").is_dir()  # half made
+        await toolkit.close()
+        assert gone(pid)  # killed and reaped by the time close() returns
+        await starting
+        assert source.status.state == "failed" and "closed" in source.status.reason
+        assert not (folder / "node_modules").exists()
+        assert sorted(p.name for p in folder.iterdir()) == ["index.mjs", "package.json"]
+
+        again = Toolkit(JavaScriptSource(folder))  # installs again, and is let finish
+        starting = asyncio.ensure_future(again.start())
+        gate.release(await gate.arrival(starting))
+        async with await starting:
+            result = await again.execute("answer", {})
+            assert result.success and result.data == 42, result
+    assert await before.left() == (set(), set())
+
+
+# Writes half a bundle, reports to the gate, and writes the whole one once let go.
+ESBUILD_STANDIN = (
+    """
+import sys
+[outfile] = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--outfile=")]
+with open(outfile, "w") as out:
+    out.write("export default {")  # half written
+"""
+    + PYTHON_GATE
+    + """
+with open(outfile, "w") as out:
+    out.write('export default { name: "built", description: "", parameters: { type: "object" },'
+              ' execute() { return "bundled"; } };')
+"""
+)
+
+
+async def test_a_cancelled_open_kills_esbuild_and_keeps_no_partial_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # esbuild ran on in a thread after the open that started it was cancelled.
+    folder = tmp_path / "ts"
+    folder.mkdir()
+    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "index.ts"}))
+    (folder / "index.ts").write_text("export default {};\n")
+    esbuild = str(command(tmp_path / "bin" / "esbuild", ESBUILD_STANDIN))
+    cache = tmp_path / "cache"
+    before = Snapshot()
+    async with PidGate() as gate:
+        monkeypatch.setenv("GATE_PORT", str(gate.port))
+        source = JavaScriptSource(folder, esbuild=esbuild, cache_dir=cache)
+        opening = asyncio.ensure_future(source.open())
+        pid = await gate.arrival(opening)
+        [partial] = cache.iterdir()
+        assert partial.name.endswith(".tmp.mjs") and partial.read_text() == "export default {"
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert gone(pid)
+        assert list(cache.iterdir()) == []  # neither the half-written file nor a bundle
+
+        again = Toolkit(JavaScriptSource(folder, esbuild=esbuild, cache_dir=cache))
+        starting = asyncio.ensure_future(again.start())
+        gate.release(await gate.arrival(starting))  # bundled again, to its end this time
+        async with await starting:
+            result = await again.execute("built", {})
+            assert result.success and result.data == "bundled", result
+        [bundle] = cache.iterdir()
+        assert bundle.name.startswith("ts-") and not bundle.name.endswith(".tmp.mjs")
+    assert await before.left() == (set(), set())

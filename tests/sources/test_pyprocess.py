@@ -280,3 +280,62 @@ async def test_closing_while_the_worker_starts_stops_it(tmp_path: Path) -> None:
         await starting
     assert source.status.state == "failed" and "closed" in source.status.reason
     assert await before.left() == (set(), set())
+
+
+# A Python that builds environments slowly: `-m venv` makes what looks like one (a bin/python),
+# reports to the gate and, once let go, hands over to the real Python; all else goes there at
+# once.
+SLOW_PYTHON = (
+    """
+import os, sys
+REAL = "REAL_PYTHON"
+if sys.argv[1:3] == ["-m", "venv"]:
+    made = os.path.join(sys.argv[-1], "bin", "python")
+    os.makedirs(os.path.dirname(made), exist_ok=True)
+    open(made, "w").close()  # looks made, is not
+"""
+    + PYTHON_GATE.replace("\n", "\n    ")
+    + """
+    os.remove(made)
+os.execv(REAL, [REAL, *sys.argv[1:]])
+"""
+)
+
+
+async def test_closing_while_the_environment_is_built_kills_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The build (python -m venv, then pip: up to 15 minutes each) ran on in a thread after
+    # the toolkit was closed.
+    import sys
+
+    folder = package(tmp_path / "pkg")
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f"#!{sys.executable}\n" + SLOW_PYTHON.replace("REAL_PYTHON", sys.executable))
+    python.chmod(0o755)
+    cache = tmp_path / "cache"
+    before = Snapshot()
+    async with PidGate() as gate:
+        monkeypatch.setenv("GATE_PORT", str(gate.port))
+        source = PythonPackageSource(folder, python=str(python), cache_dir=cache)
+        toolkit = Toolkit(source)
+        starting = asyncio.ensure_future(toolkit.start())
+        pid = await gate.arrival(starting)
+        [building] = cache.iterdir()
+        assert building.name.startswith(".building-") and (building / "bin" / "python").exists()
+        await toolkit.close()
+        assert gone(pid)  # killed and reaped by the time close() returns
+        await starting
+        assert source.status.state == "failed" and "closed" in source.status.reason
+        assert list(cache.iterdir()) == []  # the half-built environment is gone
+
+        again = Toolkit(PythonPackageSource(folder, python=str(python), cache_dir=cache))
+        starting = asyncio.ensure_future(again.start())
+        gate.release(await gate.arrival(starting))  # built again, to its end this time
+        async with await starting:
+            result = await again.execute("count", {})
+            assert result.success and result.data["count"] == 1, result
+        [built] = cache.iterdir()
+        assert Path(result.data["prefix"]) == built and not built.name.startswith(".")
+    assert await before.left() == (set(), set())

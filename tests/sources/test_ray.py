@@ -213,3 +213,116 @@ async def test_sys_exit_on_a_worker_fails_its_call_not_the_host(
         await host.close()
     entries = await SqliteStore(tmp_path / "audit.db").recent_audit(10)
     assert [e.tool_name for e in entries].count("leave") == 2
+
+
+CLOSED_WHILE_CONNECTING = """
+import asyncio, os, shutil, sys, tempfile, threading
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # stay on 127.0.0.1
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+import ray
+from tests.fixtures import ray_tools
+from toolmesh import Toolkit
+from toolmesh.sources.functions import tools_of
+from toolmesh.sources.ray import OnRay
+
+TEMP = tempfile.mkdtemp(prefix="tm-ray-")
+OPTIONS = {
+    "num_cpus": 1,
+    "include_dashboard": False,
+    "object_store_memory": 100 * 1024 * 1024,
+    "_temp_dir": TEMP,  # short: Ray's socket paths must fit in 107 bytes
+    "_node_ip_address": "127.0.0.1",
+}
+
+# The open's thread is held where it is about to connect (before it takes the lock), and
+# Ray's start is held until the source's close is under way.
+entered, release, finished = threading.Event(), threading.Event(), threading.Event()
+starting, closing = threading.Event(), threading.Event()
+connect, init, disconnect = OnRay._connect, ray.init, OnRay._disconnect
+
+def held_connect(self, *args, **kwargs):
+    entered.set()
+    release.wait()
+    try:
+        return connect(self, *args, **kwargs)
+    finally:
+        finished.set()
+
+def held_init(*args, **kwargs):
+    starting.set()
+    closing.wait()
+    return init(*args, **kwargs)
+
+def watched_disconnect(self):
+    closing.set()  # the close has begun: it waits for the lock the connecting thread holds
+    return disconnect(self)
+
+def ray_processes():
+    found = 0
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and TEMP.encode() in open(f"/proc/{entry}/cmdline", "rb").read():
+                found += 1
+        except OSError:
+            pass
+    return found
+
+def source():
+    return OnRay(tools_of(ray_tools.TOOLS), address="local", init_options=OPTIONS)
+
+async def main() -> None:
+    # 1. A cancelled start closes its sources while the open's thread has not connected yet.
+    OnRay._connect = held_connect
+    kit = Toolkit(source())
+    start = asyncio.ensure_future(kit.start())
+    await asyncio.to_thread(entered.wait)
+    start.cancel()
+    try:
+        await start
+    except asyncio.CancelledError:
+        pass
+    await kit.close()  # (closes nothing again: the cancelled start closed its sources)
+    release.set()  # the closes are done: now the thread connects
+    await asyncio.to_thread(finished.wait)
+    print("cancelled start:", ray.is_initialized(), ray_processes(), flush=True)
+    if ray.is_initialized():
+        ray.shutdown()
+
+    # 2. Closed while the Ray it starts is starting: stopped as soon as it has started.
+    OnRay._connect = connect
+    ray.init, OnRay._disconnect = held_init, watched_disconnect
+    placed = source()
+    opening = asyncio.ensure_future(placed.open())
+    await asyncio.to_thread(starting.wait)
+    await placed.close()
+    await opening
+    print("closed while starting:", ray.is_initialized(), ray_processes(), flush=True)
+
+try:
+    asyncio.run(main())
+finally:
+    shutil.rmtree(TEMP, ignore_errors=True)
+"""
+
+
+def test_a_source_closed_while_it_connects_leaves_no_ray_running() -> None:
+    """A close that took the connect lock before the open's thread did (a cancelled start,
+    or another source connecting meanwhile) found nothing to stop; the thread then started a
+    local Ray that nothing would ever stop."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSED_WHILE_CONNECTING],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cancelled start: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
+    assert "closed while starting: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])

@@ -28,8 +28,8 @@ import asyncio
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,16 +96,17 @@ class JavaScriptSource(WorkerSource):
         if node is None:
             raise WorkerError(f"{self.name}: Node.js ({self.node!r}) is not installed; {NODE_HINT}")
         self.node = node
-        self._permission_flag = await asyncio.to_thread(_permission_flag, node)
+        version = await self.run_setup([node, "--version"], "asking Node.js its version")
+        self._permission_flag = _permission_flag(version.stdout)
         if (
             self.install
             and package.get("dependencies")
             and not (self.folder / "node_modules").exists()
         ):
-            await asyncio.to_thread(self._npm_install)
+            await self._npm_install()
         entry = _entry(self.folder, package)
         if entry.suffix in TYPESCRIPT:
-            entry = await asyncio.to_thread(self._bundle, entry)
+            entry = await self._bundle(entry)
         self.entry = entry
 
     def command(self) -> tuple[list[str], str, dict[str, str]]:
@@ -132,49 +133,61 @@ class JavaScriptSource(WorkerSource):
             argv = sandbox.wrap(argv)
         return argv, str(self.folder), env
 
-    def _npm_install(self) -> None:
+    async def _npm_install(self) -> None:
         npm = shutil.which("npm")
         if npm is None:
             raise WorkerError(f"{self.name}: the package has dependencies but npm is not installed")
-        done = subprocess.run(
-            [npm, "install", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund"],
-            cwd=self.folder,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        modules = self.folder / "node_modules"
+        fresh = not modules.exists()
+        try:
+            done = await self.run_setup(
+                [npm, "install", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund"],
+                "installing its dependencies (npm install)",
+                cwd=self.folder,
+                timeout=600,
+            )
+        except BaseException:
+            # Killed (a close, a cancelled open, the timeout): the node_modules it was making
+            # is half made, and a later open would take it for an install and skip npm.
+            aside = _set_aside(modules) if fresh else None
+            if aside is not None:
+                await asyncio.to_thread(shutil.rmtree, aside, True)
+            raise
         if done.returncode != 0:
             raise WorkerError(f"{self.name}: npm install failed: {done.stderr.strip()[-500:]}")
 
-    def _bundle(self, entry: Path) -> Path:
+    async def _bundle(self, entry: Path) -> Path:
+        """The bundle of ``entry``, cached by the package's content: written under a name of
+        its own (no other build writes it) and renamed into place once esbuild succeeded, so
+        a killed or failed build leaves no file a later open would take for a bundle."""
         esbuild = self._find_esbuild()
-        digest = _content_hash(self.folder)
+        digest = await asyncio.to_thread(_content_hash, self.folder)
         target = self.cache / f"{self.folder.name}-{digest}.mjs"
         if target.is_file():
             return target
         self.cache.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp.mjs")
-        done = subprocess.run(
-            [
-                esbuild,
-                str(entry),
-                "--bundle",
-                "--platform=node",
-                "--format=esm",
-                "--log-level=error",
-                f"--outfile={partial}",
-            ],
-            cwd=self.folder,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
+        partial = target.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp.mjs")
+        try:
+            done = await self.run_setup(
+                [
+                    esbuild,
+                    str(entry),
+                    "--bundle",
+                    "--platform=node",
+                    "--format=esm",
+                    "--log-level=error",
+                    f"--outfile={partial}",
+                ],
+                "bundling it (esbuild)",
+                cwd=self.folder,
+                timeout=300,
+            )
+            if done.returncode != 0:
+                raise WorkerError(f"{self.name}: esbuild failed: {done.stderr.strip()[-800:]}")
+            os.replace(partial, target)
+        except BaseException:  # failed, timed out, closed or cancelled
             partial.unlink(missing_ok=True)
-            raise WorkerError(f"{self.name}: esbuild failed: {done.stderr.strip()[-800:]}")
-        os.replace(partial, target)
+            raise
         return target
 
     def _find_esbuild(self) -> str:
@@ -254,16 +267,29 @@ def _grant(path: str) -> str:
     return path.rstrip("/") + "/*" if os.path.isdir(path) else path
 
 
-def _permission_flag(node: str) -> str:
-    """Node 20-22 call it --experimental-permission; later versions --permission."""
-    done = subprocess.run([node, "--version"], capture_output=True, text=True, check=False)
+def _permission_flag(version: str) -> str:
+    """The permission flag of the Node.js that says ``version`` (``node --version``): Node
+    20-22 call it --experimental-permission; later versions --permission."""
     try:
-        major = int(done.stdout.strip().lstrip("v").split(".")[0])
+        major = int(version.strip().lstrip("v").split(".")[0])
     except ValueError:
         major = 20
     if major < 20:
-        raise WorkerError(f"Node.js {done.stdout.strip()} has no permission model; {NODE_HINT}")
+        raise WorkerError(f"Node.js {version.strip()} has no permission model; {NODE_HINT}")
     return "--permission" if major >= 23 else "--experimental-permission"
+
+
+def _set_aside(folder: Path) -> Path | None:
+    """``folder`` renamed out of the way (in one step: nothing finds it half deleted) for
+    deleting; None when there is none."""
+    trash = folder.with_name(f".{folder.name}.discarded-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(folder, trash)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return folder
+    return trash
 
 
 def _content_hash(folder: Path) -> str:

@@ -81,7 +81,29 @@ class PythonPackageSource(WorkerSource):
         dependencies = _table(pyproject, "project", self.folder).get("dependencies", [])
         if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
             raise WorkerError(f"{self.name}: [project].dependencies must be a list of strings")
-        self.venv = await asyncio.to_thread(ensure_venv, dependencies, self.cache, self.python)
+        self.venv = await self._ensure_venv(dependencies)
+
+    async def _ensure_venv(self, dependencies: list[str]) -> Path:
+        """``ensure_venv``, its commands run by ``run_setup``: a close or a cancelled open
+        kills them (pip's builds with them) and removes the half-built environment."""
+        argv = _version_argv(self.python)
+        asked = await self.run_setup(argv, "asking Python its version")
+        if asked.returncode != 0:
+            raise subprocess.CalledProcessError(asked.returncode, argv, asked.stdout, asked.stderr)
+        target = _venv_target(dependencies, self.cache, asked.stdout.strip())
+        if (target / "bin" / "python").exists():
+            return target
+        self.cache.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=".building-", dir=self.cache))
+        try:
+            for step, what in _venv_steps(dependencies, building, self.python):
+                done = await self.run_setup(step, what, timeout=_STEP_TIMEOUT)
+                if done.returncode != 0:
+                    raise WorkerError(_failed(what, done))
+            _move_into_place(building, target)  # no await from here to the rename
+        finally:
+            await asyncio.to_thread(shutil.rmtree, building, True)
+        return target
 
     def command(self) -> tuple[list[str], str, dict[str, str]]:
         if self.venv is None or self.entry is None:  # pragma: no cover - prepare() ran first
@@ -141,36 +163,61 @@ def ensure_venv(dependencies: list[str], cache: Path, python: str = sys.executab
     It is built in a temporary folder and renamed into place, so a half-made environment is
     never used, and two builders racing each other both end with a whole one."""
     version = subprocess.run(
-        [python, "-c", "import sys; print(sys.version, sys.base_prefix)"],
-        capture_output=True,
-        text=True,
-        check=True,
+        _version_argv(python), capture_output=True, text=True, check=True
     ).stdout.strip()
-    key = json.dumps({"deps": sorted(dependencies), "python": version}, sort_keys=True)
-    target = cache / hashlib.sha256(key.encode()).hexdigest()[:20]
+    target = _venv_target(dependencies, cache, version)
     if (target / "bin" / "python").exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
     try:
-        _run([python, "-m", "venv", "--without-pip", str(building)], "creating the environment")
-        if dependencies:
-            _run(
+        for step, what in _venv_steps(dependencies, building, python):
+            _run(step, what)
+        _move_into_place(building, target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+_STEP_TIMEOUT = 900  # seconds, for each command of a build
+
+
+def _version_argv(python: str) -> list[str]:
+    return [python, "-c", "import sys; print(sys.version, sys.base_prefix)"]
+
+
+def _venv_target(dependencies: list[str], cache: Path, version: str) -> Path:
+    """Where the environment of ``dependencies`` on the Python that said ``version`` lives."""
+    key = json.dumps({"deps": sorted(dependencies), "python": version}, sort_keys=True)
+    return cache / hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def _venv_steps(
+    dependencies: list[str], building: Path, python: str
+) -> list[tuple[list[str], str]]:
+    """The commands that build the environment in ``building``, each with what it does."""
+    steps = [([python, "-m", "venv", "--without-pip", str(building)], "creating the environment")]
+    if dependencies:
+        steps.append(
+            (
                 [
                     sys.executable, "-m", "pip", "--python", str(building / "bin" / "python"),
                     "install", "--quiet", "--disable-pip-version-check", *dependencies,
                 ],
                 "installing the dependencies",
-            )  # fmt: skip
-        _fix_paths(building, target)
-        try:
-            os.rename(building, target)
-        except OSError:
-            if not (target / "bin" / "python").exists():
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+            )
+        )  # fmt: skip
+    return steps
+
+
+def _move_into_place(building: Path, target: Path) -> None:
+    """The finished environment renamed to ``target`` (one step: only a whole one is there)."""
+    _fix_paths(building, target)
+    try:
+        os.rename(building, target)
+    except OSError:
+        if not (target / "bin" / "python").exists():
+            raise
 
 
 def _fix_paths(building: Path, target: Path) -> None:
@@ -187,9 +234,13 @@ def _fix_paths(building: Path, target: Path) -> None:
 
 
 def _run(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=_STEP_TIMEOUT, check=False)
     if done.returncode != 0:
-        raise WorkerError(f"{what} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+        raise WorkerError(_failed(what, done))
+
+
+def _failed(what: str, done: subprocess.CompletedProcess[str]) -> str:
+    return f"{what} failed: {(done.stderr or done.stdout).strip()[-800:]}"
 
 
 _OPTIONS = frozenset({"entry", "name", "python", "cache_dir", "isolation", "network", "env"})

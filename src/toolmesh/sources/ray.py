@@ -71,6 +71,7 @@ class OnRay(WrapperSource):
         self.task_options = {"num_cpus": 1, **task_options, "max_retries": 0}
         self._functions: dict[int, tuple[str, bytes]] = {}  # id(function) -> key, pickle
         self._remote: Any = None
+        self._closes = 0  # how many times close() was called (see _connect)
         super().__init__(wrapped)
 
     def map(self, tool: Tool) -> Tool:
@@ -82,23 +83,36 @@ class OnRay(WrapperSource):
         )
 
     async def open(self) -> None:
+        closes = self._closes  # before any await: a close from now on stops the connection
         await self.wrapped.open()
         try:
-            await asyncio.to_thread(self._connect)
+            await asyncio.to_thread(self._connect, closes)
             for tool in self.wrapped.tools():
                 self.function_ref(tool)
         except Exception as exc:
             self.status = SourceStatus("failed", f"cannot place on Ray: {exc}")
 
-    def _connect(self) -> None:
+    def _connect(self, closes: int | None = None) -> None:
+        """Connect (starting a local Ray when none is running). ``closes`` is the count of
+        closes the open began at: the thread may reach the lock after the source's close did
+        (a cancelled open, another source connecting meanwhile), and that close found nothing
+        to stop, so a source closed since connects nothing, and a Ray it started while the
+        close came is stopped here at once (unless another source uses it)."""
         import ray
 
         global _started_here
         with _connect_lock:
+            if closes is not None and closes != self._closes:
+                return
             if not ray.is_initialized():
                 options = {"log_to_driver": False, **self.init_options}
                 ray.init(address=self.address or os.environ.get("RAY_ADDRESS"), **options)
                 _started_here = True
+            if closes is not None and closes != self._closes:
+                if _started_here and not _users:
+                    _started_here = False
+                    ray.shutdown()
+                return
             if _started_here:
                 _users.add(id(self))
         self._remote = ray.remote(_run_on_worker).options(
@@ -106,6 +120,7 @@ class OnRay(WrapperSource):
         )
 
     async def close(self) -> None:
+        self._closes += 1  # before any await: an open still connecting sees it (_connect)
         await super().close()
         await asyncio.to_thread(self._disconnect)
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import locale
 import logging
 import os
 import re
 import signal
+import subprocess
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -298,6 +300,24 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "toolmesh"
 
 
+async def _end_setup(process: asyncio.subprocess.Process) -> None:
+    """Kill a setup step and whatever it started in its group, and reap it."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), 5)
+    transport = getattr(process, "_transport", None)  # pipes a process that left still holds
+    if transport is not None:
+        transport.close()
+
+
+def _text(data: bytes) -> str:
+    """Output as ``subprocess.run(text=True)`` decodes it (undecodable bytes replaced)."""
+    text = data.decode(locale.getpreferredencoding(False), "replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _emit(ctx: ToolContext, message: Mapping[str, Any]) -> None:
     kind = str(message.get("kind") or "")
     data = message.get("data")
@@ -322,12 +342,69 @@ class WorkerSource(Source):
         # before a close (whose epoch it bumps) keeps no worker it finishes starting.
         self._starting: set[Worker] = set()
         self._epoch = 0
+        # The setup steps of prepare() running now (npm, esbuild, pip), and those being
+        # spawned: close() kills them. _preparing: the epoch of the open that prepares.
+        self._setups: set[asyncio.subprocess.Process] = set()
+        self._setups_spawning: set[asyncio.Event] = set()
+        self._preparing: int | None = None
         self._closed = False
         self.status = SourceStatus("pending", "not started yet")
 
     # Subclasses: prepare (install, bundle) and say how to start the worker.
     async def prepare(self) -> None:
-        """Make the worker startable (install dependencies, bundle sources)."""
+        """Make the worker startable (install dependencies, bundle sources); commands it runs
+        go through ``run_setup``, so that a close or a cancelled open ends them."""
+
+    async def run_setup(
+        self,
+        argv: Sequence[str],
+        what: str,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one step of ``prepare()`` (npm install, esbuild, a virtual environment's
+        build) to its end and answer as ``subprocess.run(argv, capture_output=True,
+        text=True, timeout=timeout)`` does: after ``timeout`` seconds it is killed and
+        ``subprocess.TimeoutExpired`` is raised. It runs in a process group of its own, and a
+        ``close()`` of the source or a cancellation of the open kills the group and reaps it
+        at once, instead of leaving it to run to its end (minutes, for an install); a step
+        the close ended (or that a close came before) raises ``WorkerError``."""
+        epoch = self._epoch if self._preparing is None else self._preparing
+        closed = f"{self.name}: the source was closed while {what}"
+        if epoch != self._epoch:
+            raise WorkerError(closed)
+        spawned = asyncio.Event()
+        self._setups_spawning.add(spawned)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        finally:
+            self._setups_spawning.discard(spawned)
+            spawned.set()
+        self._setups.add(process)  # (before any await: a close waiting for the spawn sees it)
+        try:
+            if epoch != self._epoch:
+                raise WorkerError(closed)
+            try:
+                async with asyncio.timeout(timeout):
+                    out, err = await process.communicate()
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(list(argv), timeout or 0) from None
+        except BaseException:  # the timeout, a close, or the open was cancelled
+            await _end_setup(process)
+            raise
+        finally:
+            self._setups.discard(process)
+        returncode = process.returncode if process.returncode is not None else -1
+        if returncode != 0 and epoch != self._epoch:  # killed by the close
+            raise WorkerError(closed)
+        return subprocess.CompletedProcess(list(argv), returncode, _text(out), _text(err))
 
     def command(self) -> tuple[list[str], str, dict[str, str]]:  # pragma: no cover - interface
         """argv, working folder and environment of the worker."""
@@ -347,7 +424,11 @@ class WorkerSource(Source):
             epoch = self._epoch
             try:
                 await self._stop()  # a worker that died: reaped, not just forgotten
-                await self.prepare()
+                self._preparing = epoch  # what prepare() runs is ended by a close from now
+                try:
+                    await self.prepare()
+                finally:
+                    self._preparing = None
                 worker = await self._start(epoch)
                 tools = [self._tool(spec) for spec in worker.specs]
             except (WorkerError, OSError, ValueError, TypeError) as exc:
@@ -366,7 +447,15 @@ class WorkerSource(Source):
         was started before the close is gone when it returns."""
         self._epoch += 1
         self._closed = True
+        await self._stop_setups()
         await self._stop()
+
+    async def _stop_setups(self) -> None:
+        """Kill and reap the setup steps running now (and those being spawned)."""
+        for spawning in list(self._setups_spawning):
+            await spawning.wait()
+        for process in list(self._setups):
+            await _end_setup(process)
 
     async def _stop(self) -> None:
         workers = list(self._starting)
