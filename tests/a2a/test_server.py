@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -38,7 +39,15 @@ from google.protobuf.json_format import ParseDict
 
 from tests.conftest import REPO
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
-from toolmesh import ConfigError, Toolkit, create_client, create_toolkit, tool
+from toolmesh import (
+    ConfigError,
+    Output,
+    ToolContext,
+    Toolkit,
+    create_client,
+    create_toolkit,
+    tool,
+)
 from toolmesh.serving import ServeHandle
 from toolmesh.store import MemoryStore, SqliteStore
 from toolmesh.store.base import A2ATaskRecord
@@ -645,6 +654,8 @@ async def test_an_approval_lost_with_its_server_fails_the_task(tmp_path: Path) -
         ("SendMessage", {"message": "M", "metadata": [1, 2]}, "metadata must be an object"),
         ("SendMessage", {"message": "M+", "metadata": {}}, "message.metadata must be"),
         ("ListTasks", {"pageToken": "9" * 30}, "unknown pageToken"),
+        ("ListTasks", {"contextId": []}, "contextId must be a string"),  # was: every task
+        ("ListTasks", {"contextId": 5}, "contextId must be a string"),  # was: those of "5"
         ("message/send", {"message": "V03"}, "file must be an object"),
         ("message/send", {"message": "V03ok", "configuration": "x"}, "configuration must be"),
     ],
@@ -1019,7 +1030,6 @@ async def test_a_failed_run_tells_the_caller_what_failed_not_the_details(
 async def test_each_conversation_has_its_own_tool_state() -> None:
     """A tool's state belongs to the A2A conversation (contextId) that called it: a later task of
     the same conversation sees it, another conversation does not."""
-    from toolmesh import Output, ToolContext
 
     @tool
     def remember(word: str) -> Output:
@@ -1068,3 +1078,274 @@ async def test_each_conversation_has_its_own_tool_state() -> None:
     assert tool_answer(seen[1]) == "kept"
     assert tool_answer(seen[3]) == "nothing"  # ctx-b: none of ctx-a's state
     assert tool_answer(seen[5]) == "apple"  # ctx-a again: its own state
+
+
+# -- conversations: their sessions, state, approvals and audit -------------------------------------
+
+
+@tool
+def note(word: str) -> Output:
+    """Note a word in the conversation's state."""
+    return Output("noted", state_update=[{"op": "add", "path": f"/context/{word}", "value": 1}])
+
+
+@tool
+def notes(ctx: ToolContext) -> str:
+    """The words noted in this conversation."""
+    return ",".join(sorted(ctx.state["context"])) or "none"
+
+
+def _conversation_model(body: dict[str, Any], index: int) -> Answer:
+    """The model of these tests: "note WORD" calls note, "slow WORD" slow_note, "deploy A B"
+    (or "release A B") that tool once per target in one turn, anything else notes; the tools'
+    answers are said back."""
+    last = body["messages"][-1]
+    if last.get("role") == "tool":
+        said = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+        return openai_text("tool said " + " | ".join(said))
+    words = last["content"].split()
+    if words[0] in ("note", "slow"):
+        return openai_calls(
+            ("c1", "slow_note" if words[0] == "slow" else "note", {"word": words[1]})
+        )
+    if words[0] in ("deploy", "release"):  # one call per target, in one turn
+        calls = [(f"c{n}", words[0], {"target": t}) for n, t in enumerate(words[1:])]
+        return openai_calls(*calls)
+    return openai_calls(("c1", "notes", {}))
+
+
+@contextlib.asynccontextmanager
+async def conversation_agent(tools: list[Any], **kit_options: Any) -> AsyncIterator[Served]:
+    with StubLLM(_conversation_model) as stub:
+        kit = await create_toolkit(tools=tools, **kit_options)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="keeper")
+        try:
+            yield Served(kit, handle, stub)
+        finally:
+            await handle.stop()
+            await kit.close()
+
+
+async def say(url: str, text: str, context_id: str, **config: Any) -> dict[str, Any]:
+    """The task a message in conversation ``context_id`` makes (as SendMessage answers it)."""
+    params: dict[str, Any] = {"message": _wire_message(text, contextId=context_id)}
+    if config:
+        params["configuration"] = config
+    answer = await rpc(url, "SendMessage", params)
+    assert "result" in answer, answer
+    return dict(answer["result"]["task"])
+
+
+def job_of(board: Any, task_id: str) -> asyncio.Future[None]:
+    """The job of a task running on ``board`` (an A2AServer's)."""
+    job = board.running[task_id].job
+    assert isinstance(job, asyncio.Future)
+    return job
+
+
+def answer_of(task: dict[str, Any]) -> str:
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    return str(task["artifacts"][0]["parts"][0]["text"])
+
+
+def _session(context_id: str) -> str:
+    """The session id docs/a2a.md gives a conversation."""
+    plain = all(c.isascii() and (c.isalnum() or c in "._:-") for c in context_id)
+    if plain and 0 < len(context_id) <= 128:
+        return f"a2a:{context_id}"
+    return "a2a:~" + hashlib.sha256(context_id.encode()).hexdigest()[:32]
+
+
+async def test_every_context_id_has_a_session_of_its_own() -> None:
+    """Long, odd, empty and plain contextIds each get their own session (state, audit). A long
+    contextId's session was ``a2a:`` and 32 hex digits of its digest, which is also the session
+    of the plain contextId spelling those digits: that conversation read and wrote the other's
+    state."""
+    long_id = "a conversation " + "x" * 300
+    digest = hashlib.sha256(long_id.encode()).hexdigest()[:32]
+    contexts = [long_id, digest, "", "with space", "é", "plain.ctx:1-2_3", "a" * 128, "a" * 129]
+    async with conversation_agent([note, notes]) as agent:
+        given = [
+            (await say(agent.rpc, f"note w{n}", c))["contextId"] for n, c in enumerate(contexts)
+        ]
+        assert given[2] and given[2] not in contexts  # an empty contextId: a new conversation
+        for n, context in enumerate(given):
+            assert answer_of(await say(agent.rpc, "notes", context)) == f"tool said w{n}", n
+        rows = await agent.kit.store.recent_audit(100)
+    sessions = {(e.tool_name, e.session_id) for e in rows}
+    assert sessions == {(name, _session(c)) for c in given for name in ("note", "notes")}
+    assert _session(long_id).startswith("a2a:~") and len(_session(long_id)) == 37
+
+
+async def test_a_conversations_calls_are_audited_as_a2a_calls(tmp_path: Path) -> None:
+    """The calls a remote A2A client's task makes were audited with transport "inprocess" (and
+    so committed lazily, as an in-process caller's that shares the host's fate)."""
+    async with conversation_agent([note, notes], audit=tmp_path / "audit.db") as agent:
+        assert answer_of(await say(agent.rpc, "note kiwi", "ctx-audit")) == "tool said noted"
+        rows = await agent.kit.store.recent_audit()
+    assert [(e.tool_name, e.session_id, e.transport) for e in rows] == [
+        ("note", "a2a:ctx-audit", "a2a")
+    ]
+
+
+async def test_two_tasks_of_one_conversation_keep_both_updates_then_release_its_state() -> None:
+    """Two tasks of one contextId update its state at once: both updates are kept, both are
+    audited under the conversation's session, and the host's cached copy of that state stays
+    while either runs and goes when the last one ends (also over many conversations)."""
+    gates = {"first": asyncio.Event(), "second": asyncio.Event()}
+    entered = {"first": asyncio.Event(), "second": asyncio.Event()}
+
+    @tool
+    async def slow_note(word: str) -> Output:
+        """Note a word once the test lets it."""
+        entered[word].set()
+        await gates[word].wait()
+        return Output("noted", state_update=[{"op": "add", "path": f"/context/{word}", "value": 1}])
+
+    async with conversation_agent([slow_note, note, notes]) as agent:
+        board = agent.handle.a2a.board  # type: ignore[union-attr]
+        first = await say(agent.rpc, "slow first", "ctx-both", returnImmediately=True)
+        second = await say(agent.rpc, "slow second", "ctx-both", returnImmediately=True)
+        await entered["first"].wait()
+        await entered["second"].wait()
+        jobs = {task["id"]: job_of(board, task["id"]) for task in (first, second)}
+        gates["second"].set()
+        await jobs[second["id"]]
+        assert agent.kit.state.cached("a2a:ctx-both") == {"context": {"second": 1}}  # first runs
+        gates["first"].set()
+        await jobs[first["id"]]
+        assert agent.kit.state.cached("a2a:ctx-both") is None
+        assert answer_of(await say(agent.rpc, "notes", "ctx-both")) == "tool said first,second"
+        for n in range(20):
+            await say(agent.rpc, "note w", f"ctx-many-{n}")
+        assert all(agent.kit.state.cached(f"a2a:ctx-many-{n}") is None for n in range(20))
+        assert board.running == {}
+        rows = await agent.kit.store.recent_audit(100)
+    slow = [(e.session_id, e.success) for e in rows if e.tool_name == "slow_note"]
+    assert slow == [("a2a:ctx-both", True)] * 2
+
+
+async def test_cancelling_a_task_cancels_its_tool_and_the_conversation_goes_on() -> None:
+    """CancelTask while a tool runs: the tool is cancelled, its call audited as cancelled in the
+    conversation's session, and the conversation's next task works with its state."""
+    entered, stopped = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow_note(word: str) -> Output:
+        """Note a word, after a long while."""
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return Output("noted", state_update=[{"op": "add", "path": f"/context/{word}", "value": 1}])
+
+    async with conversation_agent([slow_note, note, notes]) as agent:
+        assert answer_of(await say(agent.rpc, "note kept", "ctx-cancel")) == "tool said noted"
+        task = await say(agent.rpc, "slow lost", "ctx-cancel", returnImmediately=True)
+        await entered.wait()
+        cancelled = await rpc(agent.rpc, "CancelTask", {"id": task["id"]})
+        assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        await asyncio.wait_for(stopped.wait(), 10)
+        assert answer_of(await say(agent.rpc, "notes", "ctx-cancel")) == "tool said kept"
+        assert agent.kit.state.cached("a2a:ctx-cancel") is None
+        rows = await agent.kit.store.recent_audit(100)
+    calls = [(e.tool_name, e.error_code, e.session_id) for e in reversed(rows)]
+    assert calls == [
+        ("note", None, "a2a:ctx-cancel"),
+        ("slow_note", "cancelled", "a2a:ctx-cancel"),
+        ("notes", None, "a2a:ctx-cancel"),
+    ]
+
+
+async def test_a_conversations_state_survives_a_restart_with_its_own_task_store(
+    tmp_path: Path,
+) -> None:
+    """Tasks in ``a2a={"store": ...}``, tool state in the toolkit's own audit file: after a
+    restart the conversation goes on with its history and its tools' state."""
+    options = {"name": "keeper", "store": str(tmp_path / "tasks.db")}
+    with StubLLM(_conversation_model) as stub:
+        for text in ("note kiwi", "notes"):
+            kit = await create_toolkit(tools=[note, notes], audit=tmp_path / "audit.db")
+            handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a=options)
+            try:
+                task = await say(handle.url + "/a2a", text, "ctx-restart")
+                listed = await rpc(handle.url + "/a2a", "ListTasks", {"contextId": "ctx-restart"})
+            finally:
+                await handle.stop()
+                await kit.close()
+    assert answer_of(task) == "tool said kiwi"
+    assert listed["result"]["totalSize"] == 2
+    asked = stub.requests[-2].body["messages"]  # the second server's first request
+    assert [m["content"] for m in asked if m["role"] == "user"] == ["note kiwi", "notes"]
+    audit = SqliteStore(tmp_path / "audit.db")
+    try:
+        rows = await audit.recent_audit()
+    finally:
+        await audit.close()
+    assert [(e.tool_name, e.session_id) for e in rows] == [
+        ("notes", "a2a:ctx-restart"),
+        ("note", "a2a:ctx-restart"),
+    ]
+
+
+@tool(requires_approval=True)
+def release(target: str) -> Output:
+    """Release a target (a person approves each call); noted in the conversation's state."""
+    return Output(
+        f"released {target}",
+        state_update=[{"op": "add", "path": f"/context/{target}", "value": 1}],
+    )
+
+
+async def test_two_approvals_of_one_turn_are_asked_one_after_another() -> None:
+    """The model asks for two calls needing approval in one turn. The second's request replaced
+    the first's: the task showed one approval, and once it was answered the other waited,
+    unseen, until the approval timeout (300 s), the reply's SendMessage with it."""
+    async with conversation_agent([deploy, notes]) as agent:
+        task = await say(agent.rpc, "deploy eu us", "ctx-two")
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert task["status"]["message"]["metadata"]["approval"]["arguments"] == {"target": "eu"}
+        reply = {"message": _wire_message("approve", taskId=task["id"], contextId="ctx-two")}
+        answered = (await rpc(agent.rpc, "SendMessage", reply))["result"]["task"]
+        assert answered["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"  # the next one
+        assert answered["status"]["message"]["metadata"]["approval"]["arguments"] == {
+            "target": "us"
+        }
+        reply = {"message": _wire_message("deny", taskId=task["id"])}
+        done = (await rpc(agent.rpc, "SendMessage", reply))["result"]["task"]
+        assert answer_of(done).startswith("tool said deployed eu | Error [tool_denied]")
+        rows = await agent.kit.store.recent_audit()
+    assert sorted((e.decision, e.session_id) for e in rows) == [
+        ("approval:approved", "a2a:ctx-two"),
+        ("approval:denied", "a2a:ctx-two"),
+    ]
+
+
+async def test_a_reply_naming_another_conversation_is_refused() -> None:
+    """A task waits for an approval in one conversation. A message naming the task and another
+    contextId is invalid (A2A: an agent rejects a contextId that is not its task's); it
+    answered the approval, and the approved call ran in the task's conversation. A message in
+    the other conversation without a taskId is a task of its own there."""
+    async with conversation_agent([release, notes]) as agent:
+        task = await say(agent.rpc, "release prod", "ctx-mine")
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        stray = _wire_message("approve", taskId=task["id"], contextId="ctx-other")
+        refused = await rpc(agent.rpc, "SendMessage", {"message": stray})
+        assert refused.get("error", {}).get("code") == -32602, refused
+        assert "contextId" in refused["error"]["message"]
+        still = (await rpc(agent.rpc, "GetTask", {"id": task["id"]}))["result"]
+        assert still["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert [m["parts"][0]["text"] for m in still["history"]] == ["release prod"]
+        elsewhere = await say(agent.rpc, "notes", "ctx-other")
+        assert answer_of(elsewhere) == "tool said none"
+        reply = _wire_message("approve", taskId=task["id"], contextId="ctx-mine")
+        done = (await rpc(agent.rpc, "SendMessage", {"message": reply}))["result"]["task"]
+        assert answer_of(done) == "tool said released prod"
+        assert answer_of(await say(agent.rpc, "notes", "ctx-mine")) == "tool said prod"
+        assert answer_of(await say(agent.rpc, "notes", "ctx-other")) == "tool said none"
+        rows = await agent.kit.store.recent_audit()
+    assert ("release", "a2a:ctx-mine", "approval:approved") in {
+        (e.tool_name, e.session_id, e.decision) for e in rows
+    }

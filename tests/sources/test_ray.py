@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -157,21 +159,7 @@ finally:
 def test_a_ray_it_started_is_stopped_when_it_closes() -> None:
     """A host that started Ray itself (no cluster was running) stops it when its last Ray
     source closes: the local cluster's processes must not outlive it."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-c", STARTS_ITS_OWN],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_script(STARTS_ITS_OWN)
     assert "initialized after close: False" in done.stdout
 
 
@@ -309,14 +297,18 @@ def test_a_source_closed_while_it_connects_leaves_no_ray_running() -> None:
     """A close that took the connect lock before the open's thread did (a cancelled start,
     or another source connecting meanwhile) found nothing to stop; the thread then started a
     local Ray that nothing would ever stop."""
-    import subprocess
-    import sys
+    done = _run_script(CLOSED_WHILE_CONNECTING)
+    assert "cancelled start: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
+    assert "closed while starting: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
 
+
+def _run_script(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter (a Ray of its own, not the session's cluster)."""
     from tests.conftest import REPO
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-c", CLOSED_WHILE_CONNECTING],
+        [sys.executable, "-c", script],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -324,5 +316,4 @@ def test_a_source_closed_while_it_connects_leaves_no_ray_running() -> None:
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "cancelled start: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
-    assert "closed while starting: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
+    return done

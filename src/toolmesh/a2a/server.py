@@ -317,8 +317,14 @@ class A2AServer:
         # the tokens this server gives out are offsets: digits, and nowhere near 2**63
         if not isinstance(token, str) or not token.isdigit() or len(token) > 15:
             raise wire.RpcError(wire.INVALID_PARAMS, f"unknown pageToken {token!r}")
+        context_id = params.get("contextId")
+        if context_id is not None and not isinstance(context_id, str):
+            # read as text, [] or 0 listed every conversation's tasks and 5 those of "5"
+            raise wire.RpcError(
+                wire.INVALID_PARAMS, f"contextId must be a string, not {context_id!r}"[:200]
+            )
         docs, total = await self.board.page(
-            context_id=str(params.get("contextId") or ""),
+            context_id=context_id or "",
             state=_state_filter(params.get("status")),
             updated_after=_timestamp_filter(params.get("statusTimestampAfter")),
             limit=size,
@@ -393,6 +399,7 @@ class A2AServer:
             doc = await self.board.get(task_id)
             if doc is None:
                 raise _not_found(task_id)
+            _check_same_context(message, doc)
             if wire.task_state(doc) not in wire.INTERRUPTED:
                 raise wire.RpcError(
                     wire.INVALID_REQUEST,
@@ -433,6 +440,9 @@ class A2AServer:
         session = dataclasses.replace(
             self.toolkit.session,
             id=_session_of_context(str(running.doc["contextId"])),
+            # A remote caller's calls, audited as such (and durably: it does not share this
+            # host's fate, as an in-process caller does)
+            transport="a2a",
             capabilities=running.capabilities or self.toolkit.session.capabilities,
             approver=functools.partial(self._ask_approval, running),
         )
@@ -488,7 +498,15 @@ class A2AServer:
             raise wire.RpcError(wire.INVALID_PARAMS, str(exc)) from None
 
     async def _ask_approval(self, running: RunningTask, request: ApprovalRequest) -> bool:
-        """Ask the A2A client: the task waits in input-required for 'approve' or 'deny'."""
+        """Ask the A2A client: the task waits in input-required for 'approve' or 'deny'. The
+        calls of one turn that need approval are asked one after another: the task shows one
+        approval at a time, and one reply answers the approval it shows."""
+        if running.asking is None:
+            running.asking = asyncio.Lock()
+        async with running.asking:
+            return await self._ask_one_approval(running, request)
+
+    async def _ask_one_approval(self, running: RunningTask, request: ApprovalRequest) -> bool:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         running.approval = future
         arguments = json.dumps(dict(request.arguments), ensure_ascii=False, default=str)
@@ -520,6 +538,7 @@ class A2AServer:
         running = self.board.running.get(str(message.get("taskId") or ""))
         if running is None or running.approval is None or running.approval.done():
             return None
+        _check_same_context(message, running.doc)
         answer = _approval_answer(message)
         if answer is None:
             raise wire.RpcError(
@@ -723,6 +742,18 @@ def _not_cancelable(task_id: str, state: str) -> wire.RpcError:
     )
 
 
+def _check_same_context(message: JsonObject, doc: JsonObject) -> None:
+    """A message that names a task and another conversation is refused (A2A: an agent rejects a
+    contextId that differs from its task's), not taken into the task's conversation unseen."""
+    asked = message.get("contextId")
+    if asked and asked != doc.get("contextId"):
+        raise wire.RpcError(
+            wire.INVALID_PARAMS,
+            f"message.contextId is not the contextId of task {doc.get('id')!r}: a message "
+            "answering a task belongs to that task's conversation (or leave contextId out)",
+        )
+
+
 def _not_found(task_id: str) -> wire.RpcError:
     return wire.RpcError(wire.TASK_NOT_FOUND, f"task {task_id!r} not found")
 
@@ -876,9 +907,11 @@ _PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def _session_of_context(context_id: str) -> str:
-    """The session (state, audit) of an A2A conversation: ``a2a:`` and its contextId, or the
-    contextId's digest when it is long or holds other characters (a state key stays short and
-    plain whatever a client sends)."""
+    """The session (state, audit) of an A2A conversation: ``a2a:`` and its contextId, or ``a2a:~``
+    and the contextId's digest when it is long or holds other characters (a state key stays
+    short and plain whatever a client sends). ``~`` is not a character of a plain contextId, so
+    no contextId is given another one's session by naming its digest."""
     if _PLAIN_ID.fullmatch(context_id):
         return f"a2a:{context_id}"
-    return "a2a:" + hashlib.sha256(context_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    digest = hashlib.sha256(context_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"a2a:~{digest}"

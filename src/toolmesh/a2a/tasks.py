@@ -43,6 +43,7 @@ class RunningTask:
     listeners: list[asyncio.Queue[JsonObject]] = field(default_factory=list)
     snapshot: JsonObject = field(default_factory=dict)  # the task as its stream starts
     approval: asyncio.Future[bool] | None = None  # an approval the task waits for (input-required)
+    asking: asyncio.Lock | None = None  # held by the call whose approval is asked (one at a time)
     paused: bool = False  # True while it waits for input
     capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
     stored: bool = False  # written to the store at least once
