@@ -99,6 +99,10 @@ async def serve_toolkit(
         max_parallel=max_parallel,
         max_message_bytes=max_message_bytes,
     )
+    if not toolkit.pipeline.host_id:
+        # The A2A agent's calls run through the toolkit's pipeline: audited with the host's id
+        # too, so that in a cluster each row says which host made the call.
+        toolkit.pipeline.host_id = host.host_id
     if mcp is not None and mcp is not False:
         routes.extend(_mcp_routes(host, mcp, auth_token, allowed_origins))
     server = HttpServer(

@@ -1183,9 +1183,11 @@ async def test_a_conversations_calls_are_audited_as_a2a_calls(tmp_path: Path) ->
     async with conversation_agent([note, notes], audit=tmp_path / "audit.db") as agent:
         assert answer_of(await say(agent.rpc, "note kiwi", "ctx-audit")) == "tool said noted"
         rows = await agent.kit.store.recent_audit()
+        host_id = agent.handle.host.host_id
     assert [(e.tool_name, e.session_id, e.transport) for e in rows] == [
         ("note", "a2a:ctx-audit", "a2a")
     ]
+    assert rows[0].host_id == host_id  # which host made the call (in a cluster)
 
 
 async def test_two_tasks_of_one_conversation_keep_both_updates_then_release_its_state() -> None:
