@@ -222,9 +222,10 @@ def serve_agent(args: argparse.Namespace) -> int:
         raise ConfigError("--a2a serves over HTTP; use --http HOST:PORT instead of --stdio")
     if not args.llm or not args.model:
         raise ConfigError("--a2a needs --llm BASE_URL and --model NAME to run its tasks")
-    from toolmesh.cli.serve import _run
+    from toolmesh.cli.serve import _leave_stuck_threads, _run
 
     _run(_serve_agent(args))
+    _leave_stuck_threads()  # as plain `serve`: a tool thread that ignored its deadline
     return 0
 
 
@@ -284,10 +285,10 @@ async def _serve_agent(args: argparse.Namespace) -> None:
     except BaseException:
         await toolkit.close()
         raise
+    # Handlers first: whoever reads the URL may signal at once.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     try:
-        # Handlers first: whoever reads the URL may signal at once.
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         handle = await toolkit.serve(
@@ -313,5 +314,7 @@ async def _serve_agent(args: argparse.Namespace) -> None:
         stopping.cancel()
         await handle.stop()
     finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # uvloop keeps them past the loop's end
+            loop.remove_signal_handler(signum)
         await toolkit.close()
         await client.aclose()
