@@ -606,7 +606,8 @@ class Toolkit(ToolResolver):
                     raise failure
             except BaseException:
                 # Cancelled, or a source's open raised: what did open is closed again (the
-                # caller of create_toolkit has no toolkit to close), and a later start retries.
+                # caller of create_toolkit has no toolkit to close); a later start opens the
+                # sources that can be opened again.
                 self._started = False
                 await self._close_sources()
                 raise
