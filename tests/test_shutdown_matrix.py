@@ -33,6 +33,7 @@ import pytest
 from tests.conftest import REPO, toolmesh_command
 from tests.fixtures.gate import PidGate, Snapshot, gone
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
+from tests.mcp.conftest import MODERN_HELLO, open_2025_session
 from toolmesh import connect_async, create_client, create_toolkit, tool
 
 pytestmark = [pytest.mark.network_server]
@@ -40,8 +41,6 @@ pytestmark = [pytest.mark.network_server]
 STOP_WITHIN = 5.0  # seconds from SIGTERM / stop() to the end; the call's deadline is 30 s
 ANSWERED_WITHIN = 5.0  # seconds from then to the client's answer
 MANIFEST = '[[tools]]\nkind = "bash"\nname = "bash"\nconfig = { allow = "*", timeout = 30 }\n'
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-CLIENT = {"name": "shutdown-matrix", "version": "1"}
 # the shell tool (a child process), an async and a thread-blocking --tools tool, and a
 # JavaScript tool (a worker process)
 NO_NODE = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
@@ -167,15 +166,6 @@ async def a2a_exchange(http: httpx.AsyncClient, body: dict[str, Any]) -> str:
 
 
 A2A_METHODS = ["SendMessage", "SendStreamingMessage"]
-
-
-async def open_mcp_session(http: httpx.AsyncClient) -> dict[str, str]:
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
-    opened = await http.post("/mcp", json=init, headers=MCP_HEADERS)
-    assert opened.status_code == 200, opened.text
-    session_id = opened.headers["mcp-session-id"]
-    return {**MCP_HEADERS, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
 
 
 def mcp_call(kind: str, port: int, id_: int = 2) -> dict[str, Any]:
@@ -328,7 +318,7 @@ async def test_a2e_http_sigterm_mid_call(tmp_path: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 async def test_mcp_stdio_sigterm_mid_call(tmp_path: Path, kind: str) -> None:
     server = Server(tmp_path, kind, "--mcp-stdio")
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
+    hello = MODERN_HELLO
     async with PidGate() as gate:
         await server.start(gate)
         try:
@@ -356,7 +346,7 @@ async def test_mcp_http_sigterm_mid_call(tmp_path: Path, kind: str) -> None:
         await server.start(gate)
         try:
             async with httpx.AsyncClient(base_url=await server.url(), timeout=60) as http:
-                session = await open_mcp_session(http)
+                session = await open_2025_session(http)
                 call = mcp_call(kind, gate.port)
                 running = asyncio.ensure_future(http.post("/mcp", json=call, headers=session))
                 pid = await gate.arrival(running)
@@ -460,7 +450,7 @@ async def test_serve_stop_mid_mcp_call(tmp_path: Path, kind: str, gate_env: Any)
             handle = await kit.serve("127.0.0.1:0", mcp=True)
             try:
                 async with httpx.AsyncClient(base_url=handle.url, timeout=60) as http:
-                    session = await open_mcp_session(http)
+                    session = await open_2025_session(http)
                     call = mcp_call(kind, gate.port)
                     running = asyncio.ensure_future(http.post("/mcp", json=call, headers=session))
                     pid = await gate.arrival(running)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from toolmesh.mcp.config import MCPServerConfig, parse_mcp_server
@@ -20,6 +21,21 @@ SERVERS = Path(__file__).resolve().parent / "servers"
 NODE_MODULES = REPO / "node_modules"
 EVERYTHING = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 NODE = shutil.which("node") or "node"
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+MODERN_HELLO = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "raw", "version": "1"},
+}
+
+
+async def open_2025_session(http: httpx.AsyncClient) -> dict[str, str]:
+    """The request headers of a new 2025-11-25 session, opened over ``http``'s /mcp."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": MODERN_HELLO}
+    opened = await http.post("/mcp", json=init, headers=MCP_HEADERS)
+    assert opened.status_code == 200, opened.text
+    session_id = opened.headers["mcp-session-id"]
+    return {**MCP_HEADERS, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
 
 
 def fixture_server(kind: str = "tools", **settings: Any) -> MCPServerConfig:

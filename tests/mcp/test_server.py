@@ -21,6 +21,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from tests.conftest import REPO
 from tests.fixtures.demo_tools import RELEASE, TOOLS
 from tests.fixtures.waiting import Waiting
+from tests.mcp.conftest import open_2025_session
 from toolmesh import Host, ToolContext, tool
 from toolmesh.mcp.http import mcp_routes
 from toolmesh.transports.http import HttpServer
@@ -394,17 +395,6 @@ async def test_http_names_an_unsupported_or_incomplete_protocol_version(tmp_path
     finally:
         await server.stop()
         await host.close()
-
-
-async def open_2025_session(http: httpx.AsyncClient) -> dict[str, str]:
-    """The request headers of a new 2025-11-25 session, opened over ``http``'s /mcp."""
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
-    opened = await http.post("/mcp", json=init, headers=headers)
-    assert opened.status_code == 200, opened.text
-    session_id = opened.headers["mcp-session-id"]
-    return {**headers, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
 
 
 async def test_idle_http_sessions_are_closed_on_a_timer(

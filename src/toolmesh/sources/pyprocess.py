@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,24 +86,11 @@ class PythonPackageSource(WorkerSource):
     async def _ensure_venv(self, dependencies: list[str]) -> Path:
         """``ensure_venv``, its commands run by ``run_setup``: a close or a cancelled open
         kills them (pip's builds with them) and removes the half-built environment."""
-        argv = _version_argv(self.python)
-        asked = await self.run_setup(argv, "asking Python its version")
-        if asked.returncode != 0:
-            raise subprocess.CalledProcessError(asked.returncode, argv, asked.stdout, asked.stderr)
-        target = _venv_target(dependencies, self.cache, asked.stdout.strip())
-        if (target / "bin" / "python").exists():
-            return target
-        self.cache.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(prefix=".building-", dir=self.cache))
-        try:
-            for step, what in _venv_steps(dependencies, building, self.python):
-                done = await self.run_setup(step, what, timeout=_STEP_TIMEOUT)
-                if done.returncode != 0:
-                    raise WorkerError(_failed(what, done))
-            _move_into_place(building, target)  # no await from here to the rename
-        finally:
-            await asyncio.to_thread(shutil.rmtree, building, True)
-        return target
+
+        async def step(argv: list[str], what: str, timeout: float | None) -> _Completed:
+            return await self.run_setup(argv, what, timeout=timeout)
+
+        return await _build_venv(dependencies, self.cache, self.python, step)
 
     def command(self) -> tuple[list[str], str, dict[str, str]]:
         if self.venv is None or self.entry is None:  # pragma: no cover - prepare() ran first
@@ -162,20 +149,38 @@ def ensure_venv(dependencies: list[str], cache: Path, python: str = sys.executab
 
     It is built in a temporary folder and renamed into place, so a half-made environment is
     never used, and two builders racing each other both end with a whole one."""
-    version = subprocess.run(
-        _version_argv(python), capture_output=True, text=True, check=True
-    ).stdout.strip()
-    target = _venv_target(dependencies, cache, version)
+
+    async def step(argv: list[str], what: str, timeout: float | None) -> _Completed:
+        return await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    return asyncio.run(_build_venv(dependencies, cache, python, step))
+
+
+_Completed = subprocess.CompletedProcess[str]
+_Step = Callable[[list[str], str, float | None], Awaitable[_Completed]]
+
+
+async def _build_venv(dependencies: list[str], cache: Path, python: str, step: _Step) -> Path:
+    """``ensure_venv``'s build, each command run by ``step(argv, what, timeout)``."""
+    argv = _version_argv(python)
+    asked = await step(argv, "asking Python its version", None)
+    if asked.returncode != 0:
+        raise subprocess.CalledProcessError(asked.returncode, argv, asked.stdout, asked.stderr)
+    target = _venv_target(dependencies, cache, asked.stdout.strip())
     if (target / "bin" / "python").exists():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
+    os.makedirs(cache, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
     try:
-        for step, what in _venv_steps(dependencies, building, python):
-            _run(step, what)
-        _move_into_place(building, target)
+        for command, what in _venv_steps(dependencies, building, python):
+            done = await step(command, what, _STEP_TIMEOUT)
+            if done.returncode != 0:
+                raise WorkerError(_failed(what, done))
+        _move_into_place(building, target)  # no await from here to the rename
     finally:
-        shutil.rmtree(building, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, building, True)
     return target
 
 
@@ -231,12 +236,6 @@ def _fix_paths(building: Path, target: Path) -> None:
                 path.write_bytes(data.replace(old, new))
     config = building / "pyvenv.cfg"
     config.write_bytes(config.read_bytes().replace(old, new))
-
-
-def _run(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=_STEP_TIMEOUT, check=False)
-    if done.returncode != 0:
-        raise WorkerError(_failed(what, done))
 
 
 def _failed(what: str, done: subprocess.CompletedProcess[str]) -> str:
