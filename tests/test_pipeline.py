@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -28,6 +29,21 @@ from toolmesh.store import MemoryStore
 async def echo(text: str) -> str:
     """Echo."""
     return text
+
+
+def in_callers_task(function_tool: Tool) -> Tool:
+    """The tool as a source that promises prompt cancellation gives it (an MCP server's): the
+    pipeline runs it in the caller's own task instead of a task of its own."""
+    clone = function_tool.replace()
+    clone.cancels_promptly = True
+    return clone
+
+
+def in_own_task(function_tool: Tool) -> Tool:
+    return function_tool
+
+
+EITHER_TASK = pytest.mark.parametrize("run", [in_own_task, in_callers_task])
 
 
 async def test_policy_hooks_decide_in_order_and_are_audited() -> None:
@@ -56,7 +72,10 @@ async def test_policy_hooks_decide_in_order_and_are_audited() -> None:
     assert [e.decision for e in store.audit] == ["no-caps", ""]
 
 
-async def test_caller_cancellation_cancels_the_tool_and_is_audited() -> None:
+@EITHER_TASK
+async def test_caller_cancellation_cancels_the_tool_and_is_audited(
+    run: Callable[[Tool], Tool],
+) -> None:
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
@@ -71,7 +90,7 @@ async def test_caller_cancellation_cancels_the_tool_and_is_audited() -> None:
             raise
 
     store = MemoryStore()
-    kit = Toolkit(wait_forever, store=store)
+    kit = Toolkit(run(wait_forever), store=store)
     call = asyncio.ensure_future(kit.execute("wait_forever"))
     await started.wait()
     call.cancel()
@@ -81,7 +100,8 @@ async def test_caller_cancellation_cancels_the_tool_and_is_audited() -> None:
     assert [(e.tool_name, e.error_code) for e in store.audit] == [("wait_forever", "cancelled")]
 
 
-async def test_timeout_cancels_a_cooperative_tool() -> None:
+@EITHER_TASK
+async def test_timeout_cancels_a_cooperative_tool(run: Callable[[Tool], Tool]) -> None:
     cancelled = asyncio.Event()
 
     @tool
@@ -92,19 +112,22 @@ async def test_timeout_cancels_a_cooperative_tool() -> None:
         finally:
             cancelled.set()
 
-    result = await Toolkit(slow).execute("slow", timeout=0.05)
+    result = await Toolkit(run(slow)).execute("slow", timeout=0.05)
     assert result.error_code == ToolErrorCode.TIMEOUT
     await asyncio.wait_for(cancelled.wait(), 5)
 
 
-async def test_a_timeout_error_raised_by_the_tool_is_its_own_failure() -> None:
+@EITHER_TASK
+async def test_a_timeout_error_raised_by_the_tool_is_its_own_failure(
+    run: Callable[[Tool], Tool],
+) -> None:
     @tool
     async def upstream() -> None:
         """Calls something that times out on its own."""
         await asyncio.sleep(0)  # suspend first: the call then runs under the deadline's scope
         raise TimeoutError("the upstream service took too long")
 
-    result = await Toolkit(upstream).execute("upstream", timeout=30)
+    result = await Toolkit(run(upstream)).execute("upstream", timeout=30)
     assert result.error_code == ToolErrorCode.TOOL_ERROR
     assert "the upstream service took too long" in (result.error or "")
 
@@ -120,9 +143,10 @@ async def test_timeout_is_capped_by_the_hard_limit() -> None:
     assert "timed out after 0.05s" in (result.error or "")
 
 
+@EITHER_TASK
 @pytest.mark.parametrize(("limit", "succeeds"), [(None, True), (0.35, False)])
 async def test_a_tool_may_extend_its_deadline_up_to_a_limit(
-    limit: float | None, succeeds: bool
+    limit: float | None, succeeds: bool, run: Callable[[Tool], Tool]
 ) -> None:
     @tool
     async def stepping(ctx: ToolContext) -> str:
@@ -134,10 +158,112 @@ async def test_a_tool_may_extend_its_deadline_up_to_a_limit(
             ctx.extend_deadline(time.monotonic() + 0.3, limit=cap)
         return "done"
 
-    result = await Toolkit(stepping).execute("stepping", timeout=0.3)
+    result = await Toolkit(run(stepping)).execute("stepping", timeout=0.3)
     assert result.success is succeeds, result.error
     if not succeeds:
         assert "deadline extended by progress" in (result.error or "")
+
+
+# -- a tool run in the caller's task (its source promises prompt cancellation) ----------------
+
+
+@pytest.mark.parametrize(("run", "in_caller"), [(in_own_task, False), (in_callers_task, True)])
+async def test_only_a_tool_that_cancels_promptly_runs_in_the_callers_task(
+    run: Callable[[Tool], Tool], in_caller: bool
+) -> None:
+    seen: list[asyncio.Task[Any] | None] = []
+
+    @tool
+    async def where() -> None:
+        """Notes the task it runs in."""
+        await asyncio.sleep(0)
+        seen.append(asyncio.current_task())
+
+    assert (await Toolkit(run(where)).execute("where")).success
+    assert (seen == [asyncio.current_task()]) is in_caller
+
+
+async def test_a_timeout_in_the_callers_task_leaves_no_cancellation_behind() -> None:
+    @tool
+    async def slow() -> None:
+        """Slow."""
+        await asyncio.Event().wait()
+
+    kit = Toolkit(in_callers_task(slow), echo)
+    result = await kit.execute("slow", timeout=0.05)
+    assert result.error_code == ToolErrorCode.TIMEOUT
+    this = asyncio.current_task()
+    assert this is not None and this.cancelling() == 0
+    await asyncio.sleep(0)  # no cancellation left pending for the caller's next await
+    assert (await kit.execute("echo", {"text": "next"})).data == "next"
+
+
+async def test_a_tool_that_swallows_its_cancellation_still_times_out() -> None:
+    @tool
+    async def stubborn() -> str:
+        """Ignores being cancelled, once."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        return "finished anyway"
+
+    result = await Toolkit(in_callers_task(stubborn)).execute("stubborn", timeout=0.05)
+    assert result.error_code == ToolErrorCode.TIMEOUT
+    this = asyncio.current_task()
+    assert this is not None and this.cancelling() == 0
+
+
+async def test_a_tool_that_cancels_itself_in_the_callers_task_is_a_cancelled_result() -> None:
+    @tool
+    async def gives_up() -> None:
+        """Cancels itself."""
+        await asyncio.sleep(0)
+        raise asyncio.CancelledError
+
+    result = await Toolkit(in_callers_task(gives_up)).execute("gives_up")
+    assert result.error_code == ToolErrorCode.CANCELLED
+    assert result.error == "the tool was cancelled"
+
+
+async def test_a_caller_cancelled_while_its_call_times_out_stays_cancelled() -> None:
+    started = asyncio.Event()
+    store = MemoryStore()
+
+    @tool
+    async def slow_to_stop() -> None:
+        """Takes a turn of the loop to let go."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            # The caller's own cancellation lands while the deadline's is handled.
+            caller.cancel()
+            await asyncio.sleep(0)
+
+    kit = Toolkit(in_callers_task(slow_to_stop), store=store)
+    caller = asyncio.ensure_future(kit.execute("slow_to_stop", timeout=0.05))
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert [e.error_code for e in store.audit] == ["cancelled"]
+
+
+async def test_closing_the_toolkit_ends_a_call_in_the_callers_task() -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> None:
+        """Waits."""
+        started.set()
+        await asyncio.Event().wait()
+
+    store = MemoryStore()
+    kit = Toolkit(in_callers_task(wait_forever), store=store)
+    call = asyncio.ensure_future(kit.execute("wait_forever", timeout=60))
+    await started.wait()
+    await kit.close()
+    result = await call
+    assert result.error_code == ToolErrorCode.CANCELLED
+    assert "the toolkit is closing" in (result.error or "")
+    assert [e.error_code for e in store.audit] == ["cancelled"]
 
 
 async def test_large_structured_data_is_dropped_with_a_note() -> None:
@@ -207,7 +333,8 @@ async def test_bad_state_updates_change_nothing(patch: list[dict[str, Any]], mes
     assert await kit.state.snapshot(kit.session.id) == {"context": {}}
 
 
-async def test_events_after_the_deadline_are_dropped() -> None:
+@EITHER_TASK
+async def test_events_after_the_deadline_are_dropped(run: Callable[[Tool], Tool]) -> None:
     release = asyncio.Event()
     emitted = asyncio.Event()
     late: list[ToolContext] = []
@@ -219,7 +346,7 @@ async def test_events_after_the_deadline_are_dropped() -> None:
         await release.wait()
 
     events: list[Any] = []
-    result = await Toolkit(chatty).execute("chatty", timeout=0.05, on_event=events.append)
+    result = await Toolkit(run(chatty)).execute("chatty", timeout=0.05, on_event=events.append)
     assert result.error_code == ToolErrorCode.TIMEOUT
     late[0].status("too late")
     emitted.set()

@@ -13,7 +13,7 @@ from toolmesh import (
     parameters_to_schema,
     schema_to_parameters,
 )
-from toolmesh.schema import Validator, compile_validator, is_lossless
+from toolmesh.schema import Validator, compile_validator, is_lossless, validates_as_2020_12
 
 P = ToolParameter
 
@@ -327,3 +327,35 @@ def test_unions_and_key_rules_name_what_is_wrong_inside(
     assert caught.value.path == path
     assert caught.value.reason.startswith(reason), caught.value.reason
     Validator(TAGGED)({"pet": {"kind": "cat", "meows": 1}, "maybe": None, "counts": {"b": 1}})
+
+
+# -- output checks: format as an annotation, and which schemas read alike in both drafts --------
+
+
+def test_a_validator_without_formats_takes_format_as_an_annotation() -> None:
+    schema = {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}
+    Validator(schema, formats=False)({"mail": "not an address"})
+    with pytest.raises(ArgumentError, match="email"):
+        Validator(schema)({"mail": "not an address"})
+
+
+@pytest.mark.parametrize(
+    ("schema", "alike"),
+    [
+        ({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, True),
+        ({"$defs": {"X": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/X"}}}, True),
+        ({"properties": {"x": {"$ref": "#/$defs/X", "description": "an x"}}}, True),
+        ({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}, True),
+        ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}, True),
+        (True, True),
+        ({"properties": {"p": {"type": "array", "prefixItems": [{"type": "integer"}]}}}, False),
+        ({"properties": {"p": {"type": "array", "items": [{"type": "integer"}]}}}, False),
+        ({"properties": {"x": {"$ref": "#/$defs/X", "minLength": 2}}}, False),
+        ({"type": "object", "unevaluatedProperties": False}, False),
+        ({"dependentRequired": {"a": ["b"]}}, False),
+        ({"$schema": "http://json-schema.org/draft-03/schema#"}, False),
+        ({"$schema": 7}, False),
+    ],
+)
+def test_which_schemas_our_validator_reads_as_2020_12_does(schema: Any, alike: bool) -> None:
+    assert validates_as_2020_12(schema) is alike

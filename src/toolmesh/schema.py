@@ -34,6 +34,7 @@ __all__ = [
     "pointer_step",
     "pointer_target",
     "schema_to_parameters",
+    "validates_as_2020_12",
 ]
 
 JsonSchema = dict[str, Any]
@@ -304,15 +305,18 @@ _cache_lock = threading.Lock()
 _CACHE_LIMIT = 4096
 
 
-def _compiled(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
-    key = json.dumps(schema, sort_keys=True, default=str)
+def _compiled(schema: Mapping[str, Any], formats: bool = True) -> Callable[[Any], Any]:
+    text = json.dumps(schema, sort_keys=True, default=str)
+    key = text if formats else "~" + text
     fn = _cache.get(key)
     if fn is not None:
         return fn
     import fastjsonschema  # on first compile: importing it costs 15 ms at startup
 
     try:
-        fn = fastjsonschema.compile(dict(schema), handlers=_NO_REMOTE_REFS, use_default=False)
+        fn = fastjsonschema.compile(
+            dict(schema), handlers=_NO_REMOTE_REFS, use_default=False, use_formats=formats
+        )
     except fastjsonschema.JsonSchemaDefinitionException as exc:
         raise SchemaError(f"cannot compile schema: {exc}") from exc
     with _cache_lock:
@@ -323,25 +327,90 @@ def _compiled(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
 
 
 class Validator:
-    """Checks arguments against one JSON Schema; compiled on first use, then cached."""
+    """Checks arguments against one JSON Schema; compiled on first use, then cached.
+    ``formats=False``: ``format`` is an annotation only, as JSON Schema 2020-12 has it by
+    default (and MCP clients check results)."""
 
-    __slots__ = ("_fn", "schema")
+    __slots__ = ("_fn", "formats", "schema")
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], *, formats: bool = True) -> None:
         self.schema = schema
+        self.formats = formats
         self._fn: Callable[[Any], Any] | None = None
 
     def __call__(self, arguments: Any) -> None:
-        """Raise ``ArgumentError`` naming the bad field's path when ``arguments`` do not fit."""
+        """Raise ``ArgumentError`` naming the bad field's path when ``arguments`` do not fit
+        (``SchemaError`` when the schema cannot be compiled)."""
         fn = self._fn
         if fn is None:
-            fn = self._fn = _compiled(self.schema)
+            fn = self._fn = _compiled(self.schema, self.formats)
         try:
             fn(arguments)
         except Exception as exc:
             if type(exc).__name__ != "JsonSchemaValueException":
                 raise
             raise _argument_error(exc, arguments, self.schema) from None
+
+
+# Keywords a draft-07 validator (fastjsonschema's newest) reads differently from a 2020-12 one,
+# or not at all: where a schema uses one, only a 2020-12 validator judges it right.
+_NEWER_OR_CHANGED = frozenset(
+    {
+        "prefixItems",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "dependentRequired",
+        "dependentSchemas",
+        "minContains",
+        "maxContains",
+        "$anchor",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "additionalItems",  # applied by draft-07, ignored by 2020-12
+        "dependencies",  # likewise
+    }
+)
+_REF_ANNOTATIONS = frozenset({"$ref", "description", "title", "default", "examples", "$comment"})
+_KNOWN_DRAFTS = (
+    "http://json-schema.org/draft-04/",
+    "http://json-schema.org/draft-06/",
+    "http://json-schema.org/draft-07/",
+    "https://json-schema.org/draft/2019-09/",
+    "https://json-schema.org/draft/2020-12/",
+)
+
+
+def validates_as_2020_12(schema: Any) -> bool:
+    """Whether our (draft-07) validator applies ``schema`` as a JSON Schema 2020-12 validator
+    would: ``False`` when the schema uses a keyword the two read differently (``prefixItems``,
+    ``items`` as a list, ``$ref`` beside other assertions, ...) or names a draft neither knows.
+    Errs on the side of ``False``: a property that happens to be called ``prefixItems`` counts
+    too."""
+    if isinstance(schema, dict):
+        declared = schema.get("$schema")
+        if declared is not None and not (
+            isinstance(declared, str) and declared.startswith(_KNOWN_DRAFTS)
+        ):
+            return False
+        return _reads_alike(schema, 0)
+    return isinstance(schema, bool)
+
+
+def _reads_alike(value: Any, depth: int) -> bool:
+    if depth > 64:
+        return False
+    if isinstance(value, dict):
+        keys = value.keys()
+        if not _NEWER_OR_CHANGED.isdisjoint(keys) or isinstance(value.get("items"), list):
+            return False
+        if "$ref" in value and not _REF_ANNOTATIONS.issuperset(keys):
+            return False  # draft-07 ignores what stands beside a $ref; 2020-12 applies it
+        return all(_reads_alike(item, depth + 1) for item in value.values())
+    if isinstance(value, list):
+        return all(_reads_alike(item, depth + 1) for item in value)
+    return True
 
 
 def compile_validator(schema: Mapping[str, Any]) -> Validator:

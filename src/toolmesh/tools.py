@@ -50,9 +50,15 @@ class Tool:
     ``input_schema`` is the exact JSON Schema the arguments are validated against; when a source
     gives only parameters it is derived from them, and when a source gives only a schema the
     parameters are derived from it (the schema travels on the definition if they lose anything).
+
+    ``cancels_promptly`` is a source's promise that the tool's coroutine ends soon after it is
+    cancelled: it never swallows the cancellation nor waits on a peer to let go. The pipeline
+    then runs it in the caller's own task, saving the task and the wake-up that let a call end
+    at its deadline even when its tool ignores cancellation. Functions of unknown code never
+    make this promise.
     """
 
-    __slots__ = ("_fn", "_input_schema", "_validator", "definition", "source")
+    __slots__ = ("_fn", "_input_schema", "_validator", "cancels_promptly", "definition", "source")
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class Tool:
         source: str = "python",
         input_schema: JsonSchema | None = None,
         output_schema: JsonSchema | None = None,
+        cancels_promptly: bool = False,
     ) -> None:
         updates: dict[str, Any] = {}
         if input_schema is not None and not definition.input_parameters:
@@ -77,6 +84,7 @@ class Tool:
             updates["kind"] = source
         self.definition = definition.model_copy(update=updates) if updates else definition
         self.source = source
+        self.cancels_promptly = cancels_promptly
         self._fn = fn
         self._input_schema = input_schema or self.definition.input_schema
         self._validator: Validator | None = None
@@ -128,6 +136,7 @@ class Tool:
         clone = Tool.__new__(Tool)
         clone.definition = self.definition.model_copy(update=changes)
         clone.source = self.source
+        clone.cancels_promptly = self.cancels_promptly
         clone._fn = self._fn
         clone._input_schema = self._input_schema
         clone._validator = self._validator
@@ -148,6 +157,7 @@ class ToolContext:
         "_cancel",
         "_closed",
         "_deadline_cap",
+        "_end",
         "_loop",
         "_outcome",
         "_reschedule",
@@ -194,6 +204,7 @@ class ToolContext:
         self._deadline_cap: float | None = None  # the host's longest call, set by the pipeline
         self._reschedule: Callable[[float], None] | None = None
         self._outcome: asyncio.Future[Any] | None = None  # the pipeline waits on it (suspended)
+        self._end: Callable[[str], None] | None = None  # ends a call run in the caller's task
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -293,6 +294,45 @@ async def test_a_malformed_call_result_is_a_short_tool_error() -> None:
         error = result.error or ""
         assert error.startswith("MCP server 'raw' sent a malformed result: content.0")
         assert "pydantic.dev" not in error and "\n" not in error
+
+
+async def test_structured_content_is_checked_against_the_output_schema() -> None:
+    async with await started(raw_server("structured")) as toolkit:
+        good = await toolkit.execute("raw_count", {"send": "good"})
+        assert good.success, good.error
+        assert good.data == {"n": 3, "mail": "not an address"}  # format: not asserted
+        wrong = await toolkit.execute("raw_count", {"send": "wrong"})
+        assert wrong.error_code == "tool_error"
+        assert wrong.error == (
+            "MCP server 'raw': Invalid structured content returned by tool count: "
+            "must be integer at $.n"
+        )
+        missing = await toolkit.execute("raw_count", {"send": "nothing"})
+        assert missing.error == (
+            "MCP server 'raw': Tool count has an output schema but did not return structured "
+            "content"
+        )
+        # A JSON Schema 2020-12 keyword (prefixItems) is honoured too, and said on one line.
+        pair = await toolkit.execute("raw_pair", {"send": "pair"})
+        assert pair.error_code == "tool_error"
+        assert pair.error == (
+            "MCP server 'raw': Invalid structured content returned by tool pair: "
+            "'one' is not of type 'integer' at $.pair[0]"
+        )
+
+
+async def test_a_call_ends_at_its_deadline_when_the_server_stops_reading() -> None:
+    """The SDK waits up to 5 s to write its courtesy notifications/cancelled; with the server
+    no longer reading and the pipe full, a call run in the caller's task would wait that long
+    past its deadline."""
+    async with await started(raw_server("deaf")) as toolkit:
+        first = await toolkit.execute("raw_deaf", {}, timeout=0.2)  # the server stops reading
+        assert first.error_code == "timeout"
+        began = time.monotonic()
+        # A request larger than the pipe holds: its write blocks, and the cancel's behind it.
+        second = await toolkit.execute("raw_echo", {"text": "x" * 1_000_000}, timeout=0.2)
+        assert second.error_code == "timeout"
+        assert time.monotonic() - began < 3
 
 
 async def test_a_broken_answer_envelope_fails_its_call_at_once(

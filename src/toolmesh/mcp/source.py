@@ -25,18 +25,18 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from toolmesh.errors import SchemaError
+from toolmesh.errors import ArgumentError, SchemaError
 from toolmesh.mcp.config import MCPServerConfig
 from toolmesh.mcp.definitions import definition_from_mcp, input_schema_of, usable_tool_entries
 from toolmesh.mcp.results import result_from_mcp
 from toolmesh.models import ToolErrorCode, ToolResult
-from toolmesh.schema import Validator, compile_validator
+from toolmesh.schema import Validator, compile_validator, validates_as_2020_12
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.sources.wrappers import Filtered, Prefixed, Tagged
 from toolmesh.tools import Tool, ToolContext
@@ -52,6 +52,7 @@ MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 STDERR_LINES = 20
 MAX_PROBLEMS_SHOWN = 5
 MAX_STRAY_LINES_LOGGED = 5  # per connection, at WARNING; the rest at DEBUG
+_NOTICE_WRITE_TIMEOUT = 5.0  # a notifications/cancelled written in the background, as the SDK's
 _CONNECTION_CLOSED = -32000
 # A malformed answer, handed to the SDK as an error for the request it answers
 _MALFORMED_ANSWER = -32603
@@ -206,10 +207,16 @@ class MCPSource(Source):
         definition = definition_from_mcp(entry, server=self.name, defer_loading=defer)
         schema = input_schema_of(entry)
         try:
-            tool = Tool(definition, self._caller(name), source="mcp", input_schema=schema)
+            tool = Tool(
+                definition,
+                self._caller(name),
+                source="mcp",
+                input_schema=schema,
+                cancels_promptly=True,
+            )
         except SchemaError:  # parameters cannot be derived: list and validate the schema as is
             exact = definition.model_copy(update={"input_schema": schema})
-            tool = Tool(exact, self._caller(name), source="mcp")
+            tool = Tool(exact, self._caller(name), source="mcp", cancels_promptly=True)
         try:
             compile_validator(schema)
         except Exception:
@@ -218,8 +225,9 @@ class MCPSource(Source):
         return tool
 
     def _caller(self, remote_name: str) -> Callable[[dict[str, Any], ToolContext], Any]:
-        # The pipeline starts the call in its own task (eagerly), so the SDK's anyio cancel
-        # scopes are entered and left by one task. A partial: no frame of its own per call.
+        # The tools cancel promptly (the SDK's courtesy cancel is handed on without waiting,
+        # see _WatchedWrite), so the pipeline runs a call in the caller's task: the SDK's anyio
+        # cancel scopes are entered and left by that one task. A partial: no frame of its own.
         return functools.partial(self._call, remote_name)
 
     async def _call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -309,6 +317,9 @@ class _Connection:
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._repair = _InboundRepair(config.name, lambda: self.protocol_version)
         self.listing_problems: list[str] = []
+        # Per listed tool, the check of its structured content (None: it has no outputSchema)
+        self._output_checks: dict[str, Validator | None] = {}
+        self._sdk_output_check: Callable[[str, Any], Awaitable[None]] | None = None
         self.alive = False
         self.server_info: dict[str, Any] = {}
         self.protocol_version = ""
@@ -369,7 +380,48 @@ class _Connection:
                 break
             seen.add(cursor)
         self.listing_problems = self._repair.problems
+        self._output_checks = _output_checks(tools)
         return tools
+
+    async def _check_output(self, name: str, result: Any) -> None:
+        """Stands in for the SDK's ``validate_tool_result``, with the same contract: a result
+        whose structured content breaks the tool's outputSchema raises ``RuntimeError``. The
+        SDK's check runs jsonschema (pure Python), a third of what a call through this source
+        cost beyond the SDK's own; the compiled validator does it in a small fraction of that.
+        Schemas only a JSON Schema 2020-12 validator reads right, and tools this connection did
+        not list, are left to the SDK's check."""
+        check = self._output_checks.get(name, _SDK_CHECKS)
+        if check is None:
+            return
+        if check is not _SDK_CHECKS:
+            content = result.structured_content
+            if content is None and "structured_content" not in result.model_fields_set:
+                raise RuntimeError(
+                    f"Tool {name} has an output schema but did not return structured content"
+                )
+            try:
+                check(content)
+                return
+            except ArgumentError as exc:
+                raise RuntimeError(
+                    f"Invalid structured content returned by tool {name}: "
+                    f"{exc.reason} at {exc.path}"
+                ) from None
+            except Exception:  # a schema ours cannot compile: the SDK's check names the fault
+                self._output_checks.pop(name, None)
+        sdk_check = self._sdk_output_check
+        if sdk_check is None:  # pragma: no cover - installed with the client
+            return
+        try:
+            await sdk_check(name, result)
+        except RuntimeError as exc:  # jsonschema's report spans lines: its message and path
+            cause = exc.__cause__
+            message, where = getattr(cause, "message", None), getattr(cause, "json_path", None)
+            if isinstance(message, str) and isinstance(where, str):
+                raise RuntimeError(
+                    f"Invalid structured content returned by tool {name}: {message} at {where}"
+                ) from None
+            raise
 
     async def _run(self) -> None:
         from mcp import Client
@@ -387,6 +439,9 @@ class _Connection:
                 ) as client,
             ):
                 self._client = client
+                session = client.session
+                self._sdk_output_check = session.validate_tool_result
+                session.validate_tool_result = self._check_output  # type: ignore[method-assign]
                 self.protocol_version = client.protocol_version
                 info = client.server_info
                 self.server_info = info.model_dump(mode="json", exclude_none=True) if info else {}
@@ -646,15 +701,50 @@ class _StreamProxy:
 
 
 class _WatchedWrite(_StreamProxy):
-    """A write stream that notes the ``tools/list`` requests sent."""
+    """A write stream that notes the ``tools/list`` requests sent, and never holds up a
+    cancellation: the SDK's cancel path waits (up to 5 s) until its ``notifications/cancelled``
+    is written, and a server that stopped reading would keep a call past its deadline that long.
+    Such a notice is handed on at once when the writer is free, else written in the
+    background."""
 
     def __init__(self, inner: Any, repair: _InboundRepair) -> None:
         super().__init__(inner)
         self._repair = repair
+        self._notices: set[asyncio.Task[None]] = set()
 
     async def send(self, item: Any) -> None:
         self._repair.sent(item)
-        await self._inner.send(item)
+        if getattr(getattr(item, "message", None), "method", None) != "notifications/cancelled":
+            await self._inner.send(item)
+            return
+        try:
+            self._inner.send_nowait(item)  # the writer was waiting for it
+        except Exception:  # busy (WouldBlock), closed, or a stream without send_nowait
+            notice = asyncio.ensure_future(self._send_later(item))
+            self._notices.add(notice)
+            notice.add_done_callback(self._notices.discard)
+
+    async def _send_later(self, item: Any) -> None:
+        with contextlib.suppress(Exception):  # closed meanwhile, or still blocked: left unsent
+            async with asyncio.timeout(_NOTICE_WRITE_TIMEOUT):
+                await self._inner.send(item)
+
+    def _drop_notices(self) -> None:
+        for notice in list(self._notices):
+            notice.cancel()
+
+    async def aclose(self) -> None:
+        self._drop_notices()
+        await self._inner.aclose()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._drop_notices()
+        return await super().__aexit__(exc_type, exc, tb)
 
 
 class _WatchedRead(_StreamProxy):
@@ -807,6 +897,23 @@ def _percent(progress: float, total: float | None) -> int:
     if not math.isfinite(pct):  # e.g. 1e300 of 1e-300: the event still goes out
         return 100 if pct > 0 else 0
     return max(0, min(100, round(pct)))
+
+
+_SDK_CHECKS: Any = object()  # a tool whose structured content the SDK's own check judges
+
+
+def _output_checks(listing: Sequence[dict[str, Any]]) -> dict[str, Validator | None]:
+    """The check of each listed tool's structured content: its outputSchema compiled on first
+    use, ``format`` an annotation only, as the SDK's check has it (None: no outputSchema).
+    Schemas our validator would read otherwise than 2020-12 are left out, for the SDK."""
+    checks: dict[str, Validator | None] = {}
+    for entry in listing:
+        schema = entry.get("outputSchema")
+        if schema is None:
+            checks[str(entry["name"])] = None
+        elif isinstance(schema, dict) and validates_as_2020_12(schema):
+            checks[str(entry["name"])] = Validator(schema, formats=False)
+    return checks
 
 
 @functools.cache

@@ -5,14 +5,31 @@ python raw_server.py malformed   # tools/list with malformed entries
 python raw_server.py calls      # a clean listing, odd call results and progress values
 python raw_server.py cursor      # tools/list answers with nextCursor "" (meaning: no more)
 python raw_server.py answers     # a banner on stdout, then calls answered with broken envelopes
+python raw_server.py structured  # tools with an outputSchema, answering what the call asks for
+python raw_server.py deaf        # calling `deaf` makes it stop reading its stdin for good
 """
 
 import json
 import sys
+import threading
 from typing import Any
 
 MODE = sys.argv[1]
 OBJECT = {"type": "object"}
+COUNT = {  # `format` is an annotation only, as the SDK's client reads output schemas
+    "type": "object",
+    "properties": {"n": {"type": "integer"}, "mail": {"type": "string", "format": "email"}},
+    "required": ["n"],
+}
+PAIR = {  # prefixItems: a JSON Schema 2020-12 keyword
+    "type": "object",
+    "properties": {"pair": {"type": "array", "prefixItems": [{"type": "integer"}]}},
+}
+STRUCTURED = {  # what the `count` and `pair` tools answer, by the call's `send` argument
+    "good": {"n": 3, "mail": "not an address"},
+    "wrong": {"n": "three"},
+    "pair": {"pair": ["one"]},
+}
 
 
 def send(message: dict[str, Any]) -> None:
@@ -25,6 +42,15 @@ def listing() -> dict[str, Any]:
         return {"tools": [{"name": n, "inputSchema": OBJECT} for n in ("video", "good")]}
     if MODE == "cursor":
         return {"tools": [{"name": "list_requests", "inputSchema": OBJECT}], "nextCursor": ""}
+    if MODE == "deaf":
+        return {"tools": [{"name": n, "inputSchema": OBJECT} for n in ("deaf", "echo")]}
+    if MODE == "structured":
+        return {
+            "tools": [
+                {"name": "count", "inputSchema": OBJECT, "outputSchema": COUNT},
+                {"name": "pair", "inputSchema": OBJECT, "outputSchema": PAIR},
+            ]
+        }
     if MODE == "answers":
         names = ("text_result", "bad_error", "no_version", "good")
         return {"tools": [{"name": n, "inputSchema": OBJECT} for n in names]}
@@ -51,6 +77,12 @@ def call(params: dict[str, Any]) -> dict[str, Any]:
             if total is not None:
                 update["total"] = total
             send({"jsonrpc": "2.0", "method": "notifications/progress", "params": update})
+    if MODE == "structured":
+        send_back = (params.get("arguments") or {}).get("send")
+        result: dict[str, Any] = {"content": [{"type": "text", "text": str(send_back)}]}
+        if send_back in STRUCTURED:
+            result["structuredContent"] = STRUCTURED[send_back]
+        return result
     if name == "video":
         return {"content": [{"type": "video", "data": "?"}]}  # no such content block
     if name == "list_requests":
@@ -90,6 +122,8 @@ def main() -> None:
             if MODE == "answers" and name in BROKEN_ANSWERS:
                 send(BROKEN_ANSWERS[name](request_id))
                 continue
+            if MODE == "deaf" and name == "deaf":
+                threading.Event().wait()  # reads nothing more, ever (killed on close)
             result = call(message.get("params") or {})
         elif method == "ping":
             result = {}
