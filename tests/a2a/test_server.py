@@ -707,6 +707,31 @@ async def test_a_malformed_message_is_refused_not_stored(
     assert listed.total_size == 0
 
 
+async def test_null_fields_of_a_message_are_fields_not_set(served: Served) -> None:
+    """In the protobuf JSON mapping null is "not set": such a message was refused
+    ("message.contextId must be a string, not None")."""
+    message = {
+        **_wire_message("hi"),
+        "contextId": None,
+        "taskId": None,
+        "referenceTaskIds": None,
+        "metadata": None,
+    }
+    message["parts"] = [{"text": "hi", "metadata": None, "mediaType": None}]
+    answer = await rpc(served.rpc, "SendMessage", {"message": message})
+    task = answer["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    assert task["contextId"]  # a new conversation, as for a message without one
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=False))
+    try:  # what was stored reads back through the a2a-sdk's protobuf parsing
+        listed = await client.list_tasks(ListTasksRequest(context_id=task["contextId"]))
+    finally:
+        await client.close()
+    assert listed.total_size == 1
+    sent = listed.tasks[0].history[0]
+    assert sent.parts[0].text == "hi" and not sent.reference_task_ids
+
+
 def _wire_message(text: str, **fields: Any) -> dict[str, Any]:
     return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **fields}
 

@@ -345,6 +345,8 @@ class A2AServer:
         """Create (or resume) the task a message asks for and start it. A task whose creator
         waits for its end is written to the store when it ends or pauses (see tasks.py)."""
         message = params.get("message")
+        if isinstance(message, dict):
+            message = wire.without_nulls(message)
         if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
             raise wire.RpcError(wire.INVALID_PARAMS, "params.message with parts is required")
         wire.check_message(message)

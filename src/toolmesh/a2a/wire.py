@@ -36,6 +36,7 @@ __all__ = [
     "task_to_v03",
     "text_of",
     "timestamp",
+    "without_nulls",
 ]
 
 JsonObject = dict[str, Any]
@@ -218,6 +219,23 @@ _PART_CONTENT = ("text", "raw", "url", "data")
 _PART_TEXTS = ("text", "raw", "url", "filename", "mediaType")
 _MESSAGE_TEXTS = ("messageId", "contextId", "taskId", "role")
 _MESSAGE_LISTS = ("extensions", "referenceTaskIds")
+
+
+def without_nulls(message: JsonObject) -> JsonObject:
+    """``message`` with its ``null`` fields, and its parts' ``null`` fields, left out: in the
+    protobuf JSON mapping A2A 1.0 uses, ``null`` is a field not set (``"contextId": null`` is
+    no contextId), and clients that write unset fields so are common. Values inside
+    ``metadata`` (a JSON object of the sender's) are kept as they are."""
+    cleaned = {key: value for key, value in message.items() if value is not None}
+    parts = cleaned.get("parts")
+    if isinstance(parts, list):
+        cleaned["parts"] = [
+            {key: value for key, value in part.items() if value is not None}
+            if isinstance(part, dict)
+            else part
+            for part in parts
+        ]
+    return cleaned
 
 
 def check_message(message: JsonObject) -> None:
