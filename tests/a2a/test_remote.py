@@ -12,8 +12,8 @@ import pytest
 
 import toolmesh.a2a as a2a_mod
 from tests.a2a.conftest import PeerProcess
-from toolmesh import ToolEvent, Toolkit, agent, agent_tools, create_toolkit, tool
-from toolmesh.a2a import AgentSource
+from toolmesh import Session, ToolEvent, Toolkit, agent, agent_tools, create_toolkit, tool
+from toolmesh.a2a import AgentSource, remote
 
 pytestmark = [pytest.mark.network_server]
 
@@ -75,6 +75,23 @@ async def test_input_required_ends_the_call_and_the_next_call_answers(
         answered = await kit.execute(SCRIPT, {"task": "blue"})
     assert answered.success and answered.output == "answered: blue"
     assert answered.metadata["taskId"] == asked.metadata["taskId"]
+
+
+async def test_sessions_waiting_for_input_are_bounded(
+    polled_peer: PeerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each session left waiting kept an entry for good: a session that never called again
+    (a client gone after an input-required answer) grew the map without end."""
+    monkeypatch.setattr(remote, "MAX_WAITING_SESSIONS", 2)
+    sessions = [Session(agent_id=f"caller-{i}") for i in range(3)]
+    async with await toolkit_for(polled_peer, timeout=60) as kit:
+        for session in sessions:
+            asked = await kit.execute(SCRIPT, {"task": "ask: which colour?"}, session=session)
+            assert asked.error_code == "input_required"
+        oldest = await kit.execute(SCRIPT, {"task": "complete: a new task"}, session=sessions[0])
+        newest = await kit.execute(SCRIPT, {"task": "red"}, session=sessions[2])
+    assert oldest.output == "a new task"  # its waiting task was let go: a fresh one answered
+    assert newest.output == "answered: red"
 
 
 async def test_timeout_cancels_the_remote_task(polled_peer: PeerProcess) -> None:

@@ -46,6 +46,9 @@ CARD_TIMEOUT = 30.0
 REQUEST_TIMEOUT = 30.0
 CANCEL_TIMEOUT = 5.0
 DEADLINE_MARGIN = 0.1  # end before the pipeline's deadline, so CancelTask can still go out
+# Sessions whose last call left a remote task waiting for input, kept per skill: a session that
+# never calls again leaves its entry, so the oldest go first beyond this many.
+MAX_WAITING_SESSIONS = 10_000
 DONE = wire.TERMINAL | wire.INTERRUPTED
 
 _ids = itertools.count(1)
@@ -570,6 +573,8 @@ class SkillCall:
             return None, ""
         if state in wire.INTERRUPTED:
             self._waiting[ctx.session_id] = (progress.task_id, progress.context_id)
+            if len(self._waiting) > MAX_WAITING_SESSIONS:
+                del self._waiting[next(iter(self._waiting))]  # the longest waiting
             need = "more input" if state == "input-required" else "authentication"
             return state.replace("-", "_"), (
                 f"the agent {self.agent_name!r} needs {need}: {said or 'it gave no details'}. "
