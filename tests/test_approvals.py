@@ -266,3 +266,31 @@ async def test_what_runs_is_what_was_approved() -> None:
     result = await toolkit.execute("deploy", {"target": nested}, on_approval=approver)
     assert result.success, result.error
     assert ran == [{"env": "staging"}]
+
+
+async def test_an_approval_asked_behind_others_has_its_full_time_once_shown() -> None:
+    """An approver that shows one request at a time (a served A2A task) calls ``shown()`` when
+    it shows the next: the approval timeout then runs from there. It ran from the ask, so
+    the time a request waited behind others was taken from the time to answer it."""
+    import asyncio
+
+    from toolmesh import Toolkit, tool
+
+    @tool(requires_approval=True)
+    def deploy() -> str:
+        """Deploy."""
+        return "deployed"
+
+    async def queued_approver(request: Any) -> bool:
+        await asyncio.sleep(0.6)  # behind another request: a slow human's time, not a sync
+        request.shown()
+        await asyncio.sleep(0.6)  # this one's own answer, within its full second
+        return True
+
+    toolkit = Toolkit(deploy, limits=Limits(approval_timeout=1.0))
+    result = await toolkit.execute("deploy", on_approval=queued_approver)
+    assert result.success, result.error
+    unshown = await toolkit.execute(
+        "deploy", on_approval=lambda request: asyncio.sleep(1.2, result=True)
+    )
+    assert unshown.error_code == ToolErrorCode.TIMEOUT  # never shown again: one second it is

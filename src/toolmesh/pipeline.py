@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import inspect
 import logging
@@ -58,9 +59,17 @@ class Decision:
     needs_approval: bool = False
 
 
+def _unchanged() -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """What an approver is asked: may this call run?"""
+    """What an approver is asked: may this call run?
+
+    ``shown()`` is for an approver that queues requests (one shown at a time): called when this
+    one is shown, it starts the approval timeout again from then, so time spent waiting behind
+    other requests is not taken from the time to answer it."""
 
     id: str
     tool_name: str
@@ -69,6 +78,7 @@ class ApprovalRequest:
     session_id: str
     req_id: str
     event: ToolEvent  # the call's `approval` event (seq 0), for the transport to deliver
+    shown: Callable[[], None] = _unchanged
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[bool]]
@@ -323,6 +333,14 @@ class Pipeline:
             },
         )
         spec.prior_events.append(event)
+        wait = self.limits.approval_timeout
+        clock = asyncio.timeout(wait)
+        loop = asyncio.get_running_loop()
+
+        def shown() -> None:
+            with contextlib.suppress(RuntimeError):  # answered, or expired, already
+                clock.reschedule(loop.time() + wait)
+
         request = ApprovalRequest(
             id=approval_id,
             tool_name=tool.name,
@@ -331,10 +349,10 @@ class Pipeline:
             session_id=session.id,
             req_id=spec.req_id,
             event=event,
+            shown=shown,
         )
-        wait = self.limits.approval_timeout
         try:
-            async with asyncio.timeout(wait):
+            async with clock:
                 approved: object = await approver(request)  # an approver may break its type
         except TimeoutError:
             return Decision(

@@ -41,6 +41,7 @@ from tests.conftest import REPO
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
 from toolmesh import (
     ConfigError,
+    Limits,
     Output,
     ToolContext,
     Toolkit,
@@ -1348,6 +1349,21 @@ async def test_two_approvals_of_one_turn_are_asked_one_after_another() -> None:
         ("approval:approved", "a2a:ctx-two"),
         ("approval:denied", "a2a:ctx-two"),
     ]
+
+
+async def test_the_second_approval_of_a_turn_has_its_full_time_once_shown() -> None:
+    """The second approval's timeout ran from when its call asked, while the first was
+    shown: answering the first late left the second less than the approval timeout."""
+    async with conversation_agent([deploy, notes], limits=Limits(approval_timeout=1.0)) as agent:
+        task = await say(agent.rpc, "deploy eu us", "ctx-late")
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        await asyncio.sleep(0.6)  # a slow human's time, not a synchronisation
+        reply = {"message": _wire_message("approve", taskId=task["id"], contextId="ctx-late")}
+        answered = (await rpc(agent.rpc, "SendMessage", reply))["result"]["task"]
+        assert answered["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"  # the second, shown
+        await asyncio.sleep(0.6)  # past a second since it asked, within one since it showed
+        done = (await rpc(agent.rpc, "SendMessage", reply))["result"]["task"]
+    assert answer_of(done) == "tool said deployed eu | deployed us"
 
 
 async def test_a_reply_naming_another_conversation_is_refused() -> None:

@@ -527,6 +527,7 @@ class A2AServer:
         }
         await self.board.save(running.doc)
         running.pause()
+        request.shown()  # asked behind others, perhaps: its time to answer starts now
         try:
             return await future
         finally:
