@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures import ray_tools
-from toolmesh import ConfigError, Host, Toolkit, connect_async, tool
+from toolmesh import ConfigError, Host, ToolContext, Toolkit, connect_async, tool
 from toolmesh.manifest import load_manifest
 from toolmesh.models import ToolEvent
 from toolmesh.sources.functions import tools_of
@@ -300,6 +300,19 @@ def test_a_source_closed_while_it_connects_leaves_no_ray_running() -> None:
     done = _run_script(CLOSED_WHILE_CONNECTING)
     assert "cancelled start: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
     assert "closed while starting: False 0\n" in done.stdout, (done.stdout, done.stderr[-2000:])
+
+
+async def test_a_call_after_close_connects_to_no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call reaching a closed placement connected lazily, starting a local Ray that no
+    close would stop."""
+    connects: list[Any] = []
+    monkeypatch.setattr(OnRay, "_connect", lambda self, closes=None: connects.append(closes))
+    placed = OnRay(tools_of(ray_tools.TOOLS))
+    await placed.close()
+    where = next(t for t in placed.tools() if t.name == "where")
+    with pytest.raises(RuntimeError, match="the Ray placement is closed"):
+        await where.run({"steps": 1}, ToolContext(tool_name="where"))
+    assert connects == []
 
 
 def _run_script(script: str) -> subprocess.CompletedProcess[str]:

@@ -72,6 +72,7 @@ class OnRay(WrapperSource):
         self._functions: dict[int, tuple[str, bytes]] = {}  # id(function) -> key, pickle
         self._remote: Any = None
         self._closes = 0  # how many times close() was called (see _connect)
+        self._closed = False  # closed, and not opened again since
         super().__init__(wrapped)
 
     def map(self, tool: Tool) -> Tool:
@@ -83,6 +84,7 @@ class OnRay(WrapperSource):
         )
 
     async def open(self) -> None:
+        self._closed = False
         closes = self._closes  # before any await: a close from now on stops the connection
         await self.wrapped.open()
         try:
@@ -120,6 +122,7 @@ class OnRay(WrapperSource):
         )
 
     async def close(self) -> None:
+        self._closed = True
         self._closes += 1  # before any await: an open still connecting sees it (_connect)
         await super().close()
         await asyncio.to_thread(self._disconnect)
@@ -155,6 +158,8 @@ class OnRay(WrapperSource):
         return found
 
     async def call(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        if self._closed:  # connecting now would start a local Ray that no close will stop
+            raise RuntimeError(f"{self.name}: the Ray placement is closed")
         if self._remote is None:
             await asyncio.to_thread(self._connect)
         import ray
