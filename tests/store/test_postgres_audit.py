@@ -141,6 +141,34 @@ async def test_rows_wait_for_an_unreachable_server_but_not_without_bound(
         await store.close()
 
 
+async def test_closing_while_the_server_is_away_logs_the_waiting_rows_and_closes(
+    postgres_url: str, postgres_cluster: PostgresCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() raised the flush's error and stopped there: the pool stayed open, and the rows
+    that waited were dropped without a word."""
+    caplog.set_level(logging.ERROR, logger="toolmesh.audit")
+    store = PostgresStore(postgres_url, reconnect_timeout=0.2)
+    await store.open()
+    await store.append_audit(entry("stored"))
+    postgres_cluster.stop("fast")
+    try:
+        await store.append_audit(entry("w1"), durable=False)
+        await store.append_audit(entry("w2"), durable=False)
+        await store.close()  # no error: what it could not store is logged, and it closes
+        assert store._pool is None  # type: ignore[attr-defined]
+        assert store.audit_rows_lost == 2
+        logged = lost_entries(caplog)
+        assert '"tool_name": "w1"' in logged[0] and '"tool_name": "w2"' in logged[1]
+    finally:
+        await asyncio.to_thread(postgres_cluster.start)
+    reopened = PostgresStore(postgres_url)
+    await reopened.open()
+    try:
+        assert await stored_names(reopened) == ["stored"]  # nothing stored twice, or half
+    finally:
+        await reopened.close()
+
+
 async def test_a_cancelled_insert_keeps_its_rows(
     postgres_url: str, postgres_cluster: PostgresCluster
 ) -> None:

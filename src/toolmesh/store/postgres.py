@@ -57,6 +57,7 @@ Connection = Any  # asyncpg.Connection or the pool's proxy of one
 CHANNEL = "toolmesh"
 _MIGRATION_LOCK = 0x746F6F6C  # "tool": the advisory lock hosts take while migrating
 MAX_WAITING_ROWS = 10_000
+POOL_CLOSE_TIMEOUT = 5.0  # then the pool's connections are terminated, not waited for
 """Audit rows kept for the next flush while the server is unreachable; beyond that the oldest
 are logged in full (``toolmesh.audit.log_lost_entry``) and counted in ``audit_rows_lost``."""
 
@@ -289,17 +290,32 @@ class PostgresStore(Store):
                 ) from exc
 
     async def close(self) -> None:
+        """Insert the rows still waiting, then close. When they cannot be inserted (the server
+        away longer than ``reconnect_timeout``), nobody is left to flush them: each is logged
+        in full and counted in ``audit_rows_lost``, and the store closes all the same."""
         if self._pool is None:
             return
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
-        await self.flush()
+        try:
+            await self.flush()
+        except Exception as exc:
+            rows, self._pending = self._pending, []
+            self._lose([(row, exc) for row in rows])
+            logger.error(
+                "PostgreSQL store closed with %d audit rows not stored (each logged): %s",
+                len(rows),
+                exc,
+            )
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
             self._listener = None
         pool, self._pool = self._pool, None
-        await pool.close()
+        try:
+            await asyncio.wait_for(pool.close(), POOL_CLOSE_TIMEOUT)
+        except Exception:  # a server that never answers the goodbye (or the timeout)
+            pool.terminate()
 
     @property
     def pool(self) -> asyncpg.Pool:
