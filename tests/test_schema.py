@@ -345,6 +345,7 @@ def test_a_validator_without_formats_takes_format_as_an_annotation() -> None:
         ({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, True),
         ({"$defs": {"X": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/X"}}}, True),
         ({"properties": {"x": {"$ref": "#/$defs/X", "description": "an x"}}}, True),
+        ({"$ref": "#/$defs/Node", "$defs": {"Node": {"type": "object"}}}, True),
         ({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}, True),
         ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}, True),
         (True, True),

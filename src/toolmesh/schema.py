@@ -372,7 +372,11 @@ _NEWER_OR_CHANGED = frozenset(
         "dependencies",  # likewise
     }
 )
-_REF_ANNOTATIONS = frozenset({"$ref", "description", "title", "default", "examples", "$comment"})
+# What may stand beside a $ref and mean the same to both: annotations, and the definitions the
+# ref points into (a pydantic model that refers to itself puts its $ref beside its $defs)
+_BESIDE_REF = frozenset(
+    {"$ref", "description", "title", "default", "examples", "$comment", "$defs", "definitions"}
+)
 _KNOWN_DRAFTS = (
     "http://json-schema.org/draft-04/",
     "http://json-schema.org/draft-06/",
@@ -405,7 +409,7 @@ def _reads_alike(value: Any, depth: int) -> bool:
         keys = value.keys()
         if not _NEWER_OR_CHANGED.isdisjoint(keys) or isinstance(value.get("items"), list):
             return False
-        if "$ref" in value and not _REF_ANNOTATIONS.issuperset(keys):
+        if "$ref" in value and not _BESIDE_REF.issuperset(keys):
             return False  # draft-07 ignores what stands beside a $ref; 2020-12 applies it
         return all(_reads_alike(item, depth + 1) for item in value.values())
     if isinstance(value, list):
