@@ -737,6 +737,151 @@ def _wire_message(text: str, **fields: Any) -> dict[str, Any]:
     return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}], **fields}
 
 
+_SDK_REQUESTS = {
+    "GetTask": GetTaskRequest,
+    "ListTasks": ListTasksRequest,
+    "SendMessage": SendMessageRequest,
+    "CancelTask": CancelTaskRequest,
+}
+
+
+def _sdk_parses(method: str, params: dict[str, Any]) -> bool:
+    """Whether the a2a-sdk's protobuf parsing (the reference for what a peer may send) takes
+    ``params`` as the request of ``method``."""
+    try:
+        ParseDict(params, _SDK_REQUESTS[method]())
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "expect"),
+    [
+        # int32 fields: the protobuf JSON mapping takes 1.0, "1", "1e0" as 1
+        ("GetTask", {"historyLength": 1.0}, {"history": 1}),
+        ("GetTask", {"historyLength": "1e0"}, {"history": 1}),
+        ("GetTask", {"historyLength": 0.0}, {"history": 0}),
+        ("ListTasks", {"pageSize": "1"}, {"listed": 1}),
+        ("ListTasks", {"pageSize": 1.0}, {"listed": 1}),
+        # enums by number: 3 is TASK_STATE_COMPLETED
+        ("ListTasks", {"status": 3}, {"listed": 2}),
+        ("ListTasks", {"status": "3"}, {"listed": 2}),
+        ("ListTasks", {"status": 4}, {"listed": 0}),
+        # fields by their proto names, which the mapping accepts as well as the JSON names
+        ("GetTask", {"history_length": 1}, {"history": 1}),
+        ("ListTasks", {"page_size": 1}, {"listed": 1}),
+        ("ListTasks", {"context_id": "ctx-int-a"}, {"listed": 1}),
+        ("ListTasks", {"include_artifacts": True}, {"artifacts": True}),
+    ],
+)
+async def test_fields_are_read_as_the_protobuf_json_mapping_reads_them(
+    served: Served, method: str, params: dict[str, Any], expect: dict[str, Any]
+) -> None:
+    """What the a2a-sdk's parser takes is taken: such values were refused ("historyLength must
+    be a non-negative integer, not 1.0", "unknown task state 3") or ignored (a
+    ``history_length`` or a ``context_id`` filter)."""
+    first = await say(served.rpc, "one", "ctx-int-a")
+    await say(served.rpc, "two", "ctx-int-b")
+    if method == "GetTask":
+        params = {"id": first["id"], **params}
+    assert _sdk_parses(method, params)
+    answer = await rpc(served.rpc, method, params)
+    assert "result" in answer, answer
+    result = answer["result"]
+    if "history" in expect:
+        assert len(result.get("history", [])) == expect["history"], result
+    if "listed" in expect:
+        assert len(result["tasks"]) == expect["listed"], result
+    if "artifacts" in expect:
+        assert all(("artifacts" in task) == expect["artifacts"] for task in result["tasks"])
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "says"),
+    [
+        # str.isdigit() is true of "²", which int() refuses: that was a -32603 internal error
+        ("GetTask", {"id": "x", "historyLength": "\u00b2"}, "historyLength must be"),
+        ("ListTasks", {"historyLength": "\u00b2"}, "historyLength must be"),
+        ("ListTasks", {"pageToken": "\u00b2"}, "unknown pageToken"),
+        ("GetTask", {"id": "x", "historyLength": 1.5}, "historyLength must be"),
+        ("GetTask", {"id": "x", "historyLength": 2**40}, "historyLength must be"),  # not int32
+        ("ListTasks", {"pageSize": "ten"}, "pageSize must be"),
+        ("ListTasks", {"pageSize": " 5"}, "pageSize must be"),
+        ("ListTasks", {"status": 42}, "unknown task state"),
+        ("CancelTask", {"id": "x", "metadata": [1]}, "metadata must be an object"),
+        ("SendMessage", {"configuration": {"acceptedOutputModes": "text"}}, "acceptedOutputModes"),
+        ("SendMessage", {"configuration": {"acceptedOutputModes": [None]}}, "acceptedOutputModes"),
+        (
+            "SendMessage",
+            {"configuration": {"taskPushNotificationConfig": "http://x/"}},
+            "configuration.taskPushNotificationConfig must be an object",
+        ),
+    ],
+)
+async def test_values_the_sdk_refuses_are_invalid_params_naming_the_field(
+    served: Served, method: str, params: dict[str, Any], says: str
+) -> None:
+    if method == "SendMessage":
+        params = {"message": _wire_message("hi"), **params}
+    # any text parses as a pageToken (this server's tokens are offsets), and enums are open:
+    # 42 parses, though no state has that number
+    if "pageToken" not in params and params.get("status") != 42:
+        assert not _sdk_parses(method, params)
+    answer = await rpc(served.rpc, method, params)
+    assert answer["error"]["code"] == -32602 and says in answer["error"]["message"], answer
+    assert served.llm.requests == []
+
+
+async def test_a_message_with_proto_field_names_and_a_role_number_is_read_as_sent(
+    served: Served,
+) -> None:
+    """``context_id`` (the proto name of contextId) and ``"role": 1`` (ROLE_USER by number) are
+    what the a2a-sdk's parser reads as such: the context was ignored (a new conversation was
+    started, the message stored with both context_id and contextId) and the role refused."""
+    first = await say(served.rpc, "remember 42", "ctx-proto")
+    message = {"message_id": uuid.uuid4().hex, "role": 1, "context_id": "ctx-proto"}
+    message["parts"] = [{"text": "what number?", "media_type": "text/plain"}]
+    assert _sdk_parses("SendMessage", {"message": message})
+    answer = await rpc(served.rpc, "SendMessage", {"message": message})
+    task = answer["result"]["task"]
+    assert task["contextId"] == "ctx-proto", answer
+    assert task["history"][0]["messageId"] == message["message_id"]
+    sent = served.llm.requests[1].body["messages"][1:]
+    assert [m["content"] for m in sent] == ["remember 42", "answer 0", "what number?"]
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=False))
+    try:  # stored under the JSON names, it reads back through the a2a-sdk's protobuf parsing
+        listed = await client.list_tasks(ListTasksRequest(context_id="ctx-proto"))
+    finally:
+        await client.close()
+    assert {t.id for t in listed.tasks} == {first["id"], task["id"]}
+    [again] = [t for t in listed.tasks if t.id == task["id"]]
+    assert again.history[0].role == Role.ROLE_USER
+    assert again.history[0].parts[0].media_type == "text/plain"
+    both = {**_wire_message("hi"), "contextId": "ctx-proto", "context_id": "ctx-other"}
+    refused = await rpc(served.rpc, "SendMessage", {"message": both})
+    assert refused["error"]["code"] == -32602, refused
+    assert "both contextId and context_id" in refused["error"]["message"]
+
+
+async def test_a_data_part_holding_null_is_a_data_part(served: Served) -> None:
+    """``data`` is a google.protobuf.Value, for which null is a value: ``{"data": null}`` was
+    dropped as a field not set, and the message refused as having no content."""
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"data": None}]}
+    assert _sdk_parses("SendMessage", {"message": message})
+    answer = await rpc(served.rpc, "SendMessage", {"message": message})
+    task = answer["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    assert task["history"][0]["parts"] == [{"data": None}]
+    assert served.llm.requests[0].body["messages"][-1] == {"role": "user", "content": "null"}
+    client = await a2a_client(served.handle.url, ClientConfig(streaming=False))
+    try:
+        fetched = await client.get_task(GetTaskRequest(id=task["id"]))
+    finally:
+        await client.close()
+    assert fetched.history[0].parts[0].HasField("data")
+
+
 @pytest.mark.parametrize("policy", ["locked", "extensible"])
 async def test_capabilities_are_enforced_and_overridable_per_message(policy: str) -> None:
     @tool(capabilities=["vault::read"])

@@ -52,3 +52,26 @@ def test_text_of_parts() -> None:
     assert wire.text_of(None) == ""
     unnamed = [{"raw": "aGVsbG8", "mediaType": "text/plain"}]  # unpadded, as protobuf allows
     assert wire.text_of(unnamed) == "[file: unnamed, text/plain, 5 bytes]"
+
+
+def test_messages_as_the_protobuf_json_mapping_reads_them() -> None:
+    """Proto field names are JSON names, enum numbers are names, and a part's ``data: null``
+    is a value (a google.protobuf.Value), not a field not set."""
+    sent = {
+        "message_id": "m",
+        "context_id": "c",
+        "contextId": None,
+        "role": "2",
+        "parts": [{"text": "a", "media_type": "text/plain", "data": None}, {"data": None}],
+    }
+    assert wire.normal_message(sent) == {
+        "messageId": "m",
+        "contextId": "c",
+        "role": "ROLE_AGENT",
+        "parts": [{"text": "a", "mediaType": "text/plain"}, {"data": None}],
+    }
+    assert wire.enum_name(3, wire.TASK_STATES) == "TASK_STATE_COMPLETED"
+    assert wire.enum_name(True, wire.ROLES) is True and wire.enum_name(9, wire.ROLES) == 9
+    v03 = {"message": {"kind": "message", "role": "user", "parts": []}}
+    v03["configuration"] = {"history_length": 2}
+    assert wire.params_from_v03("SendMessage", v03)["configuration"] == {"historyLength": 2}

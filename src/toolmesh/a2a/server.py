@@ -214,6 +214,7 @@ class A2AServer:
             if isinstance(payload, dict):
                 request_id = _request_id(payload.get("id"))
             method, params = _check_request(payload)
+            params = wire.json_names(params)
             legacy = method in _V03_TO_V10
             name = _V03_TO_V10.get(method, method)
             handler = self._methods.get(name)
@@ -236,7 +237,16 @@ class A2AServer:
     # -- methods -----------------------------------------------------------------------------------
 
     async def _send_message(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
-        config = _object(params, "configuration")
+        config = wire.json_names(_object(params, "configuration"), "configuration")
+        _object(config, "configuration.taskPushNotificationConfig")
+        modes = config.get("acceptedOutputModes")
+        if modes is not None and (
+            not isinstance(modes, list) or not all(isinstance(m, str) for m in modes)
+        ):
+            raise wire.RpcError(
+                wire.INVALID_PARAMS,
+                f"configuration.acceptedOutputModes must be a list of strings, not {modes!r}"[:200],
+            )
         waits = not _flag(config, "returnImmediately", False)
         history_length = _history_length(config.get("historyLength"))
         running = await self._start(params, creator_waits=waits)
@@ -285,6 +295,7 @@ class A2AServer:
 
     async def _cancel_task(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
         task_id = _task_id(params)
+        _object(params, "metadata")  # not used, but a list or a text there is not metadata
         running = self.board.running.get(task_id)
         if running is not None and running.job is not None:
             if running.state in wire.TERMINAL:  # it ended; its end is being written
@@ -307,15 +318,17 @@ class A2AServer:
         return _result(request_id, wire.task_to_v03(task) if legacy else task)
 
     async def _list_tasks(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
-        size = params.get("pageSize") or DEFAULT_PAGE
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        size = (
+            _integer(params.get("pageSize"), "pageSize must be a positive integer") or DEFAULT_PAGE
+        )
+        if size < 1:
             raise wire.RpcError(wire.INVALID_PARAMS, "pageSize must be a positive integer")
         history_length = _history_length(params.get("historyLength"))
         with_artifacts = _flag(params, "includeArtifacts", False)
         size = min(size, MAX_PAGE)
         token = params.get("pageToken") or "0"
         # the tokens this server gives out are offsets: digits, and nowhere near 2**63
-        if not isinstance(token, str) or not token.isdigit() or len(token) > 15:
+        if not isinstance(token, str) or not _ascii_digits(token) or len(token) > 15:
             raise wire.RpcError(wire.INVALID_PARAMS, f"unknown pageToken {token!r}")
         context_id = params.get("contextId")
         if context_id is not None and not isinstance(context_id, str):
@@ -346,7 +359,7 @@ class A2AServer:
         waits for its end is written to the store when it ends or pauses (see tasks.py)."""
         message = params.get("message")
         if isinstance(message, dict):
-            message = wire.without_nulls(message)
+            message = wire.normal_message(message)
         if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
             raise wire.RpcError(wire.INVALID_PARAMS, "params.message with parts is required")
         wire.check_message(message)
@@ -780,16 +793,43 @@ def _view(
 def _history_length(value: Any) -> int | None:
     """A request's historyLength: None (the whole history) when absent. A negative or
     non-integer one is invalid (as the a2a-sdk's servers answer), not silently "none"."""
+    refusal = f"historyLength must be a non-negative integer, not {value!r}"
+    number = _integer(value, refusal)
+    if number is not None and number < 0:
+        raise wire.RpcError(wire.INVALID_PARAMS, refusal[:200])
+    return number
+
+
+_INT32 = range(-(2**31), 2**31)
+
+
+def _integer(value: Any, refusal: str) -> int | None:
+    """An int32 field of the request as the protobuf JSON mapping (the a2a-sdk's parser) reads
+    it: a number with no fraction (``5``, ``5.0``) or its text (``"5"``, ``"1e1"``); None when
+    absent. Anything else, a boolean included, is refused with ``refusal``."""
+    number: int | None = None
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit():  # the protobuf JSON mapping allows "5"
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise wire.RpcError(
-            wire.INVALID_PARAMS,
-            f"historyLength must be a non-negative integer, not {value!r}"[:200],
-        )
-    return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and 0 < len(value) <= 32 and value.strip() == value:
+        try:
+            number = int(value)
+        except ValueError:
+            with contextlib.suppress(ValueError):
+                as_float = float(value)
+                if as_float.is_integer():
+                    number = int(as_float)
+    if number is None or number not in _INT32:
+        raise wire.RpcError(wire.INVALID_PARAMS, refusal[:200])
+    return number
+
+
+def _ascii_digits(text: str) -> bool:
+    """Digits 0-9 only: ``str.isdigit`` is true of "²" too, which ``int`` refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _flag(params: JsonObject, key: str, default: bool) -> bool:
@@ -822,6 +862,7 @@ def _timestamp_filter(value: Any) -> float:
 def _state_filter(value: Any) -> str:
     """The short state a ListTasks ``status`` asks for ("" for any); an unknown one is invalid
     rather than a filter that matches nothing."""
+    value = wire.enum_name(value, wire.TASK_STATES)  # the mapping allows 3 for COMPLETED
     if value in (None, "", "TASK_STATE_UNSPECIFIED"):
         return ""
     state = wire.short_state(value)

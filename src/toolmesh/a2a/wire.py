@@ -19,11 +19,16 @@ from toolmesh.models import new_id
 __all__ = [
     "INTERRUPTED",
     "METHODS_V03",
+    "ROLES",
+    "TASK_STATES",
     "TERMINAL",
     "RpcError",
     "check_message",
+    "enum_name",
     "from_v03",
+    "json_names",
     "message",
+    "normal_message",
     "params_from_v03",
     "params_to_v03",
     "parse_timestamp",
@@ -69,6 +74,21 @@ _SHORT = {
     "TASK_STATE_UNSPECIFIED": "unknown",
 }
 _LONG = {short: long for long, short in _SHORT.items()}
+
+TASK_STATES = (
+    "TASK_STATE_UNSPECIFIED",
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_AUTH_REQUIRED",
+)
+"""The TaskState names in the order of their numbers (TASK_STATE_COMPLETED is 3)."""
+ROLES = ("ROLE_UNSPECIFIED", "ROLE_USER", "ROLE_AGENT")
+"""The Role names in the order of their numbers."""
 
 TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
 """Short names of the states a task never leaves."""
@@ -225,15 +245,84 @@ def without_nulls(message: JsonObject) -> JsonObject:
     """``message`` with its ``null`` fields, and its parts' ``null`` fields, left out: in the
     protobuf JSON mapping A2A 1.0 uses, ``null`` is a field not set (``"contextId": null`` is
     no contextId), and clients that write unset fields so are common. Values inside
-    ``metadata`` (a JSON object of the sender's) are kept as they are."""
+    ``metadata`` (a JSON object of the sender's) are kept as they are, and so is the ``data``
+    of a part that has no other content: ``data`` is a ``google.protobuf.Value``, for which
+    ``null`` is a value (a data part holding null), not a field not set."""
     cleaned = {key: value for key, value in message.items() if value is not None}
     parts = cleaned.get("parts")
     if isinstance(parts, list):
+        cleaned["parts"] = [_part_without_nulls(part) for part in parts]
+    return cleaned
+
+
+def _part_without_nulls(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    cleaned = {key: value for key, value in part.items() if value is not None}
+    if "data" in part and not any(key in cleaned for key in _PART_CONTENT):
+        cleaned["data"] = None  # {"data": null} alone is a data part (null as its data)
+    return cleaned
+
+
+_JSON_NAMES = {
+    "message_id": "messageId",
+    "context_id": "contextId",
+    "task_id": "taskId",
+    "reference_task_ids": "referenceTaskIds",
+    "media_type": "mediaType",
+    "history_length": "historyLength",
+    "return_immediately": "returnImmediately",
+    "accepted_output_modes": "acceptedOutputModes",
+    "task_push_notification_config": "taskPushNotificationConfig",
+    "page_size": "pageSize",
+    "page_token": "pageToken",
+    "status_timestamp_after": "statusTimestampAfter",
+    "include_artifacts": "includeArtifacts",
+}
+
+
+def json_names(value: JsonObject, where: str = "params") -> JsonObject:
+    """``value`` with the fields named by their proto names (``context_id``), which the
+    protobuf JSON mapping accepts as well as the JSON names, under their JSON names
+    (``contextId``): read as unknown fields, a ``context_id`` started a new conversation and a
+    ``history_length`` was ignored. RpcError (invalid params) when both name one field with
+    different values. A constant number of look-ups, whatever the request holds."""
+    renamed: JsonObject | None = None
+    for proto, name in _JSON_NAMES.items():
+        if proto not in value:
+            continue
+        if renamed is None:
+            renamed = dict(value)
+        given = renamed.pop(proto)
+        if renamed.get(name) is None:
+            renamed[name] = given
+        elif given is not None and given != renamed[name]:
+            raise _invalid(f"{where} has both {name} and {proto}, with different values")
+    return value if renamed is None else renamed
+
+
+def enum_name(value: Any, names: tuple[str, ...]) -> Any:
+    """The name of an enum value sent as its number, as the protobuf JSON mapping allows
+    (``1`` or ``"1"`` for ``ROLE_USER``); any other value as it is."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 3:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    return value
+
+
+def normal_message(message: JsonObject) -> JsonObject:
+    """A 1.0 message as the protobuf JSON mapping reads it: without its ``null`` fields
+    (:func:`without_nulls`), with its fields and its parts' under their JSON names
+    (:func:`json_names`) and its role by name."""
+    cleaned = json_names(without_nulls(message), "message")
+    if "role" in cleaned:
+        cleaned["role"] = enum_name(cleaned["role"], ROLES)
+    parts = cleaned.get("parts")
+    if isinstance(parts, list):
         cleaned["parts"] = [
-            {key: value for key, value in part.items() if value is not None}
-            if isinstance(part, dict)
-            else part
-            for part in parts
+            json_names(part, f"message.parts[{index}]") if isinstance(part, dict) else part
+            for index, part in enumerate(parts)
         ]
     return cleaned
 
@@ -470,6 +559,7 @@ def params_from_v03(method: str, params: JsonObject) -> JsonObject:
     out: JsonObject = {"message": message_from_v03(params.get("message"))}
     config = params.get("configuration") or {}
     if isinstance(config, dict):
+        config = json_names(config, "configuration")
         converted: JsonObject = {}
         blocking = config.get("blocking")
         if blocking is not None:  # null is "not said", as the a2a-sdk's v0.3 model reads it
