@@ -246,6 +246,60 @@ async def test_a_caller_cancelled_while_its_call_times_out_stays_cancelled() -> 
     assert [e.error_code for e in store.audit] == ["cancelled"]
 
 
+@EITHER_TASK
+@pytest.mark.parametrize("ends", ["returns", "raises"])
+async def test_a_caller_whose_tool_swallows_its_cancellation_stays_cancelled(
+    run: Callable[[Tool], Tool], ends: str
+) -> None:
+    # In the caller's task the tool sees the caller's own cancellation: one that it swallows
+    # (returning, or failing otherwise) must not end the call as if nobody had cancelled it.
+    started = asyncio.Event()
+    store = MemoryStore()
+
+    @tool
+    async def swallows() -> str:
+        """Ignores being cancelled."""
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        if ends == "raises":
+            raise RuntimeError("gave up")
+        return "finished anyway"
+
+    kit = Toolkit(run(swallows), store=store)
+    call = asyncio.ensure_future(kit.execute("swallows", timeout=30))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert [e.error_code for e in store.audit] == ["cancelled"]
+
+
+async def test_a_caller_cancelled_as_a_swallowing_tool_is_ended_stays_cancelled() -> None:
+    started = asyncio.Event()
+    store = MemoryStore()
+
+    @tool
+    async def swallows() -> str:
+        """Ignores being cancelled, by the toolkit and the caller at once."""
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        return "finished anyway"
+
+    kit = Toolkit(in_callers_task(swallows), store=store)
+    call = asyncio.ensure_future(kit.execute("swallows", timeout=60))
+    await started.wait()
+    # Before the tool has let go: the toolkit's close ends the call (as its deadline would, its
+    # first step runs first), and the caller is cancelled in the same turn of the loop.
+    closing = asyncio.ensure_future(kit.close())
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await closing
+    assert [e.error_code for e in store.audit] == ["cancelled"]
+
+
 async def test_closing_the_toolkit_ends_a_call_in_the_callers_task() -> None:
     started = asyncio.Event()
 

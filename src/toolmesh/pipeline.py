@@ -667,12 +667,20 @@ async def _run_in_caller(
             raise  # the caller was cancelled meanwhile too: its cancellation goes on
     except Exception as exc:  # the tool's own failure (a TimeoutError of its own too)
         if not ended:
+            if task.cancelling() > baseline:  # it turned the caller's cancellation into this
+                raise asyncio.CancelledError from None
             return _tool_failure(tool.name, exc)
-        task.uncancel()  # it failed on its way out, once the pipeline had ended it
+        if task.uncancel() > baseline:  # it failed on its way out, once the pipeline ended it
+            raise asyncio.CancelledError from None  # and the caller was cancelled too
     else:
+        # A tool that let a cancellation go and returned: the caller's own still stands (as
+        # when the tool runs in a task of its own), else the deadline's or the abort's does.
         if not ended:
+            if task.cancelling() > baseline:
+                raise asyncio.CancelledError
             return _shaped(tool.name, raw)
-        task.uncancel()  # it let the cancellation go and returned: the deadline still stands
+        if task.uncancel() > baseline:
+            raise asyncio.CancelledError
     if ended[0] != _AT_DEADLINE:
         return _failure(tool.name, ToolErrorCode.CANCELLED, ended[0])
     return _timed_out(tool, timeout, extended=ctx.deadline != initial)

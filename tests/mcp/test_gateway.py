@@ -3,6 +3,7 @@ collision-free names, one policy, one audit log and search over every tool."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import sys
@@ -79,3 +80,40 @@ async def test_gateway_host_defers_big_catalogues(tmp_path: Path) -> None:
     assert live_children() == before
     configs = gateway_configs(upstreams(tmp_path), defer_over=10)
     assert [c.defer_loading for c in configs] == [10, True, 10]
+
+
+async def test_a_client_cancelling_a_call_cancels_it_upstream(tmp_path: Path) -> None:
+    # The upstream call runs in the task of the gateway's call: notifications/cancelled from the
+    # client cancels that task, the upstream request with it, and the call is audited cancelled.
+    config = {
+        "mcpServers": {
+            "fx": {"command": sys.executable, "args": [str(SERVERS / "sdk_server.py"), "tools"]}
+        }
+    }
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps(config))
+    audit = tmp_path / "audit.db"
+    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(audit)]
+    params = StdioServerParameters(
+        command=sys.executable, args=[*command, "--mcp-config", str(servers)], cwd=REPO
+    )
+    async with Client(params) as client:
+        running = asyncio.Event()
+
+        async def relayed(progress: float, total: float | None, message: str | None) -> None:
+            running.set()  # relayed from the upstream: the call is running there
+
+        call = asyncio.ensure_future(
+            client.call_tool("fx_hold", {"seconds": 30}, progress_callback=relayed)
+        )
+        await running.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        seen = await client.call_tool("fx_cancelled_calls", {})
+        assert seen.structured_content == {"result": 1}  # the upstream's own call was cancelled
+
+    db = sqlite3.connect(audit)
+    rows = db.execute("SELECT tool_name, error_code FROM audit").fetchall()
+    db.close()
+    assert ("fx_hold", "cancelled") in rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tests.mcp.servers import raw_http
 from toolmesh import ToolEvent, Toolkit
 from toolmesh.mcp.config import MCPServerConfig, parse_mcp_server
 from toolmesh.mcp.source import MCPSource, mcp_source
+from toolmesh.store import MemoryStore
 
 pytestmark = [pytest.mark.network_server, pytest.mark.slow]
 
@@ -191,6 +192,83 @@ async def test_deadline_and_caller_cancel_the_request_at_the_server(mode: str) -
             await call
 
 
+# A server's calls run in the caller's own task (its tools promise to end promptly when
+# cancelled): the deadline and Toolkit.close() cancel that task and take the cancellation back.
+
+
+def on_running(running: asyncio.Event) -> Callable[[ToolEvent], None]:
+    """An event sink that sets ``running`` at the first progress (`fx_hold` is at the server)."""
+
+    def sink(event: ToolEvent) -> None:
+        if event.kind == "progress":
+            running.set()
+
+    return sink
+
+
+async def test_a_call_ended_in_the_callers_task_leaves_nothing_behind() -> None:
+    before, children = Snapshot(), live_children()
+    store = MemoryStore()
+    toolkit = await Toolkit(mcp_source(fixture_server()), store=store).start()
+    this = asyncio.current_task()
+    timed_out = await toolkit.execute("fx_wait", {"seconds": 30}, timeout=0.2)
+    assert timed_out.error_code == "timeout"
+    assert this is not None and this.cancelling() == 0
+    await asyncio.sleep(0)  # no cancellation left pending for this task's next await
+
+    running = asyncio.Event()
+    call = asyncio.ensure_future(
+        toolkit.execute("fx_hold", {"seconds": 30}, timeout=60, on_event=on_running(running))
+    )
+    await running.wait()
+    await toolkit.close()  # ends the running call first
+    result = await call
+    assert result.error_code == "cancelled"
+    assert "the toolkit is closing" in (result.error or "")
+    assert [e.error_code for e in store.audit] == ["timeout", "cancelled"]
+    assert live_children() == children
+    assert await before.left() == (set(), set())
+
+
+async def test_a_caller_cancelled_as_the_toolkit_closes_stays_cancelled() -> None:
+    store = MemoryStore()
+    toolkit = await Toolkit(mcp_source(fixture_server()), store=store).start()
+    closing: list[asyncio.Future[None]] = []
+
+    def both_at_once(event: ToolEvent) -> None:
+        if event.kind == "progress" and not closing:
+            # In one turn of the loop: the close's abort of the call, then the caller's cancel.
+            closing.append(asyncio.ensure_future(toolkit.close()))
+            call.cancel()
+
+    call = asyncio.ensure_future(
+        toolkit.execute("fx_hold", {"seconds": 30}, timeout=60, on_event=both_at_once)
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await closing[0]
+    assert [e.error_code for e in store.audit] == ["cancelled"]
+
+
+async def test_progress_extends_the_deadline_no_further_than_max_total_timeout() -> None:
+    config = fixture_server(reset_timeout_on_progress=True, max_total_timeout=1.0)
+    async with await started(config) as toolkit:
+        events: list[ToolEvent] = []
+        began = time.monotonic()
+        cut = await toolkit.execute(
+            "fx_steps", {"count": 50, "pause": 0.1}, timeout=0.5, on_event=events.append
+        )
+        elapsed = time.monotonic() - began
+        assert cut.error_code == "timeout"
+        assert cut.error == "tool 'fx_steps' timed out after 0.5s (deadline extended by progress)"
+        assert 1.0 <= elapsed < 4  # cut at max_total_timeout, not after the 5 s of steps
+        assert len([e for e in events if e.kind == "progress"]) >= 5
+        this = asyncio.current_task()
+        assert this is not None and this.cancelling() == 0
+        again = await toolkit.execute("fx_echo", {"text": "next"})
+        assert again.output == "next"  # the connection survives the cut
+
+
 async def test_a_crashed_server_fails_running_calls_and_restarts() -> None:
     before = live_children()
     async with await started(fixture_server()) as toolkit:
@@ -325,6 +403,7 @@ async def test_a_call_ends_at_its_deadline_when_the_server_stops_reading() -> No
     """The SDK waits up to 5 s to write its courtesy notifications/cancelled; with the server
     no longer reading and the pipe full, a call run in the caller's task would wait that long
     past its deadline."""
+    before = Snapshot()
     async with await started(raw_server("deaf")) as toolkit:
         first = await toolkit.execute("raw_deaf", {}, timeout=0.2)  # the server stops reading
         assert first.error_code == "timeout"
@@ -333,6 +412,10 @@ async def test_a_call_ends_at_its_deadline_when_the_server_stops_reading() -> No
         second = await toolkit.execute("raw_echo", {"text": "x" * 1_000_000}, timeout=0.2)
         assert second.error_code == "timeout"
         assert time.monotonic() - began < 3
+        this = asyncio.current_task()
+        assert this is not None and this.cancelling() == 0
+    # The notices still waiting for the writer are dropped with the connection.
+    assert await before.left() == (set(), set())
 
 
 async def test_a_broken_answer_envelope_fails_its_call_at_once(

@@ -1,6 +1,6 @@
 """MCP servers built on the official SDK, for the tests. Run as a script:
 
-python sdk_server.py tools      # MCPServer: wait, progress, cancellations, add_tool, crash, ...
+python sdk_server.py tools      # MCPServer: wait, hold, progress, cancellations, add_tool, crash, ...
 python sdk_server.py paged      # lowlevel Server whose tools/list comes in pages of two
 python sdk_server.py garbage    # prints non-JSON lines to stdout, then serves `tools`
 python sdk_server.py hang       # never answers (and ignores end of input)
@@ -41,6 +41,18 @@ def tools_server() -> Any:
             CANCELLED.set()
             raise
         return "waited"
+
+    @server.tool()
+    async def hold(seconds: float, ctx: Context) -> str:
+        """Report progress once (the call is running at the server), then wait as `wait` does."""
+        await ctx.report_progress(0, 1, "holding")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            seen["cancelled"] += 1
+            CANCELLED.set()
+            raise
+        return "held"
 
     @server.tool()
     async def cancelled_calls() -> int:
