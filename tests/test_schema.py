@@ -356,7 +356,76 @@ def test_a_validator_without_formats_takes_format_as_an_annotation() -> None:
         ({"dependentRequired": {"a": ["b"]}}, False),
         ({"$schema": "http://json-schema.org/draft-03/schema#"}, False),
         ({"$schema": 7}, False),
+        ({"$schema": "http://json-schema.org/draft-07/schema", "type": "object"}, True),
+        # a $schema jsonschema does not know gets 2020-12 there, draft-04 here ("draft-04" in it)
+        ({"$schema": "http://json-schema.org/draft-04/hyper-schema#", "type": "integer"}, False),
+        ({"type": "string", "pattern": "^[a-z]+$"}, False),  # $: \\Z here, Python's $ there
+        ({"propertyNames": {"pattern": "^a$"}}, False),
+        ({"type": "string", "pattern": "^[a-z]+\\Z"}, True),
+        ({"type": "string", "pattern": "^costs \\$"}, True),  # an escaped $ is read alike
+        ({"properties": {"pattern": {"type": "string"}}}, True),
+        ({"type": "integer", "multipleOf": 3}, False),
+        ({"type": "number", "multipleOf": 0.1}, False),
+        ({"type": "string", "contentEncoding": "base64"}, False),
+        ({"type": "string", "contentMediaType": "application/json"}, False),
+        ({"items": {"id": "sub", "$defs": {}, "items": {"$ref": "#/$defs/y"}}}, False),
+        ({"properties": {"id": {"type": "string"}}, "required": ["id"]}, True),
     ],
 )
 def test_which_schemas_our_validator_reads_as_2020_12_does(schema: Any, alike: bool) -> None:
     assert validates_as_2020_12(schema) is alike
+
+
+@pytest.mark.parametrize(
+    ("schema", "instance"),
+    [
+        ({"type": "string", "pattern": "^a$"}, "a\n"),
+        ({"propertyNames": {"pattern": "^a$"}}, {"a\n": 1}),
+        ({"multipleOf": 0.1}, 0.3),
+        ({"multipleOf": 0.5}, 1e308),
+        ({"type": "integer", "multipleOf": 3}, 1e308),
+        ({"multipleOf": 2**70}, 5e-324),
+        ({"$schema": "http://json-schema.org/draft-04/hyper-schema#", "type": "integer"}, 1.0),
+        ({"type": "string", "contentEncoding": "base64"}, "not base64!"),
+        ({"type": "string", "contentMediaType": "application/json"}, "{"),
+        (
+            {
+                "$defs": {"y": {"type": "integer"}},
+                "items": {
+                    "id": "sub",
+                    "$defs": {"y": {"type": "string"}},
+                    "items": {"$ref": "#/$defs/y"},
+                },
+            },
+            [[1]],
+        ),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:The metaschema specified by \\$schema was not found")
+def test_where_our_validator_and_the_sdks_disagree_the_sdk_decides(
+    schema: dict[str, Any], instance: Any
+) -> None:
+    """The MCP SDK checks structured content with jsonschema (2020-12 unless $schema says
+    otherwise, format an annotation); each pair here is judged otherwise by our validator."""
+    validators = pytest.importorskip("jsonschema.validators")
+    theirs = validators.validator_for(schema)(schema).is_valid(instance)
+    try:
+        Validator(schema, formats=False)(instance)
+        ours = True
+    except ArgumentError:
+        ours = False
+    assert ours is not theirs
+    assert validates_as_2020_12(schema) is False
+
+
+def test_compiling_leaves_the_schema_as_it_was() -> None:
+    schema = {
+        "$id": "https://example.com/order.json",
+        "$defs": {"qty": {"type": "integer"}},
+        "type": "object",
+        "properties": {"qty": {"$ref": "#/$defs/qty"}},
+    }
+    Validator(schema)({"qty": 1})
+    with pytest.raises(ArgumentError, match="integer"):
+        Validator(schema, formats=False)({"qty": "one"})
+    assert schema["properties"] == {"qty": {"$ref": "#/$defs/qty"}}

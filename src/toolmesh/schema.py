@@ -13,6 +13,7 @@ every tool whose schema is identical. Remote ``$ref`` targets are never fetched.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -315,7 +316,11 @@ def _compiled(schema: Mapping[str, Any], formats: bool = True) -> Callable[[Any]
 
     try:
         fn = fastjsonschema.compile(
-            dict(schema), handlers=_NO_REMOTE_REFS, use_default=False, use_formats=formats
+            # a deep copy: fastjsonschema rewrites each $ref in place against the $id above it
+            copy.deepcopy(dict(schema)),
+            handlers=_NO_REMOTE_REFS,
+            use_default=False,
+            use_formats=formats,
         )
     except fastjsonschema.JsonSchemaDefinitionException as exc:
         raise SchemaError(f"cannot compile schema: {exc}") from exc
@@ -370,19 +375,34 @@ _NEWER_OR_CHANGED = frozenset(
         "$recursiveAnchor",
         "additionalItems",  # applied by draft-07, ignored by 2020-12
         "dependencies",  # likewise
+        # annotations in 2020-12; fastjsonschema's draft-07 asserts them (decoding in place)
+        "contentEncoding",
+        "contentMediaType",
     }
 )
+# Keywords both drafts read alike but the two validators compute otherwise: fastjsonschema divides
+# for multipleOf (in floats, or Decimals of the float's repr), jsonschema takes an exact remainder
+# or a float quotient, so 0.3 (of 0.1), 1e308 (of 3 or 0.5) and 5e-324 (of 2**70) differ.
+_COMPUTED_OTHERWISE = frozenset({"multipleOf"})
+_NOT_ALIKE = _NEWER_OR_CHANGED | _COMPUTED_OTHERWISE
 # What may stand beside a $ref and mean the same to both: annotations, and the definitions the
 # ref points into (a pydantic model that refers to itself puts its $ref beside its $defs)
 _BESIDE_REF = frozenset(
     {"$ref", "description", "title", "default", "examples", "$comment", "$defs", "definitions"}
 )
-_KNOWN_DRAFTS = (
-    "http://json-schema.org/draft-04/",
-    "http://json-schema.org/draft-06/",
-    "http://json-schema.org/draft-07/",
-    "https://json-schema.org/draft/2019-09/",
-    "https://json-schema.org/draft/2020-12/",
+# The metaschemas jsonschema's validator_for knows, each as it is looked up (an empty fragment
+# dropped); any other $schema gets its newest draft, where fastjsonschema goes by a substring
+# ("draft-04" anywhere: draft-04 rules).
+_KNOWN_DRAFTS = frozenset(
+    uri + end
+    for uri in (
+        "http://json-schema.org/draft-04/schema",
+        "http://json-schema.org/draft-06/schema",
+        "http://json-schema.org/draft-07/schema",
+        "https://json-schema.org/draft/2019-09/schema",
+        "https://json-schema.org/draft/2020-12/schema",
+    )
+    for end in ("", "#")
 )
 
 
@@ -394,9 +414,7 @@ def validates_as_2020_12(schema: Any) -> bool:
     too."""
     if isinstance(schema, dict):
         declared = schema.get("$schema")
-        if declared is not None and not (
-            isinstance(declared, str) and declared.startswith(_KNOWN_DRAFTS)
-        ):
+        if declared is not None and not (isinstance(declared, str) and declared in _KNOWN_DRAFTS):
             return False
         return _reads_alike(schema, 0)
     return isinstance(schema, bool)
@@ -407,10 +425,19 @@ def _reads_alike(value: Any, depth: int) -> bool:
         return False
     if isinstance(value, dict):
         keys = value.keys()
-        if not _NEWER_OR_CHANGED.isdisjoint(keys) or isinstance(value.get("items"), list):
+        if not _NOT_ALIKE.isdisjoint(keys) or isinstance(value.get("items"), list):
             return False
         if "$ref" in value and not _BESIDE_REF.issuperset(keys):
             return False  # draft-07 ignores what stands beside a $ref; 2020-12 applies it
+        if isinstance(value.get("id"), str) and "$id" not in value:
+            return False  # fastjsonschema takes draft-04's id for $id (a base for $refs below)
+        pattern = value.get("pattern")
+        if isinstance(pattern, str) and any(
+            c == "$" and (i == 0 or pattern[i - 1] != "\\") for i, c in enumerate(pattern)
+        ):
+            # fastjsonschema turns each $ no backslash precedes into \Z (the very end);
+            # jsonschema's re.search keeps Python's $ (also before a final newline)
+            return False
         return all(_reads_alike(item, depth + 1) for item in value.values())
     if isinstance(value, list):
         return all(_reads_alike(item, depth + 1) for item in value)
