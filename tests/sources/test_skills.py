@@ -186,3 +186,91 @@ def test_a_symlink_out_of_the_folder_is_not_listed(tmp_path: Path) -> None:
     os.symlink("notes.txt", tmp_path / "skills" / "s" / "also-notes.txt")  # stays inside
     (skill,) = SkillsSource(tmp_path / "skills").skills
     assert skill.files() == ["also-notes.txt", "notes.txt"]  # key.txt could not be read
+
+
+def _alias_bomb(levels: int) -> str:
+    """YAML aliases: a few hundred bytes whose value, printed in full, is 9**levels items."""
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + f"\ndescription: *l{levels - 1}\n"
+
+
+def test_an_alias_bomb_is_reported_in_a_few_words(tmp_path: Path) -> None:
+    write(tmp_path / "bad", "---\nname: bomb\n" + _alias_bomb(6) + "---\nbody")
+    write(tmp_path / "good", GOOD.format(name="good"))
+    reason = _problem_reasons(tmp_path)["bad"]
+    assert reason.startswith("the front matter's 'description' must be a string, not list ([[")
+    assert reason.endswith("; quote it)") and len(reason) < 400
+
+
+def test_front_matter_nested_too_deeply_is_skipped_not_a_crash(tmp_path: Path) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    write(tmp_path / "bad", f"---\nname: deep\ndescription: {deep}\n---\nbody")
+    write(tmp_path / "good", GOOD.format(name="good"))
+    assert _problem_reasons(tmp_path) == {"bad": "the front matter is nested too deeply"}
+
+
+def test_a_link_out_of_the_skills_folder_is_not_searched(tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+    write(skills / "good", GOOD.format(name="good"))
+    write(tmp_path / "outside" / "deep" / "x", GOOD.format(name="good"))  # would shadow it
+    write(tmp_path / "outside" / "deep" / "y", GOOD.format(name="stray"))
+    os.symlink(tmp_path / "outside", skills / "a-vendor")  # sorts before good/
+    loaded, problems = load_skills(skills)
+    assert [(s.name, s.path) for s in loaded] == [("good", skills / "good" / "SKILL.md")]
+    assert problems == [
+        (
+            skills / "a-vendor",
+            f"a link to {tmp_path / 'outside'}, outside the skills folder and not a skill "
+            "folder; not searched",
+        )
+    ]
+
+
+async def test_a_symlinked_skill_folder_is_still_a_skill(tmp_path: Path) -> None:
+    write(tmp_path / "real" / "linked", GOOD.format(name="linked"))
+    write(tmp_path / "real" / "linked", "notes", name="notes.txt")
+    write(tmp_path / "real" / "linked" / "inner", GOOD.format(name="inner"))  # nested: found
+    (tmp_path / "real" / "secret.txt").write_text("outside the skill")
+    (tmp_path / "skills").mkdir()
+    os.symlink(tmp_path / "real" / "linked", tmp_path / "skills" / "linked")
+    kit = await create_toolkit(skills_dir=tmp_path / "skills")
+    assert [s.name for s in kit.skills] == ["linked", "inner"]
+    notes = await kit.execute("skill", {"name": "linked", "file": "notes.txt"})
+    assert notes.output == "notes"
+    escape = await kit.execute("skill", {"name": "linked", "file": "../secret.txt"})
+    assert escape.error_code == ToolErrorCode.TOOL_ERROR and "outside" in (escape.error or "")
+    await kit.close()
+
+
+def test_crlf_line_endings_leave_no_carriage_returns(tmp_path: Path) -> None:
+    (tmp_path / "crlf").mkdir()
+    text = (
+        "---\r\nname: crlf\r\ndescription: |\r\n  Two\r\n  lines.\r\n---\r\nStep one.\r\nTwo.\r\n"
+    )
+    (tmp_path / "crlf" / "SKILL.md").write_bytes(text.encode())
+    (skill,), problems = load_skills(tmp_path)
+    assert problems == [] and skill.instructions == "Step one.\nTwo."
+    assert skill.description == "Two\nlines."
+
+
+async def test_a_file_name_with_a_nul_says_so(tmp_path: Path) -> None:
+    write(tmp_path / "s", GOOD.format(name="s"))
+    kit = await create_toolkit(skills_dir=tmp_path)
+    result = await kit.execute("skill", {"name": "s", "file": "a\x00b"})
+    assert result.error_code == ToolErrorCode.TOOL_ERROR
+    assert "is not a file name (it has a NUL character)" in (result.error or "")
+    await kit.close()
+
+
+def test_a_huge_description_is_cut_in_the_catalogue_only(tmp_path: Path) -> None:
+    from toolmesh.sources.skills import MAX_DESCRIPTION_CHARS
+
+    write(tmp_path / "big", "---\nname: big\ndescription: " + "word " * 50_000 + "\n---\nbody")
+    source = SkillsSource(tmp_path)
+    (line,) = source.prompt().splitlines()[1:]
+    assert line.startswith("- big: word word") and line.endswith("…")
+    assert len(line) == len("- big: ") + MAX_DESCRIPTION_CHARS
+    assert len(source.tools()[0].description) < 2 * MAX_DESCRIPTION_CHARS
+    assert len(source.skills[0].description) == len("word " * 50_000) - 1  # kept whole

@@ -4,8 +4,12 @@ Every ``**/SKILL.md`` under the skills folder is one skill. Its front matter nee
 ``description`` (strings); the body is the instructions. A file that cannot be read or parsed
 is skipped with a reason (``problems``; ``toolmesh skills`` shows them), never a crash or a hang:
 so is a ``SKILL.md`` that is not a regular file (a FIFO, a device) or is larger than
-``MAX_SKILL_BYTES`` (1 MiB). A leading UTF-8 BOM is ignored. Symlinks are
-followed, but a folder reached twice (a symlink loop) is walked once.
+``MAX_SKILL_BYTES`` (1 MiB), or whose front matter is nested too deeply. A leading UTF-8 BOM
+is ignored and CRLF line endings read as LF. Symlinks are followed, but a folder reached twice
+(a symlink loop) is walked once, and a symlinked folder that leads out of the skills folder is
+followed only when it is a skill folder itself (it has a ``SKILL.md``): a link to anywhere else
+(``data -> /``) would search, and serve skills from, that whole tree, so it is left out with a
+reason.
 
 The source serves one tool, ``skill``: given a skill's name it returns the instructions and the
 files of the skill's folder; given also a ``file``, that file's text (confined to the folder).
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +38,7 @@ SKILL_FILE = "SKILL.md"
 MAX_FILES = 200
 MAX_FILE_BYTES = 256 * 1024
 MAX_SKILL_BYTES = 1024 * 1024
+MAX_DESCRIPTION_CHARS = 1024  # in the catalogue (the Agent Skills limit)
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?:(.*?)\r?\n)?---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
@@ -61,7 +67,7 @@ class Skill:
             for name in sorted(names):
                 path = os.path.join(root, name)
                 relative = os.path.relpath(path, self.folder)
-                inside = os.path.commonpath([base, os.path.realpath(path)]) == base
+                inside = _inside(base, os.path.realpath(path))
                 if relative != SKILL_FILE and inside:
                     found.append(relative)
                 if len(found) >= MAX_FILES:
@@ -70,17 +76,17 @@ class Skill:
 
 
 def load_skills(folder: str | Path) -> tuple[list[Skill], list[tuple[Path, str]]]:
-    """Every skill under ``folder`` and, for each file that was skipped, why."""
+    """Every skill under ``folder`` and, for each file (or folder link) that was skipped, why."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise ConfigError(f"skills folder {root} does not exist or is not a folder")
     skills: list[Skill] = []
-    problems: list[tuple[Path, str]] = []
     names: dict[str, Path] = {}
-    for path in _skill_files(root):
+    paths, problems = _skill_files(root)
+    for path in paths:
         try:
             skill = _parse(path)
-        except (OSError, UnicodeDecodeError, ValueError, _yaml_error()) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError, _yaml_error()) as exc:
             problems.append((path, _reason(exc)))
             continue
         if skill.name in names:
@@ -93,25 +99,50 @@ def load_skills(folder: str | Path) -> tuple[list[Skill], list[tuple[Path, str]]
     return skills, problems
 
 
-def _skill_files(root: Path) -> list[Path]:
+def _skill_files(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Every ``SKILL.md`` under ``root``, and the folder links that were not followed.
+
+    The walk stays inside its bounds: the skills folder, and each skill folder that a symlink
+    outside it leads to. A link out of those bounds to a folder that is not a skill is not
+    searched, lest ``evil -> /`` walk the whole disk and bring in (or shadow) skills from it."""
+    bounds = [os.path.realpath(root)]
     seen: set[str] = set()
     found: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
     for current, dirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(current)
         if real in seen:
             dirs[:] = []  # reached again through a symlink: a loop
             continue
         seen.add(real)
-        dirs.sort()
+        kept: list[str] = []
+        for name in sorted(dirs):
+            path = os.path.join(current, name)
+            target = os.path.realpath(path)
+            if any(_inside(bound, target) for bound in bounds):
+                kept.append(name)
+            elif os.path.isfile(os.path.join(target, SKILL_FILE)):
+                bounds.append(target)  # a linked-in skill folder: it and what is inside it
+                kept.append(name)
+            else:
+                reason = f"a link to {target}, outside the skills folder and not a skill folder"
+                skipped.append((Path(path), f"{reason}; not searched"))
+        dirs[:] = kept
         if SKILL_FILE in files:
             found.append(Path(current) / SKILL_FILE)
-    return found
+    return found, skipped
+
+
+def _inside(base: str, path: str) -> bool:
+    """Whether the real path ``path`` is ``base`` or under it."""
+    return os.path.commonpath([base, path]) == base
 
 
 def _parse(path: Path) -> Skill:
     import yaml
 
     text = _read_skill_file(path).decode("utf-8-sig")  # a leading BOM is not content
+    text = text.replace("\r\n", "\n")  # CRLF files: no stray '\r' in the instructions
     match = _FRONT_MATTER.match(text)
     if match is None:
         raise ValueError("no YAML front matter (the file must start with a '---' block)")
@@ -166,11 +197,22 @@ def _text_field(front: dict[Any, Any], key: str) -> str:
     if not isinstance(value, str):
         raise ValueError(
             f"the front matter's {key!r} must be a string, not {type(value).__name__} "
-            f"({value!r}; quote it)"
+            f"({_short_repr(value)}; quote it)"
         )
     if not value.strip():
         raise ValueError(f"the front matter's {key!r} is empty")
     return value.strip()
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxset, _REPR.maxtuple = 2, 4, 4, 4, 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+
+
+def _short_repr(value: Any) -> str:
+    """A bounded repr: YAML aliases (``&a [*b, *b, ...]``) make a few bytes of front matter
+    into a value whose full repr has billions of characters."""
+    return _REPR.repr(value)
 
 
 def _yaml_error() -> type[Exception]:
@@ -185,6 +227,8 @@ def _reason(exc: BaseException) -> str:
         return f"front matter is not valid YAML: {str(exc).splitlines()[0]}"
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
+    if isinstance(exc, RecursionError):
+        return "the front matter is nested too deeply"
     return str(exc)
 
 
@@ -268,14 +312,21 @@ class SkillsSource(Source):
 
 def _one_line(text: str) -> str:
     """A description on one line: a YAML block (``description: |``) must not break the
-    catalogue's one-skill-per-line list, nor pass off its lines as other skills."""
-    return " ".join(text.split())
+    catalogue's one-skill-per-line list, nor pass off its lines as other skills. It is cut at
+    ``MAX_DESCRIPTION_CHARS``: the catalogue goes into every request, and one skill's megabyte
+    of description must not crowd out the conversation (the whole text stays in the skill)."""
+    line = " ".join(text.split())
+    if len(line) > MAX_DESCRIPTION_CHARS:
+        line = line[: MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
+    return line
 
 
 def _read_inside(folder: Path, relative: str) -> str:
+    if "\0" in relative:
+        raise ValueError(f"{relative!r} is not a file name (it has a NUL character)")
     base = os.path.realpath(folder)
     target = os.path.realpath(os.path.join(base, relative))
-    if os.path.commonpath([base, target]) != base:
+    if not _inside(base, target):
         raise ValueError(f"{relative!r} is outside the skill's folder")
     if not os.path.isfile(target):
         raise ValueError(f"the skill has no file {relative!r}")
