@@ -274,3 +274,5 @@ def test_a_huge_description_is_cut_in_the_catalogue_only(tmp_path: Path) -> None
     assert len(line) == len("- big: ") + MAX_DESCRIPTION_CHARS
     assert len(source.tools()[0].description) < 2 * MAX_DESCRIPTION_CHARS
     assert len(source.skills[0].description) == len("word " * 50_000) - 1  # kept whole
+    assert len(source.skills[0].summary) == MAX_DESCRIPTION_CHARS  # as `toolmesh skills`
+    # and an A2A card list it

@@ -651,7 +651,7 @@ def _card_skill(skill: Skill) -> JsonObject:
     entry: JsonObject = {
         "id": skill.name,
         "name": skill.name,
-        "description": skill.description,
+        "description": skill.summary,  # bounded: the card is fetched by every caller
         "tags": [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else ["skill"],
     }
     if isinstance(examples, list):

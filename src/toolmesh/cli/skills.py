@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     skills, problems = load_skills(args.folder)
     width = max((len(s.name) for s in skills), default=4)
     for skill in skills:
-        print(f"{skill.name:<{width}}  {skill.description}")
+        print(f"{skill.name:<{width}}  {skill.summary}")
     for path, reason in problems:
         print(f"skipped {path}: {reason}")
     if not skills and not problems:

@@ -57,6 +57,12 @@ class Skill:
     def folder(self) -> Path:
         return self.path.parent
 
+    @property
+    def summary(self) -> str:
+        """The description as catalogues show it: on one line, at most
+        ``MAX_DESCRIPTION_CHARS`` long."""
+        return _one_line(self.description)
+
     def files(self) -> list[str]:
         """The skill folder's other files, relative to it (at most ``MAX_FILES``); a symlink
         that leads out of the folder is not listed, since the skill tool will not read it."""
@@ -261,7 +267,7 @@ class SkillsSource(Source):
         """A catalogue of the skills for a system prompt."""
         if not self.skills:
             return ""
-        lines = [f"- {s.name}: {_one_line(s.description)}" for s in self.skills]
+        lines = [f"- {s.name}: {s.summary}" for s in self.skills]
         return (
             f"Skills are available. Call the `{self.tool_name}` tool with a skill's name to load "
             "its instructions before following them.\n" + "\n".join(lines)
@@ -281,7 +287,7 @@ class SkillsSource(Source):
             "required": ["name"],
             "additionalProperties": False,
         }
-        catalogue = "; ".join(f"{s.name}: {_one_line(s.description)}" for s in self.skills)
+        catalogue = "; ".join(f"{s.name}: {s.summary}" for s in self.skills)
         definition = ToolDefinition(
             name=self.tool_name,
             description=f"Load a skill's instructions (or one of its files). Skills: {catalogue}",
