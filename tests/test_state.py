@@ -464,3 +464,76 @@ async def test_the_longest_integer_allowed_is_kept_and_read_back(tmp_path: Path)
     await reopened.close()
     assert record is not None and record.document == {"context": {"n": longest}}
     assert record.version == 2
+
+
+async def test_the_names_of_new_members_count_towards_the_update_limit() -> None:
+    """Before: only values were counted, so an ``add`` (or ``move``) to a member with a long
+    name added it for free: five adds stored 20 Mi characters of names, past the limit (the
+    fourth passes it: each path is a little longer than its name)."""
+    from toolmesh.state import MAX_UPDATE_SIZE
+
+    @tool
+    def names() -> Output:
+        """Add members with long names."""
+        n = MAX_UPDATE_SIZE // 4
+        return Output(
+            "ok",
+            state_update=[{"op": "add", "path": "/context/" + c * n, "value": 1} for c in "abcde"],
+        )
+
+    async with Toolkit(names) as toolkit:
+        result = await toolkit.execute("names")
+        assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert "state_update[3]: the update adds more than" in (result.error or "")
+        assert await toolkit.store.load_state(toolkit.session.id) is None
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+
+
+async def test_a_refusal_does_not_quote_the_document() -> None:
+    """Before: the JSON Patch library's reason quoted whole values of the document (``member
+    'nope' not found in {...}`` names the whole container; a failed ``test`` both values): a
+    state of 6 MB made each refusal's error 6 MB, and a larger one an error no peer can read."""
+    big = {f"k{i}": "x" * 100 for i in range(10_000)}  # about 1 MB
+    async with Toolkit(rawpatch) as toolkit:
+        put = [{"op": "add", "path": "/context/big", "value": big}]
+        assert (await toolkit.execute("rawpatch", {"patch": put})).success
+        for op, reason in [
+            (
+                {"op": "add", "path": "/context/big/nope/x", "value": 1},
+                "state_update[0] (add '/context/big/nope/x') not applied: member 'nope' not found",
+            ),
+            (
+                {"op": "test", "path": "/context/big", "value": {"k0": "y"}},
+                "state_update[0] (test '/context/big') not applied: {'k0': ",
+            ),
+        ]:
+            result = await toolkit.execute("rawpatch", {"patch": [op]})
+            assert result.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+            error = result.error or ""
+            assert error.startswith(reason), error[:200]
+            assert len(error) < 1000 and "characters, cut)" in error
+        assert (await toolkit.state.current(toolkit.session.id)).version == 1
+
+
+class ContendedStore(MemoryStore):
+    """A store another host always writes to first."""
+
+    async def save_state(
+        self, session_id: str, document: dict[str, Any], *, expected_version: int
+    ) -> bool:
+        return False
+
+
+async def test_a_state_contended_at_every_attempt_fails_the_call_retryably() -> None:
+    """Before: it failed as ``invalid_state_update``, which is not retryable, though the update
+    was fine and the same call can succeed once the other writers pause."""
+    async with Toolkit(rawpatch, store=ContendedStore()) as toolkit:
+        patch = [{"op": "add", "path": "/context/a", "value": 1}]
+        result = await toolkit.execute("rawpatch", {"patch": patch})
+        assert result.error_code == ToolErrorCode.TOOL_ERROR and result.error_code.retryable
+        assert result.error == (
+            "state update not saved, the state is unchanged: StateContendedError: "
+            f"state of session {toolkit.session.id} is contended; update not applied"
+        )
+        assert result.state_update is None and result.events == []
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}

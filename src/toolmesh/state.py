@@ -21,10 +21,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from toolmesh.errors import StateError
+from toolmesh.errors import StateError, ToolmeshError
 from toolmesh.store.base import StateRecord, Store
 
-__all__ = ["INITIAL_STATE", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_UPDATE_SIZE", "StateManager"]
+__all__ = [
+    "INITIAL_STATE",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "MAX_UPDATE_SIZE",
+    "StateContendedError",
+    "StateManager",
+]
 
 INITIAL_STATE: dict[str, Any] = {"context": {}}
 
@@ -35,7 +42,8 @@ more: a deeper document would be stored and then unreadable by every client."""
 
 MAX_UPDATE_SIZE = 16 * 1024 * 1024
 """The most one patch may add to a document, in characters of text plus one per value: what one
-A2E message can carry. It also bounds ``copy``, which doubles what it copies at each repeat."""
+A2E message can carry. The pointers count too (an ``add`` or ``move`` to a new member adds its
+name). It also bounds ``copy``, which doubles what it copies at each repeat."""
 
 MAX_INT_DIGITS = 4300
 """The most digits an integer in a document may have: Python refuses to read or write longer
@@ -46,6 +54,12 @@ _SHORT_INT_BITS = int(MAX_INT_DIGITS / math.log10(2))  # an integer this long ha
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
 _CAS_ATTEMPTS = 50
+_DETAIL_CHARS = 300  # of a refusal's reason as the JSON Patch library words it
+
+
+class StateContendedError(ToolmeshError):
+    """Other writers kept updating the session's state first: the update was fine but is not
+    applied (the call fails retryably, as when the store fails, not as an invalid update)."""
 
 
 class StateManager:
@@ -83,7 +97,8 @@ class StateManager:
     async def apply(self, session_id: str, patch: Sequence[dict[str, Any]]) -> StateRecord:
         """Apply ``patch`` atomically and persist it; raise ``StateError`` and change nothing
         when it is malformed, touches a forbidden path, holds a value that is not JSON or fails.
-        An error of the store itself propagates as it is (the document is unchanged)."""
+        An error of the store itself propagates as it is, and ``StateContendedError`` when other
+        writers got there first at every attempt (the document is unchanged either way)."""
         budget = _Budget()
         operations = self._check(patch, budget)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
@@ -109,7 +124,7 @@ class StateManager:
                     self._cache[session_id] = stored
                     return stored
                 self._cache.pop(session_id, None)  # another host wrote first: reload and retry
-        raise StateError(f"state of session {session_id} is contended; update not applied")
+        raise StateContendedError(f"state of session {session_id} is contended; update not applied")
 
     def forget(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
@@ -150,6 +165,7 @@ class StateManager:
                 raise StateError(f"{where}: 'op' must be one of {', '.join(sorted(_OPS))}")
             for key in ("path", "from") if kind in ("move", "copy") else ("path",):
                 self._check_pointer(op.get(key), key, where)
+                budget.spend(len(op[key]), where)  # a new member's name is added text too
             if kind in ("add", "replace", "test") and "value" not in op:
                 raise StateError(f"{where}: {kind!r} needs a 'value'")
             operations.append(_with_plain_value(op, where, budget))
@@ -300,8 +316,18 @@ def _patched(
             # the copy is dropped whole, so nothing of the patch is kept.
             patched = jsonpatch.apply_patch(patched, [op], in_place=True)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise StateError(f"{where} not applied: {exc}") from exc
+            raise StateError(f"{where} not applied: {_detail(exc)}") from exc
     return patched
+
+
+def _detail(exc: Exception) -> str:
+    """The library's reason, cut short: it may quote whole values of the document (``member
+    'x' not found in {...}``, a failed ``test`` quotes both values), megabytes of text an error
+    would carry to the peer, past what one message may hold."""
+    text = str(exc)
+    if len(text) <= _DETAIL_CHARS:
+        return text
+    return f"{text[:_DETAIL_CHARS]}... ({len(text)} characters, cut)"
 
 
 def _check_relocation(
