@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_core import to_json
 
 from tests.conftest import Served, demo_host
 from toolmesh import (
@@ -537,3 +538,30 @@ async def test_a_state_contended_at_every_attempt_fails_the_call_retryably() -> 
         )
         assert result.state_update is None and result.events == []
         assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+
+
+@pytest.mark.parametrize("char", ["x", "\x01"])  # "\x01" is six bytes of JSON ("\u0001")
+async def test_an_update_too_large_to_answer_is_refused_before_it_is_applied(char: str) -> None:
+    """A 9 MB update was applied and stored, and its answer, which carries the patch twice
+    (``state_update`` and the ``state`` event), was more than one message may hold: the client
+    never read it, timed out, and a retry would apply it again."""
+    from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ToolCallResponse, encode
+    from toolmesh.state import MAX_PATCH_BYTES
+
+    @tool
+    def big(length: int) -> Output:
+        """Store a long text."""
+        return Output(
+            "ok", state_update=[{"op": "add", "path": "/context/s", "value": char * length}]
+        )
+
+    fits = MAX_PATCH_BYTES // (len(to_json(char)) - 2) - 100  # the bytes of one char, unquoted
+    async with Toolkit(big) as toolkit:
+        refused = await toolkit.execute("big", {"length": fits + 200})
+        assert refused.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert "one answer can carry back" in (refused.error or "")
+        assert await toolkit.state.snapshot(toolkit.session.id) == {"context": {}}
+        stored = await toolkit.execute("big", {"length": fits})
+        assert stored.success, stored.error
+        answer = encode(ToolCallResponse(req_id="r", data=stored))
+        assert len(answer) < DEFAULT_MAX_MESSAGE_BYTES  # it reaches the caller

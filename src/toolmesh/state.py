@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic_core import to_json
+
 from toolmesh.errors import StateError, ToolmeshError
 from toolmesh.store.base import StateRecord, Store
 
@@ -28,6 +30,7 @@ __all__ = [
     "INITIAL_STATE",
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
+    "MAX_PATCH_BYTES",
     "MAX_UPDATE_SIZE",
     "StateContendedError",
     "StateManager",
@@ -44,6 +47,12 @@ MAX_UPDATE_SIZE = 16 * 1024 * 1024
 """The most one patch may add to a document, in characters of text plus one per value: what one
 A2E message can carry. The pointers count too (an ``add`` or ``move`` to a new member adds its
 name). It also bounds ``copy``, which doubles what it copies at each repeat."""
+
+MAX_PATCH_BYTES = 4 * 1024 * 1024
+"""The most one patch may be as JSON (UTF-8 bytes): the call's answer carries it twice (the
+result's ``state_update`` and its ``state`` event), and with the rest of the result must fit in
+one A2E message (16 MiB by default). A larger update would be stored and then never reach the
+caller, whose retry would apply it again."""
 
 MAX_INT_DIGITS = 4300
 """The most digits an integer in a document may have: Python refuses to read or write longer
@@ -169,6 +178,12 @@ class StateManager:
             if kind in ("add", "replace", "test") and "value" not in op:
                 raise StateError(f"{where}: {kind!r} needs a 'value'")
             operations.append(_with_plain_value(op, where, budget))
+        size = len(to_json(operations))
+        if size > MAX_PATCH_BYTES:
+            raise StateError(
+                f"the update is {size} bytes as JSON, more than the {MAX_PATCH_BYTES} one "
+                "answer can carry back"
+            )
         return operations
 
     def _check_pointer(self, pointer: Any, key: str, where: str) -> None:
