@@ -461,3 +461,100 @@ async def test_an_answer_past_the_size_limit_is_refused(
         with pytest.raises(ProviderError, match="larger than 1000 bytes"):
             await ask()
     assert len(llm.requests) == 1  # not retried
+
+
+def _tool_delta(**part: Any) -> tuple[str, Any]:
+    return ("", {"choices": [{"index": 0, "delta": {"tool_calls": [part]}}]})
+
+
+_END = [
+    ("", {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ("", "[DONE]"),
+]
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        pytest.param(  # Ollama and some gateways: every call of a turn at index 0
+            [
+                _tool_delta(index=0, id="a", function={"name": "add", "arguments": '{"a": 1,'}),
+                _tool_delta(index=0, function={"arguments": ' "b": 1}'}),
+                _tool_delta(index=0, id="b", function={"name": "add", "arguments": '{"a": 2,'}),
+                _tool_delta(index=0, id="b", function={"arguments": ' "b": 2}'}),  # vLLM: id again
+            ],
+            id="index-reused",
+        ),
+        pytest.param(  # older servers: no index at all
+            [
+                _tool_delta(id="a", function={"name": "add", "arguments": '{"a": 1,'}),
+                _tool_delta(function={"arguments": ' "b": 1}'}),
+                _tool_delta(function={"name": "add", "arguments": '{"a": 2, "b": 2}'}),
+            ],
+            id="no-index",
+        ),
+    ],
+)
+async def test_streamed_parallel_calls_stay_apart_whatever_their_index(
+    chunks: list[tuple[str, Any]],
+) -> None:
+    from toolmesh import Toolkit, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    def answer(body: dict[str, Any], index: int) -> Answer:
+        return Answer(events=[*chunks, *_END]) if index == 0 else openai_text("2 and 4")
+
+    with StubLLM(answer) as llm:
+        client = create_client(llm.base_url, model="m", max_retries=0)
+        result = await client.run("sums", toolkit=Toolkit(add), stream=True)
+    assert [(c.name, c.arguments, r.data) for c, r in result.tool_calls] == [
+        ("add", {"a": 1, "b": 1}, 2),
+        ("add", {"a": 2, "b": 2}, 4),
+    ]
+    sent = [m for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in sent] == ["2", "4"]
+
+
+async def test_an_anthropic_tool_use_streamed_whole_in_its_start_keeps_its_input() -> None:
+    from toolmesh import Toolkit, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    start = {"type": "tool_use", "id": "t1", "name": "add", "input": {"a": 3, "b": 4}}
+    events = [
+        ("message_start", {"type": "message_start", "message": {"usage": {}}}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": start},
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+    def answer(body: dict[str, Any], index: int) -> Answer:
+        return Answer(events=events) if index == 0 else anthropic_text("7")
+
+    with StubLLM(answer) as llm:
+        client = create_client(llm.base_url, style="anthropic", model="m", max_retries=0)
+        result = await client.run("3+4", toolkit=Toolkit(add), stream=True)
+    [(call, outcome)] = result.tool_calls
+    assert call.arguments == {"a": 3, "b": 4} and outcome.data == 7
+
+
+@pytest.mark.parametrize("listed", [{"id": "c"}, "add", [{"id": "c"}, "add"]])
+async def test_tool_calls_that_are_not_a_list_of_objects_are_a_provider_error(
+    listed: Any,
+) -> None:
+    answer = {"choices": [{"message": {"content": None, "tool_calls": listed}}]}
+    with StubLLM(lambda body, i: Answer(answer)) as llm:
+        client = create_client(llm.base_url, model="m", max_retries=0)
+        with pytest.raises(ProviderError, match="tool_calls is not a list of objects"):
+            await client.run("go")

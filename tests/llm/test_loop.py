@@ -19,7 +19,7 @@ from tests.fixtures.llm_stub import (
     openai_text,
 )
 from toolmesh import CallTimeout, ToolDefinition, Toolkit, create_client, tool
-from toolmesh.llm import ChatMessage
+from toolmesh.llm import ChatMessage, ModelCall
 from toolmesh.llm.loop import RunEvent
 from toolmesh.store import MemoryStore
 from toolmesh.tools import Tool, ToolContext
@@ -260,3 +260,54 @@ async def test_history_tools_list_and_skills_prompt(tmp_path: Path) -> None:
     assert "greet: Say hello." in messages[0]["content"]
     assert [m["content"] for m in messages[1:]] == ["earlier", "noted", "now"]
     assert json.dumps(llm.requests[0].body["tools"]).count('"skill"') == 1
+
+
+@pytest.mark.parametrize("style", ["openai", "anthropic"])
+async def test_call_ids_a_model_repeats_are_made_unique(style: str) -> None:
+    make = openai_calls if style == "openai" else anthropic_calls
+    final = openai_text("done") if style == "openai" else anthropic_text("done")
+    answers = scripted(
+        make(("c1", "add", {"a": 1, "b": 2}), ("c1", "add", {"a": 3, "b": 4})),
+        make(("c1", "add", {"a": 5, "b": 6})),  # the same id again, a turn later
+        final,
+    )
+    history = [
+        ChatMessage("user", "before"),
+        ChatMessage("assistant", "", [ModelCall("call_1_1", "add", {"a": 0, "b": 0})]),
+        ChatMessage("tool", "0", [], "call_1_1"),
+    ]
+    with StubLLM(answers) as llm:
+        client = create_client(llm.base_url, style=style, model="m")
+        result = await client.run("sums", toolkit=Toolkit(add), history=history)
+    ids = [call.id for call, _outcome in result.tool_calls]
+    assert len(set(ids)) == 3 and ids[0] == "c1" and "call_1_1" not in ids
+    assert [outcome.data for _call, outcome in result.tool_calls] == [3, 7, 11]
+    wire = json.dumps(llm.requests[-1].body["messages"])
+    for call, outcome in result.tool_calls:  # each result answers its own call, once
+        if style == "openai":
+            assert wire.count(f'"tool_call_id": "{call.id}"') == 1
+            assert wire.count(f'"id": "{call.id}"') == 1
+        else:
+            assert wire.count(f'"tool_use_id": "{call.id}"') == 1
+        assert f'"content": "{outcome.data}"' in wire
+
+
+@pytest.mark.parametrize("style", ["openai", "anthropic"])
+async def test_an_empty_reply_can_be_sent_back_as_history(style: str) -> None:
+    empty = (
+        Answer({"choices": [{"message": {"content": None}, "finish_reason": "stop"}]})
+        if style == "openai"
+        else Answer({"content": [], "stop_reason": "end_turn"})
+    )
+    final = openai_text("hello") if style == "openai" else anthropic_text("hello")
+    with StubLLM(scripted(empty, final)) as llm:
+        client = create_client(llm.base_url, style=style, model="m")
+        first = await client.run("hi")
+        assert first.text == "" and first.messages[-1].role == "assistant"
+        await client.run("again?", history=first.messages)
+    for message in llm.requests[1].body["messages"]:
+        if message["role"] == "assistant":
+            # OpenAI-style servers refuse null content without tool calls; Anthropic an empty one
+            assert message["content"] not in (None, [])
+    if style == "anthropic":
+        assert [m["role"] for m in llm.requests[1].body["messages"]] == ["user", "user"]

@@ -163,6 +163,11 @@ class _Loop:
         self.deadline = deadline
         done: list[tuple[ModelCall, ToolResult]] = []
         text, stop = "", ""
+        # Every call id of the conversation: providers refuse a conversation where two calls
+        # share one (Anthropic: "tool_use ids must be unique"), and a result answers one call.
+        used = {c.id for m in messages for c in m.tool_calls} | {
+            m.tool_call_id for m in messages if m.tool_call_id
+        }
         for self.turn in range(1, max_turns + 1):
             reply = await self.client.complete(
                 messages,
@@ -174,10 +179,7 @@ class _Loop:
                 deadline=deadline,
             )
             self.usage.add(reply.usage)
-            calls = [
-                c if c.id else ModelCall(f"call_{self.turn}_{i}", c.name, c.arguments, c.error)
-                for i, c in enumerate(reply.tool_calls)
-            ]
+            calls = self._identified(reply.tool_calls, used)
             messages.append(ChatMessage("assistant", reply.text, calls))
             text, stop = reply.text, reply.stop_reason
             if not calls:
@@ -192,6 +194,22 @@ class _Loop:
                 )
                 self.emit(RunEvent("tool_result", self.turn, call=call, tool_result=result))
         return self._result(text, messages, "max_turns", done)
+
+    def _identified(self, calls: list[ModelCall], used: set[str]) -> list[ModelCall]:
+        """The calls of this turn, each with an id no other call of the conversation has: a
+        call without one, or with one already taken (a model repeating ``call_0``, two calls of
+        one turn alike), gets a new one, and its result answers that."""
+        out: list[ModelCall] = []
+        for i, call in enumerate(calls):
+            if not call.id or call.id in used:
+                fresh, n = f"call_{self.turn}_{i}", 0
+                while fresh in used:
+                    n += 1
+                    fresh = f"call_{self.turn}_{i}_{n}"
+                call = ModelCall(fresh, call.name, call.arguments, call.error)
+            used.add(call.id)
+            out.append(call)
+        return out
 
     def _result(
         self,

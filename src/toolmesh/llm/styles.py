@@ -181,10 +181,13 @@ class OpenAIStyle(Style):
             message = choice["message"]
         except (KeyError, IndexError, TypeError):
             raise _malformed(payload, "no choices[0].message") from None
+        listed = message.get("tool_calls") or []
+        if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed):
+            # A call that cannot be read cannot be answered either: not dropped in silence.
+            raise _malformed(payload, "tool_calls is not a list of objects")
         calls = [
             _call(c, str(c.get("id") or ""), str((c.get("function") or {}).get("name") or ""))
-            for c in message.get("tool_calls") or []
-            if isinstance(c, dict)
+            for c in listed
         ]
         return Reply(
             text=_openai_text(message.get("content")),
@@ -202,7 +205,10 @@ def _openai_message(message: ChatMessage) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
     if message.role == "user":
         return {"role": "user", "content": message.text}
-    wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    # ``null`` content goes only with tool calls: an assistant message with neither is refused
+    # (a model may answer nothing at all, and that reply may come back as history).
+    content = message.text or (None if message.tool_calls else "")
+    wire: dict[str, Any] = {"role": "assistant", "content": content}
     if message.tool_calls:
         wire["tool_calls"] = [
             {
@@ -232,7 +238,29 @@ def _openai_usage(usage: Any) -> Usage:
 class _OpenAIStream(StreamParser):
     def __init__(self, on_text: OnText | None) -> None:
         super().__init__(on_text)
-        self._calls: dict[int, dict[str, str]] = {}
+        self._calls: list[dict[str, str]] = []  # in the order they started
+        self._at: dict[int, dict[str, str]] = {}  # a delta's index: the call it adds to now
+
+    def _slot(self, part: dict[str, Any]) -> dict[str, str]:
+        """The call a streamed tool-call delta belongs to. By its ``index``, as OpenAI sends
+        them; but a delta with another ``id`` than the call at its index starts a new call
+        (Ollama and some gateways give every call of a turn index 0), and without an index a
+        delta continues the last call unless it starts one (an id or name of its own)."""
+        index = part.get("index")
+        given = part.get("id") or ""
+        if index is not None:
+            slot = self._at.get(int(index))
+        else:
+            slot = self._calls[-1] if self._calls else None
+            named = (part.get("function") or {}).get("name")
+            if slot is not None and not given and named and slot["name"]:
+                slot = None  # a whole new call, without index or id
+        if slot is None or (given and slot["id"] and given != slot["id"]):
+            slot = {"id": "", "name": "", "args": ""}
+            self._calls.append(slot)
+            if index is not None:
+                self._at[int(index)] = slot
+        return slot
 
     def feed(self, event: str, data: str) -> None:
         if data.strip() == "[DONE]":
@@ -247,9 +275,7 @@ class _OpenAIStream(StreamParser):
             delta = choice.get("delta") or {}
             self._text(_openai_text(delta.get("content")))
             for part in delta.get("tool_calls") or []:
-                slot = self._calls.setdefault(
-                    int(part.get("index", len(self._calls))), {"id": "", "name": "", "args": ""}
-                )
+                slot = self._slot(part)
                 function = part.get("function") or {}
                 slot["id"] = part.get("id") or slot["id"]
                 slot["name"] += function.get("name") or ""
@@ -265,7 +291,7 @@ class _OpenAIStream(StreamParser):
                 s["id"],
                 s["name"],
             )
-            for _, s in sorted(self._calls.items())
+            for s in self._calls
         ]
         return self.reply
 
@@ -355,7 +381,8 @@ def _anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
                 for c in message.tool_calls
             )
-            wire.append({"role": "assistant", "content": content})
+            if content:  # an empty reply (Claude may end a turn with none) is refused as history
+                wire.append({"role": "assistant", "content": content})
     return wire
 
 
@@ -378,10 +405,14 @@ class _AnthropicStream(StreamParser):
         elif kind == "content_block_start":
             block = chunk.get("content_block") or {}
             if block.get("type") == "tool_use":
+                given = block.get("input")
                 self._blocks[int(chunk.get("index", 0))] = {
                     "id": block.get("id", ""),
                     "name": block.get("name", ""),
                     "args": "",
+                    # Anthropic starts with ``{}`` and streams the input; some gateways put it
+                    # whole here and stream none: kept for a block no delta fills.
+                    "start": json.dumps(given) if given else "",
                 }
             elif block.get("text"):
                 self._text(block["text"])
@@ -410,7 +441,12 @@ class _AnthropicStream(StreamParser):
     def finish(self) -> Reply:
         self.reply.tool_calls = [
             _call(
-                {"type": "tool_use", "id": s["id"], "name": s["name"], "input": s["args"]},
+                {
+                    "type": "tool_use",
+                    "id": s["id"],
+                    "name": s["name"],
+                    "input": s["args"] or s["start"],
+                },
                 s["id"],
                 s["name"],
             )
