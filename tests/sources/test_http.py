@@ -487,3 +487,64 @@ async def test_http_tool_takes_what_a_declaration_takes(base: str) -> None:
         assert result.data["tags"] == ["a,b"]  # one comma-joined value, not the list repeated
         refused = await kit.execute("tagged", {"tag": ["a"], "extra": 1})
         assert refused.error_code == "invalid_arguments"
+
+
+async def test_a_cookie_one_answer_sets_goes_with_no_later_call() -> None:
+    # The pool's cookie jar kept `Set-Cookie` answers: a later call (of any session) that was
+    # redirected to that host sent the first call's cookie along.
+    async def login(request: Request) -> Response:
+        answer = JSONResponse({"cookie": request.headers.get("cookie")})
+        answer.set_cookie("sess", "user-a")
+        return answer
+
+    async def bounce(request: Request) -> Response:
+        return Response(status_code=302, headers={"Location": "/seen"})
+
+    async def seen(request: Request) -> JSONResponse:
+        return JSONResponse({"cookie": request.headers.get("cookie")})
+
+    app = Starlette(routes=[Route("/login", login), Route("/bounce", bounce), Route("/seen", seen)])
+    async with serve_app(app) as base:
+        source = HttpSource(
+            [
+                HttpEndpoint(name="login", url=base + "/login"),
+                HttpEndpoint(name="bounce", url=base + "/bounce"),
+            ]
+        )
+        async with Toolkit(source) as kit:
+            first = await kit.execute("login", {})
+            again = await kit.execute("login", {})
+            redirected = await kit.execute("bounce", {})
+    assert first.success and again.data == {"cookie": None}
+    assert redirected.success and redirected.data == {"cookie": None}
+
+
+async def test_an_error_body_quoting_a_secret_header_shows_it_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("QA_QUOTED_KEY", "sk-quoted-back-42")
+
+    async def refuse(request: Request) -> Response:
+        return PlainTextResponse(f"invalid key {request.headers.get('x-key')}", status_code=401)
+
+    async with serve_app(Starlette(routes=[Route("/r", refuse)])) as base:
+        tool = http_tool("r", base + "/r", headers={"X-Key": "${QA_QUOTED_KEY}"})
+        result = await Toolkit(tool).execute("r", {})
+    assert result.metadata["status"] == 401
+    assert result.error == "HTTP 401 Unauthorized: invalid key ***"
+
+
+async def test_an_argument_cannot_add_a_cookie_or_a_control_character(base: str) -> None:
+    cookie = http_tool("cookie", base + "/echo", headers={"Cookie": "sess={sess}"})
+    trace = http_tool("trace", base + "/echo", headers={"X-Trace": "{trace}"}, result="json")
+    kit = Toolkit(cookie, trace)
+    injected = await kit.execute("cookie", {"sess": "mine; admin=1"})  # was sent as two cookies
+    assert injected.error_code == "tool_error"
+    assert "argument 'sess' holds a ';'" in (injected.error or "")
+    for bad in ("a\x01b", "a\x7fb", "a\x1bb"):  # were sent, and refused by the server (400)
+        refused = await kit.execute("trace", {"trace": bad})
+        assert refused.error_code == "tool_error"
+        assert "holds a line break or a control character" in (refused.error or ""), refused
+    tab = await kit.execute("trace", {"trace": "a\tb"})  # a tab is legal in a header value
+    assert tab.success and tab.data["trace"] == "a\tb"
+    await kit.close()

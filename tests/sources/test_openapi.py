@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,13 +15,14 @@ from google.genai import types as genai
 from openai.types.chat import ChatCompletionFunctionToolParam
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fixtures.web import serve_app
 from tests.llm.checks import assert_openai_strict, check_typed_dict
 from toolmesh import ArgumentError, ConfigError, Toolkit
 from toolmesh.llm import to_anthropic, to_gemini, to_openai
+from toolmesh.sources import openapi as openapi_module
 from toolmesh.sources.openapi import (
     OpenAPISource,
     load_document,
@@ -484,3 +486,247 @@ async def test_a_query_array_with_explode_false_is_one_comma_joined_value() -> N
         await kit.close()
     assert result.success, result.error
     assert result.data == {"tags": ["a,b"], "ids": ["1", "2"]}  # one joined value; repeated
+
+
+def _with_body(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    body = {"content": {"application/json": {"schema": schema}}}
+    return {
+        "openapi": "3.0.3",
+        "servers": [{"url": "http://127.0.0.1:9"}],
+        "paths": {"/x": {"post": {"operationId": "x", "requestBody": body}}},
+        "components": components,
+    }
+
+
+@pytest.mark.parametrize(
+    ("schema", "components", "message"),
+    [
+        # inlined references that contain themselves: a RecursionError while building
+        (
+            {"$ref": "#/components/schemas/A/properties/b"},
+            {
+                "schemas": {
+                    "A": {
+                        "type": "object",
+                        "properties": {
+                            "b": {
+                                "type": "object",
+                                "properties": {
+                                    "c": {"$ref": "#/components/schemas/A/properties/b"}
+                                },
+                            }
+                        },
+                    }
+                }
+            },
+            r"\.properties\.c: \$ref '#/components/schemas/A/properties/b' is inside itself",
+        ),
+        (
+            {"$ref": "#/components/x-shapes/Node"},
+            {
+                "x-shapes": {
+                    "Node": {
+                        "type": "object",
+                        "properties": {"next": {"$ref": "#/components/x-shapes/Node"}},
+                    }
+                }
+            },
+            r"\$ref '#/components/x-shapes/Node' is inside itself",
+        ),
+        # components that are only references round a circle: a RecursionError on every call
+        (
+            {"$ref": "#/components/schemas/A"},
+            {
+                "schemas": {
+                    "A": {"$ref": "#/components/schemas/B"},
+                    "B": {"$ref": "#/components/schemas/A"},
+                }
+            },
+            r"-> #/components/schemas/A: \$ref '#/components/schemas/B' refers to itself",
+        ),
+        (
+            {"$ref": "#/components/schemas/A"},
+            {"schemas": {"A": {"$ref": "#/components/schemas/A"}}},
+            r"\$ref '#/components/schemas/A' refers to itself",
+        ),
+    ],
+)
+def test_reference_cycles_are_config_errors_not_recursion(
+    schema: dict[str, Any], components: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        OpenAPISource(_with_body(schema, components))
+
+
+def _one_operation(**document: Any) -> dict[str, Any]:
+    return {"openapi": "3.0.3", "paths": {"/x": {"get": {"operationId": "x"}}}, **document}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (
+            _one_operation(servers=[{"url": "https://{region}.example.com"}]),
+            r"has variable 'region', which servers\[0\] does not declare",
+        ),  # was a URL placeholder no argument fills: every call failed
+        (
+            _one_operation(
+                servers=[{"url": "https://{region}.example.com", "variables": {"region": "eu"}}]
+            ),
+            r"servers\[0\]\.variables\.region needs a default",
+        ),  # an AttributeError
+        (
+            _one_operation(servers=[{"url": "https://h", "variables": ["eu"]}]),
+            r"servers\[0\]\.variables must be an object",
+        ),
+        (
+            _one_operation(servers=["https://h"]),
+            "servers must be a list of objects",
+        ),
+        (
+            _with_body({"type": "object", "properties": [{"name": "a"}]}, {}),
+            r"requestBody: properties must be an object of schemas",
+        ),  # an AttributeError
+        (
+            {
+                "openapi": "3.0.3",
+                "paths": {"/x": {"post": {"parameters": [{"name": "b", "in": "body"}]}}},
+            },
+            r"paths\./x\.post: parameter 'b' is in 'body'; in must be path, query, header",
+        ),  # was silently a query parameter
+    ],
+)
+def test_malformed_servers_schemas_and_parameters_are_config_errors(
+    document: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        OpenAPISource(document, base_url=None if "servers" in document else "http://h")
+
+
+def test_a_document_whose_info_is_no_object_still_loads() -> None:
+    source = OpenAPISource(_one_operation(info="Pets", servers=[{"url": "http://h"}]))  # was an
+    assert source.name == "openapi:openapi" and [t.name for t in source.tools()] == ["x"]  # error
+
+
+async def test_a_multipart_body_of_a_component_schema_sends_its_files() -> None:
+    # The file fields were read from the body schema's own properties only: a body that is a
+    # `$ref` to a component (the common way) sent its files as plain values.
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/upload": {
+                "post": {
+                    "operationId": "upload",
+                    "requestBody": {
+                        "content": {
+                            "multipart/form-data": {
+                                "schema": {"$ref": "#/components/schemas/Upload"}
+                            }
+                        }
+                    },
+                }
+            }
+        },
+        "components": {
+            "schemas": {
+                "Upload": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string"},
+                        "report": {"type": "string", "format": "binary"},
+                    },
+                }
+            }
+        },
+    }
+
+    async def upload(request: Request) -> Response:
+        form = await request.form()
+        report = form["report"]
+        return JSONResponse(
+            {
+                "title": form["title"],
+                "is_file": not isinstance(report, str),
+                "content": report if isinstance(report, str) else (await report.read()).decode(),
+            }
+        )
+
+    async with serve_app(Starlette(routes=[Route("/upload", upload, methods=["POST"])])) as url:
+        kit = Toolkit(OpenAPISource(document, base_url=url))
+        schema = kit["upload"].input_schema["properties"]["body"]
+        result = await kit.execute("upload", {"body": {"title": "Q3", "report": "line 1"}})
+        await kit.close()
+    assert schema["properties"]["report"] == {
+        "type": "string",
+        "description": "the file's content, as text",
+    }
+    assert result.success, result.error
+    assert result.data == {"title": "Q3", "is_file": True, "content": "line 1"}
+
+
+async def test_header_parameters_the_specification_ignores_cannot_replace_the_sources_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An `Authorization` header parameter let the model replace the source's credentials.
+    monkeypatch.setenv("QA_OPENAPI_TOKEN", "sk-source-own")
+    parameters = [
+        {"name": name, "in": "header", "schema": {"type": "string"}}
+        for name in ("Authorization", "content-type", "Accept", "X-Trace")
+    ]
+    document = {
+        "openapi": "3.0.3",
+        "paths": {"/who": {"get": {"operationId": "who", "parameters": parameters}}},
+    }
+
+    async def who(request: Request) -> Response:
+        return JSONResponse({k: request.headers.get(k) for k in ("authorization", "x-trace")})
+
+    async with serve_app(Starlette(routes=[Route("/who", who)])) as url:
+        source = OpenAPISource(
+            document, base_url=url, headers={"Authorization": "Bearer ${QA_OPENAPI_TOKEN}"}
+        )
+        kit = Toolkit(source)
+        assert set(kit["who"].input_schema["properties"]) == {"X-Trace"}
+        replaced = await kit.execute("who", {"Authorization": "Bearer stolen", "X-Trace": "t"})
+        plain = await kit.execute("who", {"X-Trace": "t"})
+        await kit.close()
+    assert replaced.error_code == "invalid_arguments"
+    assert plain.data == {"authorization": "Bearer sk-source-own", "x-trace": "t"}
+
+
+async def test_a_trickling_document_fails_the_source_within_its_timeout() -> None:
+    # httpx bounds each read: a byte every 50 ms held `toolkit.start()` for as long as the
+    # server kept it up.
+    stop = asyncio.Event()
+
+    async def drip(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(100):
+                if stop.is_set():
+                    return
+                yield b" "
+                await asyncio.sleep(0.05)
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    async with serve_app(Starlette(routes=[Route("/spec.json", drip)])) as url:
+        source = OpenAPISource(url + "/spec.json", timeout=0.5)
+        async with Toolkit(source) as kit:
+            assert len(kit) == 0
+        stop.set()
+    assert source.status.state == "failed"
+    assert source.status.reason.endswith("/spec.json: no whole answer within 0.5s")
+
+
+async def test_a_document_larger_than_the_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openapi_module, "MAX_DOCUMENT_BYTES", 1000)  # it was read whole
+
+    async def spec(request: Request) -> Response:
+        return JSONResponse(DOCUMENT)  # far more than 1000 bytes
+
+    async with serve_app(Starlette(routes=[Route("/spec.json", spec)])) as url:
+        source = OpenAPISource(url + "/spec.json")
+        async with Toolkit(source) as kit:
+            assert len(kit) == 0
+    assert source.status.state == "failed"
+    assert "the document is larger than 1000 bytes" in source.status.reason

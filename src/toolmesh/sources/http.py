@@ -28,6 +28,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -51,6 +52,8 @@ ResultFormat = Literal["auto", "text", "json", "status"]
 _PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}$]+)\}")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _HEADER_TOKEN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\{([^{}$]+)\}")
+# what would end a header line or that HTTP refuses in a value (a tab is allowed)
+_HEADER_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
 _EXCERPT = 500
@@ -338,11 +341,16 @@ def _fill_header(template: str, arguments: Mapping[str, Any], used: set[str], he
         if match.group(1) is not None:
             return _env(match.group(1), header)
         text = _text(_take(match.group(2), arguments, used))
-        if any(c in text for c in "\r\n\0"):
+        if _HEADER_BREAKING.search(text):
             # refused here, before the value (and any secret beside it) reaches a message
             raise ValueError(
-                f"argument {match.group(2)!r} holds a line break; it cannot go into "
-                f"header {header!r}"
+                f"argument {match.group(2)!r} holds a line break or a control character; it "
+                f"cannot go into header {header!r}"
+            )
+        if ";" in text and header.lower() == "cookie":
+            raise ValueError(
+                f"argument {match.group(2)!r} holds a ';', which would start another cookie; it "
+                "cannot go into header 'Cookie'"
             )
         return text
 
@@ -395,7 +403,11 @@ class _Client:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop or self._client.is_closed:
             self._client = httpx.AsyncClient(
-                follow_redirects=True, event_hooks={"request": [_keep_headers_home]}
+                follow_redirects=True,
+                event_hooks={"request": [_keep_headers_home]},
+                # the pool is shared by every call (of every session): a cookie one answer set
+                # would go with the redirects of later calls, so none is kept
+                cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
             )
             self._loop = loop
         return self._client
@@ -470,7 +482,8 @@ def _answer(
         excerpt = body[: _EXCERPT * 4].decode(encoding, "replace")[:_EXCERPT]
         reason = response.reason_phrase or "error"
         message = f"HTTP {status} {reason}" + (f": {excerpt}" if excerpt else "")
-        return _error(endpoint.name, message, metadata)
+        # a server may quote the request's headers back (`invalid key sk-...`)
+        return _error(endpoint.name, _scrubbed(message, response.request), metadata)
     if endpoint.result == "status":
         return Output(status, metadata=metadata)
     wants_json = endpoint.result == "json" or (endpoint.result == "auto" and "json" in content_type)

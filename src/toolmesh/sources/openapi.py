@@ -22,6 +22,7 @@ fetched when the source opens (``toolkit.start()``); if that fails the source re
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import re
@@ -47,6 +48,11 @@ _METHODS = ("get", "put", "post", "delete", "options", "head", "patch")
 _ANNOTATIONS_ONLY = frozenset({"example", "xml", "discriminator", "externalDocs", "x-examples"})
 _SCHEMA_PREFIX = "#/components/schemas/"
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+_PLACES = frozenset({"path", "query", "header", "cookie"})
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024  # the largest public API descriptions are tens of MB
+# header parameters the specification says to ignore: a model could otherwise replace the
+# source's own credentials or the body's media type
+_IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 
 
 class _Budget:
@@ -103,6 +109,9 @@ class _Document:
 
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document = document
+        # the references being inlined now (not component schemas, which become $defs): one
+        # met again inside itself is a cycle that inlining would follow forever
+        self._inlining: list[str] = []
 
     def resolve(self, node: Any, where: str) -> Any:
         """``node`` with its own ``$ref`` (if any) followed, repeatedly."""
@@ -110,7 +119,10 @@ class _Document:
         while isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
             if ref in seen:
-                raise ConfigError(f"{where}: $ref {ref!r} refers to itself")
+                raise ConfigError(
+                    f"{where}: $ref {ref!r} refers to itself (a cycle of references that never "
+                    "reaches a schema)"
+                )
             seen.add(ref)
             node = self.target(ref, where)
         return node
@@ -139,15 +151,30 @@ class _Document:
             if ref.startswith(_SCHEMA_PREFIX) and "/" not in ref[len(_SCHEMA_PREFIX) :]:
                 name = pointer_step(ref[len(_SCHEMA_PREFIX) :])  # `a~1b` names `a/b`
                 if name not in defs:
+                    target = self.target(ref, where)
+                    # only references, round in a circle (A -> B -> A): refused here, as no
+                    # validator can check a value against it
+                    self.resolve(target, f"{where} -> {ref}")
                     defs[name] = {}  # taken first: a recursive reference finds it
-                    defs[name] = self.schema(self.target(ref, where), f"{where} -> {ref}", defs)
+                    defs[name] = self.schema(target, f"{where} -> {ref}", defs)
                 return {"$ref": def_ref(name)}
-            return self.schema(self.resolve(node, where), f"{where} -> {ref}", defs)
+            if ref in self._inlining:
+                raise ConfigError(
+                    f"{where}: $ref {ref!r} is inside itself; only component schemas "
+                    f"({_SCHEMA_PREFIX}...) may be recursive"
+                )
+            self._inlining.append(ref)
+            try:
+                return self.schema(self.resolve(node, where), f"{where} -> {ref}", defs)
+            finally:
+                self._inlining.pop()
         out: JsonSchema = {}
         for key, value in node.items():
             if key in _ANNOTATIONS_ONLY or key == "nullable":
                 continue
             if key in ("properties", "patternProperties", "$defs", "definitions"):
+                if not isinstance(value, Mapping):
+                    raise ConfigError(f"{where}: {key} must be an object of schemas")
                 out[key] = {k: self.schema(v, f"{where}.{key}.{k}", defs) for k, v in value.items()}
             elif key in ("items", "additionalProperties", "not", "allOf", "anyOf", "oneOf"):
                 out[key] = self.schema(value, f"{where}.{key}", defs)
@@ -222,10 +249,23 @@ def _base_url(
     if base_url:
         return base_url.rstrip("/")
     servers = document.get("servers") or [{"url": "/"}]
-    server = servers[0] if isinstance(servers, list) and servers else {}
-    url = str(server.get("url", "/")) if isinstance(server, Mapping) else "/"
-    for key, variable in (server.get("variables") or {}).items():
-        url = url.replace("{" + key + "}", str(variable.get("default", "")))
+    if not isinstance(servers, list) or not isinstance(servers[0], Mapping):
+        raise ConfigError(f"{where}: servers must be a list of objects (each with a url)")
+    server = servers[0]
+    url = str(server.get("url", "/"))
+    variables = server.get("variables")
+    if not isinstance(variables or {}, Mapping):
+        raise ConfigError(f"{where}: servers[0].variables must be an object")
+    for key, variable in (variables or {}).items():
+        if not isinstance(variable, Mapping) or "default" not in variable:
+            raise ConfigError(f"{where}: servers[0].variables.{key} needs a default")
+        url = url.replace("{" + key + "}", str(variable["default"]))
+    left = re.findall(r"\{([^{}]*)\}", url)
+    if left:
+        raise ConfigError(
+            f"{where}: the server URL {url!r} has variable {left[0]!r}, which servers[0] does "
+            "not declare"
+        )
     if url.startswith(("http://", "https://")):
         return url.rstrip("/")
     if document_url:
@@ -272,6 +312,13 @@ def _endpoint(
     url, query, headers, cookies = root + path, {}, {}, []
     joined: list[str] = []
     for (pname, place), param in parameters.items():
+        if place not in _PLACES:
+            raise ConfigError(
+                f"{where}: parameter {pname!r} is in {place!r}; in must be path, query, header "
+                "or cookie (a body is requestBody)"
+            )
+        if place == "header" and pname.lower() in _IGNORED_HEADERS:
+            continue  # described by the media types and security schemes instead (the spec)
         arg = pname if pname not in properties else f"{pname}_{place}"
         schema = doc.schema(param.get("schema") or {"type": "string"}, f"{where}.{pname}", defs)
         if param.get("description") and "description" not in schema:
@@ -352,7 +399,7 @@ def _request_body(
         schema = {"type": "string", "description": "the content, as text"}
     files: tuple[str, ...] = ()
     if form == "multipart":
-        schema, files = _multipart_schema(schema)
+        schema, files = _multipart_schema(_component_of(schema, defs))
     if body.get("description") and "description" not in schema:
         schema = {**schema, "description": body["description"]}
     arg = "body" if "body" not in properties else "request_body"
@@ -360,6 +407,17 @@ def _request_body(
     if body.get("required"):
         required.append(arg)
     return "{" + arg + "}", form, media_type if form == "raw" else None, files
+
+
+def _component_of(schema: JsonSchema, defs: Mapping[str, Any]) -> JsonSchema:
+    """``schema`` itself, or the component schema it is only a reference to (a multipart body's
+    file fields are read from its properties)."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and len(schema) == 1:
+        for name, target in defs.items():
+            if def_ref(name) == ref and isinstance(target, Mapping):
+                return dict(target)
+    return schema
 
 
 def _multipart_schema(schema: JsonSchema) -> tuple[JsonSchema, tuple[str, ...]]:
@@ -431,7 +489,9 @@ class OpenAPISource(Source):
             except OSError as exc:
                 raise ConfigError(f"{where}: cannot read the document: {exc.strerror}") from None
             loaded = load_document(text, where=where)
-        self.name = name or f"openapi:{loaded.get('info', {}).get('title', where)}"
+        info = loaded.get("info")
+        title = info.get("title") if isinstance(info, Mapping) else None
+        self.name = name or f"openapi:{title or where}"
         self._build(loaded, where=where)
 
     def _build(self, document: Mapping[str, Any], *, where: str) -> None:
@@ -452,10 +512,13 @@ class OpenAPISource(Source):
         if self.url is None or self._inner is not None:
             return
         try:
-            async with httpx.AsyncClient(follow_redirects=True, timeout=self.timeout) as client:
-                response = await client.get(self.url)
-                response.raise_for_status()
-            self._build(load_document(response.content, where=self.url), where=self.url)
+            text = await self._fetch(self.url)
+            self._build(load_document(text, where=self.url), where=self.url)
+        except TimeoutError:
+            self.status = SourceStatus(
+                "failed", f"cannot load {self.url}: no whole answer within {self.timeout:g}s"
+            )
+            return
         except (httpx.HTTPError, ConfigError) as exc:
             self.status = SourceStatus("failed", f"cannot load {self.url}: {exc}")
             return
@@ -465,6 +528,26 @@ class OpenAPISource(Source):
             )
             return
         self.changed()
+
+    async def _fetch(self, url: str) -> bytes:
+        """The document at ``url``: the whole exchange within the timeout (httpx's bounds each
+        read only, which a trickling server passes forever) and at most ``MAX_DOCUMENT_BYTES``."""
+        async with (
+            asyncio.timeout(self.timeout),
+            httpx.AsyncClient(follow_redirects=True, timeout=self.timeout) as client,
+            client.stream("GET", url) as response,
+        ):
+            response.raise_for_status()
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_DOCUMENT_BYTES:
+                    raise ConfigError(
+                        f"{url}: the document is larger than {MAX_DOCUMENT_BYTES} bytes; refused"
+                    )
+                chunks.append(chunk)
+            return b"".join(chunks)
 
     async def close(self) -> None:
         if self._inner is not None:
