@@ -246,6 +246,22 @@ async def test_a_caller_cancelled_while_its_call_times_out_stays_cancelled() -> 
     assert [e.error_code for e in store.audit] == ["cancelled"]
 
 
+def swallowing(started: asyncio.Event, *, fails: bool = False) -> Tool:
+    """A tool ``swallows`` that ignores being cancelled, then returns (or, ``fails``, raises)."""
+
+    @tool
+    async def swallows() -> str:
+        """Ignores being cancelled."""
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        if fails:
+            raise RuntimeError("gave up")
+        return "finished anyway"
+
+    return swallows
+
+
 @EITHER_TASK
 @pytest.mark.parametrize("ends", ["returns", "raises"])
 async def test_a_caller_whose_tool_swallows_its_cancellation_stays_cancelled(
@@ -255,18 +271,7 @@ async def test_a_caller_whose_tool_swallows_its_cancellation_stays_cancelled(
     # (returning, or failing otherwise) must not end the call as if nobody had cancelled it.
     started = asyncio.Event()
     store = MemoryStore()
-
-    @tool
-    async def swallows() -> str:
-        """Ignores being cancelled."""
-        started.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
-        if ends == "raises":
-            raise RuntimeError("gave up")
-        return "finished anyway"
-
-    kit = Toolkit(run(swallows), store=store)
+    kit = Toolkit(run(swallowing(started, fails=ends == "raises")), store=store)
     call = asyncio.ensure_future(kit.execute("swallows", timeout=30))
     await started.wait()
     call.cancel()
@@ -278,16 +283,7 @@ async def test_a_caller_whose_tool_swallows_its_cancellation_stays_cancelled(
 async def test_a_caller_cancelled_as_a_swallowing_tool_is_ended_stays_cancelled() -> None:
     started = asyncio.Event()
     store = MemoryStore()
-
-    @tool
-    async def swallows() -> str:
-        """Ignores being cancelled, by the toolkit and the caller at once."""
-        started.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()
-        return "finished anyway"
-
-    kit = Toolkit(in_callers_task(swallows), store=store)
+    kit = Toolkit(in_callers_task(swallowing(started)), store=store)
     call = asyncio.ensure_future(kit.execute("swallows", timeout=60))
     await started.wait()
     # Before the tool has let go: the toolkit's close ends the call (as its deadline would, its

@@ -31,27 +31,25 @@ def tools_server() -> Any:
         print("garbage from a tool", flush=True)  # stdout is the protocol: the SDK must cope
         return text
 
-    @server.tool()
-    async def wait(seconds: float) -> str:
-        """Wait, noticing cancellation."""
+    async def sleep_noticing_cancellation(seconds: float) -> None:
         try:
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
             seen["cancelled"] += 1
             CANCELLED.set()
             raise
+
+    @server.tool()
+    async def wait(seconds: float) -> str:
+        """Wait, noticing cancellation."""
+        await sleep_noticing_cancellation(seconds)
         return "waited"
 
     @server.tool()
     async def hold(seconds: float, ctx: Context) -> str:
         """Report progress once (the call is running at the server), then wait as `wait` does."""
         await ctx.report_progress(0, 1, "holding")
-        try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            seen["cancelled"] += 1
-            CANCELLED.set()
-            raise
+        await sleep_noticing_cancellation(seconds)
         return "held"
 
     @server.tool()
