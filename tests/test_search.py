@@ -145,3 +145,99 @@ def test_words_keep_their_combining_marks() -> None:
     assert [key for key, _ in index.search("पूर्वानुमान")] == ["hindi"]
     assert [key for key, _ in index.search("cafe\u0301")] == ["cafe"]  # "café" typed decomposed
     assert [key for key, _ in index.search("อากาศ")] == ["thai"]  # Thai has no spaces
+
+
+# -- parameters nested in arrays, text mixing scripts (QA: search and deferred loading) ----------
+
+
+def _notify() -> ToolDefinition:
+    from toolmesh.schema import schema_to_parameters
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "recipients": {
+                "type": "array",
+                "description": "who is told",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "mailbox": {"type": "string", "description": "an RFC 5322 address"}
+                    },
+                },
+            },
+            "labels": {"type": "array", "items": {"type": "string", "description": "a colour"}},
+        },
+    }
+    return ToolDefinition(
+        name="notify", description="Tell people", input_parameters=schema_to_parameters(schema)
+    )
+
+
+def test_parameters_of_array_elements_are_indexed() -> None:
+    built = SearchIndex()
+    built.add("notify", _notify())
+    assert [key for key, _ in built.search("mailbox")] == ["notify"]  # an element's property
+    assert [key for key, _ in built.search("rfc address")] == ["notify"]  # and its description
+    assert [key for key, _ in built.search("colour")] == ["notify"]  # an element's description
+    assert built.search("items") == []  # the element's name is the schema's, not the author's
+
+
+async def test_regex_tool_search_reads_parameters_of_array_elements() -> None:
+    from toolmesh import Tool, Toolkit
+
+    async def run(arguments: dict[str, object], ctx: object) -> str:
+        return "told"
+
+    kit = Toolkit(Tool(_notify(), run), tool_search=True)  # type: ignore[arg-type]
+    for pattern in ("mailbox", "rfc 5322", "colour"):
+        result = await kit.execute("tool_search_regex", {"pattern": pattern})
+        assert result.metadata["tool_references"] == ["notify"], pattern
+    result = await kit.execute("tool_search_regex", {"pattern": "^items$"})
+    assert result.metadata["tool_references"] == []
+
+
+def test_latin_words_inside_unspaced_text_stay_words() -> None:
+    # Chinese and Japanese write Latin names and numbers into their text with no space.
+    assert tokenize("使用GitHub创建issue") == ["使用", "git", "hub", "创建", "issu"]
+    assert tokenize("東京の天気2024年") == ["東京", "京の", "の天", "天気", "2024", "年"]
+    built = SearchIndex()
+    built.add("gh", ToolDefinition(name="gh_new", description="使用GitHub创建issue"))
+    built.add("other", ToolDefinition(name="other", description="创建文件"))
+    assert [key for key, _ in built.search("issue")] == ["gh"]
+    assert [key for key, _ in built.search("git hub")] == ["gh"]
+    built.add("tokyo", ToolDefinition(name="tokyo", description="東京の天気2024年"))
+    assert [key for key, _ in built.search("2024")] == ["tokyo"]  # not "気2", "20", "02", "24"
+
+
+def _full_width(text: str) -> str:
+    """``text`` as typed on a Japanese keyboard: U+FF01-FF5E for ASCII's ! to ~."""
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+def test_full_width_letters_and_digits_are_the_ascii_ones() -> None:
+    assert tokenize(_full_width("github V2")) == ["github", "v2"]
+    built = index()
+    assert built.search(_full_width("send email"), limit=1)[0][0] == "sendEmail"
+    assert built.search(_full_width("calc"), limit=1)[0][0] == "calculator"
+
+
+def test_one_character_of_an_unspaced_script_finds_the_pairs_it_starts() -> None:
+    built = SearchIndex()
+    built.add("rain", ToolDefinition(name="rain", description="查询明天的雨量"))
+    built.add("sun", ToolDefinition(name="sun", description="日出时间 query"))
+    assert [key for key, _ in built.search("雨")] == ["rain"]
+    assert [key for key, _ in built.search("日")] == ["sun"]
+    assert built.search("q") == []  # one Latin letter is still too short to expand
+
+
+def test_filtered_search_agrees_with_the_full_ranking() -> None:
+    built = SearchIndex()
+    for i in range(40):
+        built.add(f"t{i:02d}", ToolDefinition(name=f"t{i:02d}", description="send mail " * (i % 4)))
+    ranked = [key for key, _ in built.search("mail")]
+    odd = [key for key in ranked if int(key[1:]) % 2]
+    for limit in (None, 1, 3, 19, 20, 100):
+        found = built.search("mail", limit=limit, accept=lambda key: int(key[1:]) % 2 == 1)
+        assert [key for key, _ in found] == odd[:limit]
+    assert built.search("mail", limit=5, accept=lambda key: False) == []

@@ -53,11 +53,14 @@ _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
 # Text beyond ASCII: runs of letters and digits in any script ("München", "погоды"), with their
 # combining marks (the vowel signs of "मौसम"), camelCase split inside the ASCII runs only; a run
 # in a script written without spaces (Chinese, Japanese, Korean, Thai, Lao, Myanmar, Khmer) gives
-# its overlapping character pairs, so "天气" finds "查询城市天气预报".
-_UNSPACED = re.compile(
-    r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
-    r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+# its overlapping character pairs, so "天气" finds "查询城市天气预报", and the words of other
+# scripts written into it with no space ("使用GitHub创建issue") stay words of their own.
+_UNSPACED_CLASS = (
+    r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
+    r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 )
+_UNSPACED = re.compile(f"[{_UNSPACED_CLASS}]")
+_SCRIPT_PARTS = re.compile(f"[{_UNSPACED_CLASS}]+|[^{_UNSPACED_CLASS}]+")
 _TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
 
 
@@ -115,16 +118,23 @@ def _run_pattern() -> re.Pattern[str]:
 def _words(text: str) -> list[str]:
     if text.isascii():  # nearly all text: one pass of the regex
         return _WORD.findall(text)
-    # NFC: "café" typed as e + U+0301 is the same word as the precomposed one.
-    text = unicodedata.normalize("NFC", text)
+    # NFKC: "café" typed as e + U+0301 is the same word as the precomposed one, and the
+    # full-width letters and digits of a Japanese keyboard (U+FF01-FF5E) the ASCII ones.
+    text = unicodedata.normalize("NFKC", text)
     words: list[str] = []
     for run in _run_pattern().findall(text):
         if run.isascii():
             words += _WORD.findall(run)
-        elif _UNSPACED.search(run) and len(run) > 1:
-            words += [run[i : i + 2] for i in range(len(run) - 1)]
-        else:
+        elif _UNSPACED.search(run) is None:
             words.append(run)
+        else:
+            for part in _SCRIPT_PARTS.findall(run):
+                if part.isascii():
+                    words += _WORD.findall(part)
+                elif len(part) > 1 and _UNSPACED.match(part):
+                    words += [part[i : i + 2] for i in range(len(part) - 1)]
+                else:
+                    words.append(part)
     return words
 
 
@@ -272,10 +282,9 @@ class SearchIndex:
             kept = [item for item in best if accept(item[0])]
             if len(kept) == len(best):
                 return kept
-        ranked = sorted(scores.items(), key=_best_first)
-        if accept is not None:
-            ranked = [item for item in ranked if accept(item[0])]
-        return ranked[:limit] if limit is not None else ranked
+        if accept is not None:  # filtered before sorting: a session that may call few tools
+            scores = {key: value for key, value in scores.items() if accept(key)}
+        return _top(scores, limit) if limit is not None else sorted(scores.items(), key=_best_first)
 
     def _score_term(self, term: str) -> dict[str, float]:
         """idf x saturated pseudo-frequency of ``term`` for every document holding it."""
@@ -300,14 +309,16 @@ class SearchIndex:
         return out
 
     def _query_terms(self, words: list[str]) -> dict[str, float]:
-        """Query words present in the index, plus prefix expansions of the missing ones (in
-        queries of at most ``prefix_max_words`` words)."""
+        """Query words present in the index, plus prefix expansions of the missing ones (of
+        three letters or more, or one character of a script written without spaces: those are
+        indexed as pairs), in queries of at most ``prefix_max_words`` words."""
         weights: dict[str, float] = {}
         expand = len(words) <= self.ranking.prefix_max_words
         for word in words:
             if word in self._postings:
                 weights[word] = max(weights.get(word, 0.0), 1.0)
-            elif expand and len(word) >= 3:
+            elif expand and (len(word) >= 3 or _UNSPACED.match(word)):
+                # "calc" -> calculator; "雨" -> the pairs it starts ("雨天", "雨量", ...)
                 for term in self._with_prefix(word):
                     weights[term] = max(weights.get(term, 0.0), self.ranking.prefix_weight)
         return weights
@@ -358,8 +369,9 @@ def _best_first(item: tuple[str, float]) -> tuple[float, str]:
 def _fields(definition: ToolDefinition) -> list[list[str]]:
     params: list[str] = []
     param_descriptions: list[str] = []
-    for parameter in _walk(definition.input_parameters):
-        params.extend(_tokenize_repeated(parameter.name))
+    for parameter, named in _walk(definition.input_parameters):
+        if named:
+            params.extend(_tokenize_repeated(parameter.name))
         if parameter.description:
             param_descriptions.extend(_tokenize_repeated(parameter.description))
     return [
@@ -385,8 +397,14 @@ def _tokenize_repeated(text: str) -> tuple[str, ...]:
     return terms
 
 
-def _walk(parameters: Iterable[ToolParameter]) -> Iterable[ToolParameter]:
+def _walk(
+    parameters: Iterable[ToolParameter], named: bool = True
+) -> Iterable[tuple[ToolParameter, bool]]:
+    """Every parameter, nested ones included: an object's ``properties`` and an array's
+    ``items`` (the element, whose own name, "items", is not the author's: ``named`` is False)."""
     for parameter in parameters:
-        yield parameter
+        yield parameter, named
         if parameter.properties:
             yield from _walk(parameter.properties.values())
+        if parameter.items is not None:
+            yield from _walk((parameter.items,), named=False)

@@ -208,14 +208,19 @@ def _schema(name: str, text: dict[str, Any]) -> dict[str, Any]:
 
 
 def _searchable_text(definition: ToolDefinition) -> str:
+    """Name, description, and the names and descriptions of the parameters, nested ones
+    included (an object's properties, an array's element: not its name, always "items")."""
     parts = [definition.name, definition.description]
-    stack = list(definition.input_parameters)
+    stack = [(parameter, True) for parameter in definition.input_parameters]
     while stack:
-        parameter = stack.pop()
-        parts.append(parameter.name)
+        parameter, named = stack.pop()
+        if named:
+            parts.append(parameter.name)
         parts.append(parameter.description)
         if parameter.properties:
-            stack.extend(parameter.properties.values())
+            stack.extend((nested, True) for nested in parameter.properties.values())
+        if parameter.items is not None:
+            stack.append((parameter.items, False))
     return "\n".join(parts)
 
 
