@@ -262,3 +262,14 @@ async def test_a_call_a_shutdown_cuts_off_is_answered_as_cancelled(raw: RawPeer)
     answer = await raw.next_message()
     assert answer["type"] == "tool/call/resp" and answer["req_id"] == "long"
     assert answer["data"]["success"] is False and answer["data"]["error_code"] == "cancelled"
+
+
+async def test_a_blank_query_lists_as_an_empty_one(raw: RawPeer) -> None:
+    """A query of spaces was taken for a search, which found nothing: the peer got no tools
+    where the empty query lists them all."""
+    await raw.handshake()
+    await raw.send(type="tool/list/req", id="empty", query="")
+    listed = [t["name"] for t in (await raw.next_message())["tools"]]
+    await raw.send(type="tool/list/req", id="blank", query="   ")
+    blank = await raw.next_message()
+    assert listed and [t["name"] for t in blank["tools"]] == listed

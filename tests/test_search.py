@@ -241,3 +241,14 @@ def test_filtered_search_agrees_with_the_full_ranking() -> None:
         found = built.search("mail", limit=limit, accept=lambda key: int(key[1:]) % 2 == 1)
         assert [key for key, _ in found] == odd[:limit]
     assert built.search("mail", limit=5, accept=lambda key: False) == []
+
+
+def test_a_query_is_read_up_to_its_bound() -> None:
+    """A peer's query of megabytes was tokenised whole (seconds, in the host's loop), and each
+    distinct long word kept in the term cache."""
+    from toolmesh.search import MAX_QUERY_CHARS
+
+    built = SearchIndex()
+    built.add("zebra", ToolDefinition(name="zebra", description="Finds zebras."))
+    assert [key for key, _ in built.search("zebra " + "x" * MAX_QUERY_CHARS)] == ["zebra"]
+    assert built.search("x" * MAX_QUERY_CHARS + " zebra") == []  # past the bound: not read

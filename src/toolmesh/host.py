@@ -453,7 +453,7 @@ class Connection:
     def _list(self, request: ToolListRequest) -> ToolListResponse:
         session = self._tools_session()
         toolkit = self.host.toolkit
-        if request.query:
+        if request.query.strip():  # "   " is no search: the default listing
             found = toolkit.search(
                 request.query,
                 capabilities=session.capabilities,

@@ -29,6 +29,7 @@ from toolmesh.models import ToolDefinition, ToolParameter
 
 __all__ = [
     "FIELDS",
+    "MAX_QUERY_CHARS",
     "Ranking",
     "SearchIndex",
     "SearchMode",
@@ -62,6 +63,10 @@ _UNSPACED_CLASS = (
 _UNSPACED = re.compile(f"[{_UNSPACED_CLASS}]")
 _SCRIPT_PARTS = re.compile(f"[{_UNSPACED_CLASS}]+|[^{_UNSPACED_CLASS}]+")
 _TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
+_REMEMBERED_WORD_CHARS = 64  # longer words are stemmed each time, not kept (a peer's junk)
+MAX_QUERY_CHARS = 4096
+"""What of a query is read (the rest is ignored): queries come from peers, in messages of up to
+16 MiB, and a model's search is a few words."""
 
 
 class Ranking(NamedTuple):
@@ -94,9 +99,10 @@ def _term(word: str) -> str:
         term = lowered
     else:
         term = str(_stemmer().stemWord(lowered))
-    if len(_terms) >= _TERMS_LIMIT:
-        _terms.clear()
-    _terms[word] = term
+    if len(word) <= _REMEMBERED_WORD_CHARS:
+        if len(_terms) >= _TERMS_LIMIT:
+            _terms.clear()
+        _terms[word] = term
     return term
 
 
@@ -243,6 +249,7 @@ class SearchIndex:
         if not self._docs:
             return scores
         terms = []
+        query = query[:MAX_QUERY_CHARS]
         for term, weight in self._query_terms(tokenize(query)).items():
             contributions = self._term_scores.get(term)
             if contributions is None:
