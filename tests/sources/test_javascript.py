@@ -631,3 +631,220 @@ async def test_a_cancelled_open_kills_esbuild_and_keeps_no_partial_bundle(
         [bundle] = cache.iterdir()
         assert bundle.name.startswith("ts-") and not bundle.name.endswith(".tmp.mjs")
     assert await before.left() == (set(), set())
+
+
+# -- what goes in and out of a call: values JSON cannot hold, background failures, stdin -------
+
+NOT_JSON = """
+const none = { type: "object", properties: {} };
+const t = (name, execute) => ({ name, description: "", parameters: none, execute });
+export default [
+  t("pid", () => process.pid),
+  t("nan", () => ({ output: { mean: NaN } })),
+  t("infinity", () => [1, -Infinity]),
+  t("bigint", () => ({ output: { id: 10n } })),
+  t("bigint_update", () => ({ output: 1, state_update: [{ op: "add", path: "/n", value: 2n }] })),
+  t("bigint_event", ({ emit }) => { emit("progress", { done: 1n }); return "emitted"; }),
+  t("circle", () => { const a = {}; a.self = a; return a; }),
+  t("collections", () => ({
+    map: new Map([["a", 1]]), set: new Set([1, 2]), bytes: new Uint8Array([1, 2]), when: new Date(0),
+  })),
+  t("object_keys", () => new Map([[{}, 1]])),
+];
+"""
+
+
+async def test_values_json_cannot_hold_fail_their_call_naming_where_they_are(
+    tmp_path: Path,
+) -> None:
+    # NaN and Infinity were sent as null and a Map, a Set or a typed array as {} (or
+    # {"0": ...}), all without a word; a BigInt failed as a bare "Do not know how to
+    # serialize a BigInt", naming neither the answer nor where in it.
+    source = JavaScriptSource(package(tmp_path / "notjson", NOT_JSON))
+    async with await create_toolkit(tools=[source]) as kit:
+        pid = (await kit.execute("pid", {})).data
+        expected = {
+            "nan": "output.mean is NaN, which JSON cannot hold",
+            "infinity": "output[1] is -Infinity, which JSON cannot hold",
+            "bigint": "output.id is a BigInt (10n), which JSON cannot hold",
+            "bigint_update": "state_update[0].value is a BigInt (2n)",
+            "circle": "TypeError: Converting circular structure to JSON",
+            "object_keys": "output is a Map with an object key",
+        }
+        for name, message in expected.items():
+            result = await kit.execute(name, {})
+            assert result.error_code == "tool_error", result
+            assert "the tool's answer is not JSON: " + message in (result.error or ""), result
+        event = await kit.execute("bigint_event", {})  # emit() throws in the tool
+        assert event.error_code == "tool_error", event
+        assert 'the "progress" event is not JSON: data.done is a BigInt' in (event.error or "")
+        collections = await kit.execute("collections", {})
+        assert collections.success, collections
+        assert collections.data == {
+            "map": {"a": 1},
+            "set": [1, 2],
+            "bytes": [1, 2],
+            "when": "1970-01-01T00:00:00.000Z",
+        }
+        assert (await kit.execute("pid", {})).data == pid  # the same worker throughout
+
+
+BACKGROUND = """
+const none = { type: "object", properties: {} };
+export default [
+  { name: "pid", description: "", parameters: none, execute() { return process.pid; } },
+  { name: "timer_throws", description: "", parameters: none, execute() {
+      // Both run in the order they were queued: the exception, then the answer.
+      return new Promise((resolve) => {
+        setImmediate(() => { throw new Error("in a timer"); });
+        setImmediate(() => resolve(process.pid));
+      });
+  } },
+];
+"""
+
+
+async def test_an_exception_in_the_tools_background_work_does_not_kill_the_worker(
+    tmp_path: Path,
+) -> None:
+    # An exception thrown in a timer (no call's to catch) ended the worker, and with it every
+    # call running on it; a stray rejection was already only logged.
+    source = JavaScriptSource(package(tmp_path / "background", BACKGROUND))
+    async with await create_toolkit(tools=[source]) as kit:
+        pid = (await kit.execute("pid", {})).data
+        result = await kit.execute("timer_throws", {}, timeout=30)
+        assert result.success and result.data == pid, result
+        assert (await kit.execute("pid", {})).data == pid
+
+
+STDIN = """
+const none = { type: "object", properties: {} };
+export default [
+  { name: "pid", description: "", parameters: none, execute() { return process.pid; } },
+  { name: "read_stdin", description: "", parameters: none, execute() {
+      return new Promise((resolve) => {
+        let text = "";
+        process.stdin.on("data", (chunk) => { text += chunk; });
+        process.stdin.on("end", () => resolve(text));
+      });
+  } },
+  { name: "close_stdin", description: "", parameters: none, execute() {
+      process.stdin.pause();
+      process.stdin.destroy();
+      return "closed";
+  } },
+];
+"""
+
+
+async def test_the_tools_stdin_is_not_the_protocol_channel(tmp_path: Path) -> None:
+    # process.stdin was the stream the calls come in on: a tool reading it saw the next calls
+    # (and waited for an end that never came); one closing it ended the worker.
+    source = JavaScriptSource(package(tmp_path / "stdin", STDIN))
+    async with await create_toolkit(tools=[source]) as kit:
+        pid = (await kit.execute("pid", {})).data
+        read = await kit.execute("read_stdin", {}, timeout=30)
+        assert read.success and read.data == "", read  # an empty stdin, as /dev/null
+        closed = await kit.execute("close_stdin", {}, timeout=30)
+        assert closed.success and closed.data == "closed", closed
+        assert (await kit.execute("pid", {}, timeout=30)).data == pid
+
+
+async def test_an_error_with_a_huge_message_is_cut(tmp_path: Path) -> None:
+    # All 40 MB of it were sent: over the message limit, the call failed as "the tool's
+    # output is too large", which hid the tool's own error.
+    huge = (
+        "export const tools = ["
+        f"{PID},"
+        '{ name: "huge", description: "",'
+        '  execute() { throw new RangeError("m".repeat(40 * 1024 * 1024)); } }];'
+    )
+    source = JavaScriptSource(package(tmp_path / "huge", huge))
+    async with await create_toolkit(tools=[source]) as kit:
+        pid = (await kit.execute("pid", {})).data
+        result = await kit.execute("huge", {}, timeout=60)
+        assert result.error_code == "tool_error", result
+        error = result.error or ""
+        assert "RangeError: mmmm" in error and "more characters cut]" in error, error[:300]
+        assert len(error) < 20_000
+        assert (await kit.execute("pid", {})).data == pid
+
+
+@pytest.mark.parametrize(
+    ("parameters", "reason"),
+    [
+        ('{ type: "object", properties: 3 }', "'int' object has no attribute 'items'"),
+        ('{ type: "frob" }', "cannot compile schema"),
+    ],
+)
+async def test_parameters_that_are_no_json_schema_fail_only_their_source(
+    tmp_path: Path, parameters: str, reason: str
+) -> None:
+    # `properties: 3` raised an AttributeError out of create_toolkit (every source lost); an
+    # unknown type opened, and then failed each call as "tool schema is broken".
+    broken = JavaScriptSource(
+        package(
+            tmp_path / "schema",
+            f'export default {{ name: "odd", description: "", parameters: {parameters},'
+            " execute() { return 1; } };",
+        )
+    )
+    counter = JavaScriptSource(package(tmp_path / "counter", COUNTER))
+    async with await create_toolkit(tools=[broken, counter]) as kit:
+        assert broken.status.state == "failed", broken.status
+        assert "tool 'odd': its parameters are not a usable JSON Schema" in broken.status.reason
+        assert reason in broken.status.reason
+        assert (await kit.execute("counter", {"by": 1})).data == {"count": 1}
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            'export default { name: "a", parameters: { type: "object", maximum: 10n },'
+            " execute() {} };",
+            'tool "a" cannot be described as JSON: parameters.maximum is a BigInt (10n)',
+        ),
+        (
+            'const p = { type: "object" }; p.self = p;'
+            ' export default { name: "a", parameters: p, execute() {} };',
+            'tool "a" cannot be described as JSON: TypeError: Converting circular structure',
+        ),
+        (
+            'export default { name: "a", get description() { throw new Error("no text"); },'
+            " execute() {} };",
+            'tool "a" cannot be described as JSON: Error: no text',
+        ),
+        (
+            'export default { name: "a", execute: 42 };',
+            'must export a tool { name, description, parameters, execute(input) } (as default, '
+            '`tool` or `tools`); tool "a": execute is a number, not a function',
+        ),
+        ('export default [{ name: "a", execute() {} }, { execute() {} }];',
+         "tool 2 of 2 has no name (a string), but undefined"),
+        ("export const x = 1;", "it exports none of them"),
+    ],
+)  # fmt: skip
+async def test_what_is_wrong_with_a_packages_tools_is_named(
+    tmp_path: Path, source: str, reason: str
+) -> None:
+    # A tool list JSON could not hold ended the worker before it sent its tools ("the worker
+    # exited", its stderr the only clue); a bad export did not say which tool, nor what.
+    js = JavaScriptSource(package(tmp_path / "pkg", source))
+    async with await create_toolkit(tools=[js]) as kit:
+        assert len(kit) == 0
+        assert js.status.state == "failed" and reason in js.status.reason, js.status
+        assert "exited" not in js.status.reason
+
+
+async def test_a_main_that_is_not_built_yet_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "unbuilt"
+    folder.mkdir()
+    (folder / "package.json").write_text(json.dumps({"name": "u", "main": "dist/index.js"}))
+    source = JavaScriptSource(folder)
+    async with await create_toolkit(tools=[source]) as kit:
+        assert len(kit) == 0
+    assert source.status.state == "failed"
+    assert "package.json names 'dist/index.js', but the package holds no such file" in (
+        source.status.reason
+    )

@@ -34,9 +34,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from toolmesh.schema import compile_validator
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
 from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
+from toolmesh.tools import Tool
 
 __all__ = ["JavaScriptSource", "sources_from_manifest"]
 
@@ -133,6 +135,20 @@ class JavaScriptSource(WorkerSource):
             argv = sandbox.wrap(argv)
         return argv, str(self.folder), env
 
+    def _tool(self, spec: Mapping[str, Any]) -> Tool:
+        """The tool of ``spec``, its schema compiled now: a ``parameters`` that is no usable
+        JSON Schema (``properties: 3``, an unknown ``type``) fails the source, naming the tool,
+        instead of raising out of ``create_toolkit`` or failing each call."""
+        try:
+            tool = super()._tool(spec)
+            tool._validator = compile_validator(tool.input_schema)
+        except Exception as exc:
+            raise WorkerError(
+                f"{self.name}: tool {spec.get('name')!r}: its parameters are not a usable "
+                f"JSON Schema: {exc}"
+            ) from None
+        return tool
+
     async def _npm_install(self) -> None:
         npm = shutil.which("npm")
         if npm is None:
@@ -213,14 +229,20 @@ def _entry(folder: Path, package: Mapping[str, Any]) -> Path:
     exports = package.get("exports")
     if isinstance(exports, Mapping) and "." in exports:
         exports = exports["."]
-    candidates = _export_targets(exports)
+    declared = _export_targets(exports)
     if isinstance(package.get("main"), str):
-        candidates.append(package["main"])
-    candidates += ["index.mjs", "index.js", "index.ts", "src/index.ts", "src/index.js"]
+        declared.append(package["main"])
+    candidates = [*declared, "index.mjs", "index.js", "index.ts", "src/index.ts", "src/index.js"]
     for relative in candidates:
         path = _resolve_file(folder, relative)
         if path is not None:
             return path
+    if declared:  # a "main": "dist/index.js" not built yet, say: not "set 'main'"
+        named = ", ".join(repr(relative) for relative in declared)
+        raise WorkerError(
+            f"{folder}: no entry module: package.json names {named}, but the package holds "
+            "no such file (is it built?)"
+        )
     raise WorkerError(f"{folder}: no entry module (set 'main' or 'exports' in package.json)")
 
 
