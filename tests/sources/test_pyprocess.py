@@ -165,6 +165,16 @@ async def test_tools_of_one_name_fail_the_source(tmp_path: Path) -> None:
     assert "two tools are named 'echo'" in source.status.reason
 
 
+async def test_parameters_that_are_no_json_schema_fail_only_their_source(tmp_path: Path) -> None:
+    """``properties: 3`` raised AttributeError out of create_toolkit: every source was lost."""
+    body = ODD + 'tools += [{"name": "odd", "execute": leave, "parameters": {"properties": 3}}]\n'
+    source = PythonPackageSource(package(tmp_path / "pkg", body=body), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        assert len(kit) == 0
+    assert source.status.state == "failed"
+    assert "tool 'odd': its parameters are not a usable JSON Schema" in source.status.reason
+
+
 @pytest.mark.parametrize(
     ("pyproject", "reason"),
     [("project = 5\n", "`project` must be a table"),

@@ -34,11 +34,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolmesh.schema import compile_validator
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
 from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
-from toolmesh.tools import Tool
 
 __all__ = ["JavaScriptSource", "sources_from_manifest"]
 
@@ -134,20 +132,6 @@ class JavaScriptSource(WorkerSource):
             )
             argv = sandbox.wrap(argv)
         return argv, str(self.folder), env
-
-    def _tool(self, spec: Mapping[str, Any]) -> Tool:
-        """The tool of ``spec``, its schema compiled now: a ``parameters`` that is no usable
-        JSON Schema (``properties: 3``, an unknown ``type``) fails the source, naming the tool,
-        instead of raising out of ``create_toolkit`` or failing each call."""
-        try:
-            tool = super()._tool(spec)
-            tool._validator = compile_validator(tool.input_schema)
-        except Exception as exc:
-            raise WorkerError(
-                f"{self.name}: tool {spec.get('name')!r}: its parameters are not a usable "
-                f"JSON Schema: {exc}"
-            ) from None
-        return tool
 
     async def _npm_install(self) -> None:
         npm = shutil.which("npm")

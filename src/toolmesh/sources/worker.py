@@ -37,6 +37,7 @@ from typing import Any
 
 from toolmesh.errors import ConfigError, ToolmeshError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
+from toolmesh.schema import compile_validator
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.tools import Output, Tool, ToolContext
 
@@ -430,7 +431,7 @@ class WorkerSource(Source):
                 finally:
                     self._preparing = None
                 worker = await self._start(epoch)
-                tools = [self._tool(spec) for spec in worker.specs]
+                tools = [self._described(spec) for spec in worker.specs]
             except (WorkerError, OSError, ValueError, TypeError) as exc:
                 closed = epoch != self._epoch
                 await self._stop()
@@ -513,6 +514,20 @@ class WorkerSource(Source):
             if self._worker is None:  # pragma: no cover - _start sets it
                 raise WorkerError(f"{self.name}: the worker did not start")
             return self._worker
+
+    def _described(self, spec: Mapping[str, Any]) -> Tool:
+        """The tool of ``spec``, its schema compiled now: a ``parameters`` that is no usable
+        JSON Schema (``properties: 3``, an unknown ``type``) fails the source, naming the tool,
+        instead of raising out of ``create_toolkit`` or failing each call."""
+        try:
+            tool = self._tool(spec)
+            tool._validator = compile_validator(tool.input_schema)
+        except Exception as exc:
+            raise WorkerError(
+                f"{self.name}: tool {spec.get('name')!r}: its parameters are not a usable "
+                f"JSON Schema: {exc}"
+            ) from None
+        return tool
 
     def _tool(self, spec: Mapping[str, Any]) -> Tool:
         name = str(spec["name"])
