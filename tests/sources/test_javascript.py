@@ -848,3 +848,25 @@ async def test_a_main_that_is_not_built_yet_is_named(tmp_path: Path) -> None:
     assert "package.json names 'dist/index.js', but the package holds no such file" in (
         source.status.reason
     )
+
+
+ECHO_NUMBERS = """
+export default {
+  name: "numbers", description: "Echoes its numbers.",
+  parameters: { type: "object", properties: { values: { type: "array" } } },
+  execute: ({ args }) => ({ output: args.values.map(String) }),
+};
+"""
+
+
+async def test_integers_javascript_cannot_keep_exact_are_refused(tmp_path: Path) -> None:
+    """2**70 reached the tool as 1180591620717411303424 and -2**63 came back as
+    -9223372036854776000: changed without a word."""
+    source = JavaScriptSource(package(tmp_path / "numbers", ECHO_NUMBERS))
+    async with await create_toolkit(tools=[source]) as kit:
+        exact = await kit.execute("numbers", {"values": [2**53, -(2**53), 1.5]})
+        assert exact.success and exact.data == ["9007199254740992", "-9007199254740992", "1.5"]
+        refused = await kit.execute("numbers", {"values": [1, {"n": -(2**63)}]})
+        assert refused.error_code == "invalid_arguments"
+        assert refused.metadata == {"path": "$.values[1].n"}
+        assert "beyond what the tool's language keeps exact" in (refused.error or "")

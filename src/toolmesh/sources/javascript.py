@@ -50,6 +50,7 @@ class JavaScriptSource(WorkerSource):
     """The tools of one JavaScript/TypeScript package, run by Node.js."""
 
     kind = "javascript"
+    exact_integers_up_to = 2**53  # JSON numbers are doubles in JavaScript
 
     def __init__(
         self,

@@ -35,9 +35,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolmesh.errors import ConfigError, ToolmeshError
+from toolmesh.errors import ArgumentError, ConfigError, ToolmeshError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
-from toolmesh.schema import compile_validator
+from toolmesh.schema import child_path, compile_validator
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.tools import Output, Tool, ToolContext
 
@@ -333,6 +333,9 @@ class WorkerSource(Source):
 
     kind = "worker"
     start_timeout = 60.0
+    # The largest integer an argument may hold, when the worker's language reads JSON numbers
+    # as doubles (JavaScript: 2**53); None when it keeps every integer exact.
+    exact_integers_up_to: int | None = None
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -533,6 +536,8 @@ class WorkerSource(Source):
         name = str(spec["name"])
 
         async def run(args: dict[str, Any], ctx: ToolContext) -> Output | ToolResult:
+            if self.exact_integers_up_to is not None:
+                _check_exact_integers(args, self.exact_integers_up_to)
             worker = await self._running()
             try:
                 answer = await worker.call(name, args, ctx)
@@ -568,6 +573,24 @@ class WorkerSource(Source):
             capabilities=[str(c) for c in spec.get("capabilities") or []],
         )
         return Tool(definition, run, source=self.kind, input_schema=dict(spec["parameters"]))
+
+
+def _check_exact_integers(value: Any, bound: int, path: str = "$") -> None:
+    """``ArgumentError`` at the first integer beyond ``bound``: the worker would read a nearby
+    double instead (2**70 as 1180591620717411303424.0, -2**63 as ...776000), without a word."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > bound:
+            raise ArgumentError(
+                f"{value} is beyond what the tool's language keeps exact (+-{bound}); pass it "
+                "as a string",
+                path=path,
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_exact_integers(item, bound, child_path(path, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_exact_integers(item, bound, f"{path}[{index}]")
 
 
 def _is_patch(update: Any) -> bool:
