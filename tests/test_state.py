@@ -565,3 +565,32 @@ async def test_an_update_too_large_to_answer_is_refused_before_it_is_applied(cha
         assert stored.success, stored.error
         answer = encode(ToolCallResponse(req_id="r", data=stored))
         assert len(answer) < DEFAULT_MAX_MESSAGE_BYTES  # it reaches the caller
+
+
+async def test_a_document_stays_small_enough_to_be_read_whole() -> None:
+    """Updates of a few MiB each grew a document past what a state/get/resp can carry: the
+    state could then never be read over the wire again."""
+    from toolmesh.state import MAX_DOCUMENT_BYTES
+
+    @tool
+    def grow(key: str, length: int) -> Output:
+        """Store a long text under key."""
+        return Output(
+            "ok", state_update=[{"op": "add", "path": f"/context/{key}", "value": "x" * length}]
+        )
+
+    @tool
+    def drop(key: str) -> Output:
+        """Remove key."""
+        return Output("ok", state_update=[{"op": "remove", "path": f"/context/{key}"}])
+
+    part = MAX_DOCUMENT_BYTES // 3
+    async with Toolkit(grow, drop) as toolkit:
+        for key in "ab":
+            assert (await toolkit.execute("grow", {"key": key, "length": part})).success
+        refused = await toolkit.execute("grow", {"key": "c", "length": part})
+        assert refused.error_code == ToolErrorCode.INVALID_STATE_UPDATE
+        assert "more than the" in (refused.error or "")
+        assert set((await toolkit.state.snapshot(toolkit.session.id))["context"]) == {"a", "b"}
+        assert (await toolkit.execute("drop", {"key": "a"})).success  # shrinking is fine
+        assert (await toolkit.execute("grow", {"key": "c", "length": part})).success

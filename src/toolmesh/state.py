@@ -29,6 +29,7 @@ from toolmesh.store.base import StateRecord, Store
 __all__ = [
     "INITIAL_STATE",
     "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
     "MAX_INT_DIGITS",
     "MAX_PATCH_BYTES",
     "MAX_UPDATE_SIZE",
@@ -53,6 +54,11 @@ MAX_PATCH_BYTES = 4 * 1024 * 1024
 result's ``state_update`` and its ``state`` event), and with the rest of the result must fit in
 one A2E message (16 MiB by default). A larger update would be stored and then never reach the
 caller, whose retry would apply it again."""
+
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+"""The most a session's state document may grow to as JSON: it travels whole in a
+``state/get/resp`` (and to every worker tool a call runs), within one message. An update that
+would make it larger is refused, unless it makes it no larger than it was."""
 
 MAX_INT_DIGITS = 4300
 """The most digits an integer in a document may have: Python refuses to read or write longer
@@ -126,6 +132,7 @@ class StateManager:
                         self._cache.pop(session_id, None)
                         continue
                     raise
+                _check_document_size(document, record.document)
                 if await self.store.save_state(
                     session_id, document, expected_version=record.version
                 ):
@@ -333,6 +340,15 @@ def _patched(
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise StateError(f"{where} not applied: {_detail(exc)}") from exc
     return patched
+
+
+def _check_document_size(document: dict[str, Any], before: dict[str, Any]) -> None:
+    size = len(to_json(document))
+    if size > MAX_DOCUMENT_BYTES and size > len(to_json(before)):
+        raise StateError(
+            f"the update would make the state {size} bytes as JSON, more than the "
+            f"{MAX_DOCUMENT_BYTES} one message carries whole; the state is unchanged"
+        )
 
 
 def _detail(exc: Exception) -> str:
