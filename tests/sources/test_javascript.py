@@ -204,14 +204,6 @@ export default [
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 async def test_a_timed_out_call_leaves_the_other_calls_on_the_worker_running(
     tmp_path: Path,
 ) -> None:
@@ -226,7 +218,7 @@ async def test_a_timed_out_call_leaves_the_other_calls_on_the_worker_running(
         waited = await waiting
         assert waited.success and waited.data == pid, waited
         # Idle now, and still owing the abandoned call: it was replaced.
-        assert _gone(pid)
+        assert gone(pid)
         again = await kit.execute("pid", {})
         assert again.success and again.data != pid
 
@@ -263,8 +255,8 @@ async def test_a_rejected_tool_list_leaves_no_worker_running(tmp_path: Path) -> 
         assert len(kit) == 0
         assert source.status.state == "failed" and "'parameters'" in source.status.reason
         pid = int((out / "pid").read_text())
-        assert _gone(pid)
-    assert _gone(pid)
+        assert gone(pid)
+    assert gone(pid)
 
 
 async def test_a_package_json_that_is_not_an_object_fails_only_its_source(
