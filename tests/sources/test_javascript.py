@@ -473,7 +473,7 @@ async def test_closing_while_a_call_restarts_the_worker_stops_it(tmp_path: Path)
         gate.release(first)
         await starting
         crashed = await toolkit.execute("crash", {})
-        assert not crashed.success and "exited" in (crashed.error or ""), crashed
+        assert not crashed.success and "exited with code 3" in (crashed.error or ""), crashed
         call = asyncio.ensure_future(toolkit.execute("pid", {}))
         restarted = await gate.arrival(call)  # the call is starting a fresh worker
         await source.close()  # the source itself (a toolkit's close ends its calls first)

@@ -157,6 +157,22 @@ async def test_sys_exit_and_an_output_that_is_not_json_answer_at_once(tmp_path: 
         assert (await kit.execute("echo", {})).data == "echo"
 
 
+async def test_a_worker_that_ends_says_how(tmp_path: Path) -> None:
+    """The error said only "the worker exited": not the code it gave, nor the signal."""
+    body = (
+        "import os, signal\n"
+        "def bye(input):\n    os._exit(4)\n"
+        "def killed(input):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        'tools = [{"name": "bye", "execute": bye}, {"name": "killed", "execute": killed}]\n'
+    )
+    source = PythonPackageSource(package(tmp_path / "pkg", body=body), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        bye = await kit.execute("bye", {}, timeout=20)
+        assert "the worker exited with code 4" in (bye.error or ""), bye
+        killed = await kit.execute("killed", {}, timeout=20)
+        assert "the worker exited (killed by SIGKILL)" in (killed.error or ""), killed
+
+
 async def test_tools_of_one_name_fail_the_source(tmp_path: Path) -> None:
     body = ODD + 'tools += [{"name": "echo", "execute": leave}]\n'
     source = PythonPackageSource(package(tmp_path / "pkg", body=body), cache_dir=tmp_path / "c")

@@ -186,9 +186,10 @@ class Worker:
                 self._oversize(line)
             else:
                 self._dispatch(line)
+        status = ""
         if self.process is not None:
-            await self.process.wait()
-        self._fail_all(WorkerError(f"{self.label}: the worker exited{self._tail()}"))
+            status = _exit_status(await self.process.wait())
+        self._fail_all(WorkerError(f"{self.label}: the worker exited{status}{self._tail()}"))
 
     async def _read_stderr(self) -> None:
         stream = self.process.stderr if self.process is not None else None
@@ -265,6 +266,16 @@ class Worker:
     def _tail(self) -> str:
         lines = [line for line in self.stderr if line.strip()]
         return ("; its last output:\n" + "\n".join(lines[-10:])) if lines else ""
+
+
+def _exit_status(returncode: int) -> str:
+    """How a worker ended, for its error: the code it gave, or the signal that stopped it."""
+    if returncode < 0:
+        try:
+            return f" (killed by {signal.Signals(-returncode).name})"
+        except ValueError:
+            return f" (killed by signal {-returncode})"
+    return f" with code {returncode}"
 
 
 async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, bool]]:
