@@ -100,6 +100,21 @@ async def test_a_retry_that_would_pass_the_deadline_gives_up_at_once() -> None:
     assert len(llm.requests) == 1
 
 
+async def test_a_retry_after_beyond_max_retry_wait_fails_at_once() -> None:
+    # Without a run timeout, "Retry-After: 3600" (an exhausted quota) held the run for an hour.
+    quota = Answer({"error": "quota"}, 429, {"Retry-After": "3600"})
+    with StubLLM(lambda body, i: quota) as llm:
+        client = create_client(llm.base_url, model="m")
+        with pytest.raises(
+            ProviderError, match=r"wait 3\.6e\+03s .*max_retry_wait \(60s\)"
+        ) as caught:
+            await asyncio.wait_for(client.run("go"), 30)
+        assert caught.value.status == 429 and caught.value.detail["retry_after"] == 3600.0
+        assert len(llm.requests) == 1
+    with pytest.raises(ConfigError, match="max_retry_wait"):
+        create_client("http://127.0.0.1:9/v1", model="m", max_retry_wait=-1)
+
+
 async def test_unreachable_provider_is_a_provider_error() -> None:
     client = create_client("http://127.0.0.1:9/v1", model="m", max_retries=1, backoff=0.0)
     with pytest.raises(ProviderError, match="no answer") as caught:

@@ -6,7 +6,7 @@ API, over httpx for ``https://`` and a lean HTTP/1.1 client for a model server o
 host); no provider SDK is needed. Requests that fail
 with 429 or a 5xx status, or that get no answer, are retried with exponential backoff; a
 ``Retry-After`` (or ``retry-after-ms``) header sets the wait instead. A retry never waits past
-the run's deadline.
+the run's deadline, nor longer than ``max_retry_wait``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def create_client(
     max_retries: int = 3,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    max_retry_wait: float = 60.0,
     options: Mapping[str, Any] | None = None,
 ) -> LLMClient:
     """A client for the model ``model`` behind ``base_url`` (e.g. ``https://api.openai.com/v1``
@@ -65,13 +66,17 @@ def create_client(
 
     ``system`` is the default system prompt of every run, ``options`` extra request fields
     (``temperature``, ``max_tokens``, ...), ``timeout`` the limit of one HTTP request.
+    ``max_retry_wait`` is the longest ``Retry-After`` waited for: a provider asking for more
+    (an exhausted quota says hours) fails the request at once instead of holding the run.
     """
     if not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"base_url must be an http(s) URL, not {base_url!r}")
     if not model:
         raise ConfigError("create_client needs a model name (model=...)")
-    if max_retries < 0 or backoff < 0 or max_backoff < 0:
-        raise ConfigError("max_retries, backoff and max_backoff must not be negative")
+    if max_retries < 0 or backoff < 0 or max_backoff < 0 or max_retry_wait < 0:
+        raise ConfigError(
+            "max_retries, backoff, max_backoff and max_retry_wait must not be negative"
+        )
     if not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
         raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
     try:
@@ -89,6 +94,7 @@ def create_client(
         max_retries=max_retries,
         backoff=backoff,
         max_backoff=max_backoff,
+        max_retry_wait=max_retry_wait,
         options=dict(options or {}),
     )
 
@@ -109,6 +115,7 @@ class LLMClient:
         max_retries: int,
         backoff: float,
         max_backoff: float,
+        max_retry_wait: float = 60.0,
         options: dict[str, Any],
     ) -> None:
         self.base_url = base_url
@@ -119,6 +126,7 @@ class LLMClient:
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.max_retry_wait = max_retry_wait
         self.options = options
         self._url = style.url(base_url)
         self._endpoint = httpx.URL(self._url)  # parsed once, not per request
@@ -169,6 +177,7 @@ class LLMClient:
                     raise
                 failure = exc
             wait = failure.detail.get("retry_after")
+            told = isinstance(wait, float)
             if not isinstance(wait, float):
                 wait = retry_delay({}, attempt, self.backoff, self.max_backoff)
             if deadline is not None and time.monotonic() + wait > deadline:
@@ -178,6 +187,15 @@ class LLMClient:
                     status=failure.status,
                     body=failure.body,
                 ) from failure
+            if told and wait > self.max_retry_wait:
+                refused = ProviderError(
+                    f"gave up after {attempt + 1} attempts: the provider asks to wait {wait:.3g}s "
+                    f"before a retry, more than max_retry_wait ({self.max_retry_wait:g}s)",
+                    status=failure.status,
+                    body=failure.body,
+                )
+                refused.detail["retry_after"] = wait  # when the caller may come back
+                raise refused from failure
             if on_retry is not None:
                 on_retry(failure.status, wait)
             await asyncio.sleep(wait)
