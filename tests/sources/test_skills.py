@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -253,6 +254,30 @@ def test_crlf_line_endings_leave_no_carriage_returns(tmp_path: Path) -> None:
     (skill,), problems = load_skills(tmp_path)
     assert problems == [] and skill.instructions == "Step one.\nTwo."
     assert skill.description == "Two\nlines."
+
+
+async def test_a_link_swapped_in_after_the_check_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file was checked by its resolved path, then read by name: a symlink swapped in
+    # between (for the file, or for a folder on its way) was followed out of the skill.
+    folder = tmp_path / "skills" / "s"
+    write(folder, GOOD.format(name="s"))
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("the secret")
+    (folder / "note.txt").symlink_to(tmp_path / "outside" / "secret.txt")
+    (folder / "sub").symlink_to(tmp_path / "outside")
+    os.mkfifo(folder / "pipe")
+    kit = await create_toolkit(skills_dir=tmp_path / "skills")
+    with monkeypatch.context() as patched:  # as if each link came just after the check
+        patched.setattr(os.path, "realpath", os.path.abspath)
+        note = await kit.execute("skill", {"name": "s", "file": "note.txt"})
+        sub = await kit.execute("skill", {"name": "s", "file": "sub/secret.txt"})
+    pipe = await asyncio.wait_for(kit.execute("skill", {"name": "s", "file": "pipe"}), 10)
+    await kit.close()
+    assert "the skill has no file 'note.txt'" in (note.error or ""), note
+    assert "'sub/secret.txt' is outside the skill's folder" in (sub.error or ""), sub
+    assert "the skill has no file 'pipe' (a FIFO)" in (pipe.error or ""), pipe
 
 
 async def test_a_file_name_with_a_nul_says_so(tmp_path: Path) -> None:

@@ -334,8 +334,22 @@ def _read_inside(folder: Path, relative: str) -> str:
     target = os.path.realpath(os.path.join(base, relative))
     if not _inside(base, target):
         raise ValueError(f"{relative!r} is outside the skill's folder")
-    if not os.path.isfile(target):
-        raise ValueError(f"the skill has no file {relative!r}")
-    if os.path.getsize(target) > MAX_FILE_BYTES:
+    # The checks above hold for the path as it was: a symlink swapped in before the open is not
+    # followed (O_NOFOLLOW), one put in a parent's place is caught on the descriptor, and a FIFO
+    # does not block the open (O_NONBLOCK).
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(target, flags)
+    except OSError:
+        raise ValueError(f"the skill has no file {relative!r}") from None
+    with os.fdopen(fd, "rb") as handle:
+        proc = f"/proc/self/fd/{fd}"
+        if os.path.exists(proc) and not _inside(base, os.readlink(proc)):
+            raise ValueError(f"{relative!r} is outside the skill's folder")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"the skill has no file {relative!r} ({_file_kind(info.st_mode)})")
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{relative!r} is larger than {MAX_FILE_BYTES} bytes")
-    return Path(target).read_text(encoding="utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")
