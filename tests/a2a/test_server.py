@@ -349,9 +349,14 @@ async def test_a_rejected_streaming_message_ends_its_stream(served: Served) -> N
         ("ListTasks", {"historyLength": -2}, {}, -32602),
         ("ListTasks", {"status": "TASK_STATE_DONE"}, {}, -32602),
         ("ListTasks", {"pageSize": True}, {}, -32602),
+        ("ListTasks", {"pageSize": 0}, {}, -32602),  # given, not unset: the SDK refuses it too
         ("ListTasks", {"includeArtifacts": "yes"}, {}, -32602),
         ("ListTasks", {"statusTimestampAfter": "yesterday"}, {}, -32602),
         ("ListTasks", {"statusTimestampAfter": 1700000000}, {}, -32602),
+        # as protobuf's Timestamp reads it: no date alone, no time without its offset
+        ("ListTasks", {"statusTimestampAfter": "2024-01-01"}, {}, -32602),
+        ("ListTasks", {"statusTimestampAfter": "2024-01-01T00:00:00"}, {}, -32602),
+        ("ListTasks", {"statusTimestampAfter": "2024-01-01 00:00:00Z"}, {}, -32602),
         (
             "SendMessage",
             {"message": {"role": "ROLE_USER", "parts": [{"text": "hi"}]}, "configuration": C},
@@ -401,6 +406,8 @@ async def test_list_tasks_filters_by_status_timestamp(served: Served) -> None:
     assert later["result"]["totalSize"] == 1  # it used to be ignored: both were listed
     every = await rpc(served.rpc, "ListTasks", {"statusTimestampAfter": "2000-01-01T00:00:00Z"})
     assert every["result"]["totalSize"] == 2
+    offset = {"statusTimestampAfter": "2000-01-01T00:00:00.123456789+02:00"}
+    assert (await rpc(served.rpc, "ListTasks", offset))["result"]["totalSize"] == 2
 
 
 async def test_history_length_cuts_the_history(served: Served) -> None:

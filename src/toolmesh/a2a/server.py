@@ -318,10 +318,10 @@ class A2AServer:
         return _result(request_id, wire.task_to_v03(task) if legacy else task)
 
     async def _list_tasks(self, params: JsonObject, request_id: Any, legacy: bool) -> Response:
-        size = (
-            _integer(params.get("pageSize"), "pageSize must be a positive integer") or DEFAULT_PAGE
-        )
-        if size < 1:
+        size = _integer(params.get("pageSize"), "pageSize must be a positive integer")
+        if size is None:
+            size = DEFAULT_PAGE
+        elif size < 1:
             raise wire.RpcError(wire.INVALID_PARAMS, "pageSize must be a positive integer")
         history_length = _history_length(params.get("historyLength"))
         with_artifacts = _flag(params, "includeArtifacts", False)
@@ -845,11 +845,13 @@ def _flag(params: JsonObject, key: str, default: bool) -> bool:
 
 
 def _timestamp_filter(value: Any) -> float:
-    """ListTasks' ``statusTimestampAfter`` (RFC 3339 text) as epoch seconds, 0 when absent."""
+    """ListTasks' ``statusTimestampAfter`` (RFC 3339 text) as epoch seconds, 0 when absent.
+    Read as the protobuf JSON mapping reads a Timestamp: a date alone, or a time without its
+    offset, is refused rather than taken as UTC (it may have meant the sender's local time)."""
     if value is None or value == "":
         return 0.0
     try:
-        if not isinstance(value, str):
+        if not isinstance(value, str) or not _RFC3339.fullmatch(value):
             raise ValueError
         return wire.parse_timestamp(value)
     except ValueError:
@@ -857,6 +859,9 @@ def _timestamp_filter(value: Any) -> float:
             wire.INVALID_PARAMS,
             f"statusTimestampAfter must be an RFC 3339 time, not {value!r}"[:200],
         ) from None
+
+
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)", re.ASCII)
 
 
 def _state_filter(value: Any) -> str:
