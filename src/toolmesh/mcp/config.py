@@ -82,6 +82,8 @@ class MCPServerConfig:
     ``prefix``: tools are named ``{prefix}_{tool}``; None means the server's name, "" none.
     ``allow``/``deny``: glob patterns over the server's own tool names.
     ``capabilities``/``tags``: added to every tool of the server.
+    ``connect_timeout``: for connecting and the handshake; over HTTP also for an answer owed only
+    a status (a notification's 202, the session's DELETE), but no more than 10 s for that.
     ``reset_timeout_on_progress``: each progress notification restarts the call's timeout,
     never beyond ``max_total_timeout`` seconds from the start of the call.
     ``defer_loading``: true defers every tool (found through search instead of listed); a number

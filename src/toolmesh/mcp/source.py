@@ -5,7 +5,9 @@ must be entered and left by one task), so ``open`` and ``close`` may come from a
 run in the pipeline's task and go through the SDK's session:
 
 - the pipeline's deadline (or the caller's cancellation) cancels the request at the server: the
-  SDK sends ``notifications/cancelled`` over stdio and closes the request's stream over HTTP;
+  SDK sends ``notifications/cancelled`` (over HTTP, a 2026-07-28 connection closes the request's
+  stream instead); a server that never answers its POST holds up later calls no longer than
+  ``ACK_TIMEOUT`` (or the connect timeout, if shorter);
 - progress notifications become ``progress`` events and, when configured, restart the
   deadline up to ``max_total_timeout``;
 - a stdio server that dies fails its running calls with a clear error (the last lines it wrote
@@ -52,6 +54,10 @@ MAX_PAGES = 1000  # a server whose cursors never end cannot hang a listing
 STDERR_LINES = 20
 MAX_PROBLEMS_SHOWN = 5
 MAX_STRAY_LINES_LOGGED = 5  # per connection, at WARNING; the rest at DEBUG
+# How long an HTTP server may take to answer a message owed only a status (a notification's
+# 202, which needs no work): the connect timeout, but no more, as every later message of the
+# connection waits meanwhile (see _http_client).
+ACK_TIMEOUT = 10.0
 _NOTICE_WRITE_TIMEOUT = 5.0  # a notifications/cancelled written in the background, as the SDK's
 _CONNECTION_CLOSED = -32000
 # A malformed answer, handed to the SDK as an error for the request it answers
@@ -507,9 +513,14 @@ class _Connection:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        client = httpx2.AsyncClient(
-            headers=self.config.http_headers(),
-            timeout=httpx2.Timeout(self.config.connect_timeout, read=None),
+        from toolmesh.mcp._http_client import AckBoundClient
+
+        config = self.config
+        client = AckBoundClient(
+            config.name,
+            min(config.connect_timeout, ACK_TIMEOUT),
+            headers=config.http_headers(),
+            timeout=httpx2.Timeout(config.connect_timeout, read=None),
         )
         async with client:
             http = streamable_http_client(self.config.url, http_client=client)
