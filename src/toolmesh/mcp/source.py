@@ -716,7 +716,8 @@ class _WatchedWrite(_StreamProxy):
     cancellation: the SDK's cancel path waits (up to 5 s) until its ``notifications/cancelled``
     is written, and a server that stopped reading would keep a call past its deadline that long.
     Such a notice is handed on at once when the writer is free, else written in the
-    background."""
+    background (always over HTTP, whose SDK stream has no ``send_nowait``: a request sent
+    next may then reach the server before the notice, which names its own request)."""
 
     def __init__(self, inner: Any, repair: _InboundRepair) -> None:
         super().__init__(inner)
