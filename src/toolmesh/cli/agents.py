@@ -26,6 +26,7 @@ DEFAULT_CONFIG = "toolmesh.toml"
 API_KEY_VARIABLES = {
     "openai": ("TOOLMESH_LLM_API_KEY", "OPENAI_API_KEY"),
     "anthropic": ("TOOLMESH_LLM_API_KEY", "ANTHROPIC_API_KEY"),
+    "gemini": ("TOOLMESH_LLM_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"),
 }
 
 
@@ -206,10 +207,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", metavar="M", help="the model name")
     group.add_argument(
         "--llm-style",
-        choices=["openai", "anthropic"],
+        choices=["openai", "anthropic", "gemini"],
         default="openai",
         help="the API style (default openai); the key comes from TOOLMESH_LLM_API_KEY, "
-        "else OPENAI_API_KEY or ANTHROPIC_API_KEY",
+        "else OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (then GOOGLE_API_KEY)",
     )
     group.add_argument(
         "--skills", metavar="DIR", help="a skills folder to serve (the card's skills)"

@@ -1,9 +1,9 @@
 """A client for a model provider's HTTP API, and the agent loop it runs (``client.run``).
 
-``create_client(base_url, style="openai" | "anthropic", model=..., api_key=...)`` speaks either
-API, over httpx for ``https://`` and a lean HTTP/1.1 client for a model server on plain
-``http://`` (``toolmesh.transports.lean_http``; httpx again when a proxy is configured for that
-host); no provider SDK is needed. Requests that fail
+``create_client(base_url, style="openai" | "anthropic" | "gemini", model=..., api_key=...)``
+speaks any of these APIs, over httpx for ``https://`` and a lean HTTP/1.1 client for a model
+server on plain ``http://`` (``toolmesh.transports.lean_http``; httpx again when a proxy is
+configured for that host); no provider SDK is needed. Requests that fail
 with 429 or a 5xx status, or that get no answer, are retried with exponential backoff; a
 ``Retry-After`` (or ``retry-after-ms``) header sets the wait instead. A retry never waits past
 the run's deadline, nor longer than ``max_retry_wait``.
@@ -61,11 +61,12 @@ def create_client(
     max_retry_wait: float = 60.0,
     options: Mapping[str, Any] | None = None,
 ) -> LLMClient:
-    """A client for the model ``model`` behind ``base_url`` (e.g. ``https://api.openai.com/v1``
-    or ``https://api.anthropic.com/v1``).
+    """A client for the model ``model`` behind ``base_url`` (e.g. ``https://api.openai.com/v1``,
+    ``https://api.anthropic.com/v1`` or ``https://generativelanguage.googleapis.com/v1beta``).
 
-    ``system`` is the default system prompt of every run, ``options`` extra request fields
-    (``temperature``, ``max_tokens``, ...), ``timeout`` the limit of one HTTP request.
+    ``system`` is the default system prompt of every run, ``options`` extra top-level request
+    fields (``temperature``, ``max_tokens``, ...; Gemini's go in ``generationConfig``),
+    ``timeout`` the limit of one HTTP request.
     ``max_retry_wait`` is the longest ``Retry-After`` waited for: a provider asking for more
     (an exhausted quota says hours) fails the request at once instead of holding the run.
     """
@@ -128,8 +129,13 @@ class LLMClient:
         self.max_backoff = max_backoff
         self.max_retry_wait = max_retry_wait
         self.options = options
-        self._url = style.url(base_url)
+        self._url = style.url(base_url, model, stream=False)
         self._endpoint = httpx.URL(self._url)  # parsed once, not per request
+        # Gemini streams from another endpoint; the other styles' is the same one.
+        self._stream_url = style.url(base_url, model, stream=True)
+        self._stream_endpoint = (
+            self._endpoint if self._stream_url == self._url else httpx.URL(self._stream_url)
+        )
         self._headers = {**style.headers(api_key), **headers}
         self._http: httpx.AsyncClient | None = None
         self._lean: LeanClient | None = None
@@ -208,12 +214,13 @@ class LLMClient:
         # each read only: a server sending a byte, or an SSE comment, now and then would hold
         # the run forever); a stream gets ``timeout`` again with each event it sends.
         loop = asyncio.get_running_loop()
+        url = self._stream_url if stream else self._url
         try:
             async with asyncio.timeout(self.timeout) as bound:
-                async with self._exchange(body) as response:
+                async with self._exchange(body, stream=stream) as response:
                     if response.status_code != 200:
                         start, _ = await _read_bounded(response, _ERROR_BYTES)
-                        raise self._refused(response, start.decode("utf-8", "replace"))
+                        raise self._refused(response, start.decode("utf-8", "replace"), url)
                     kind = response.headers.get("content-type", "")
                     if stream and "text/event-stream" in kind:
                         parser = self.style.stream_parser(on_text)
@@ -223,45 +230,47 @@ class LLMClient:
                                 bound.reschedule(loop.time() + self.timeout)
                                 streamed += len(data)
                                 if streamed > MAX_ANSWER_BYTES:
-                                    raise self._too_large()
+                                    raise self._too_large(url)
                                 parser.feed(event, data)
                             reply = parser.finish()
                         except _SHAPE_ERRORS as exc:
-                            raise self._shape_error(exc) from exc
+                            raise self._shape_error(exc, url) from exc
                         if not parser.ended:
                             raise ProviderError(
-                                f"the answer streamed from {self._url} was cut off: it ended "
+                                f"the answer streamed from {url} was cut off: it ended "
                                 "without the provider's end of message",
                                 status=200,
                             )
                         return reply
                     payload, cut = await _read_bounded(response, MAX_ANSWER_BYTES)
                     if cut:
-                        raise self._too_large()
+                        raise self._too_large(url)
         except (httpx.HTTPError, LeanError) as exc:
-            raise ProviderError(f"no answer from {self._url}: {_describe(exc)}") from exc
+            raise ProviderError(f"no answer from {url}: {_describe(exc)}") from exc
         except TimeoutError as exc:
             raise ProviderError(
-                f"no answer from {self._url} within {self.timeout:g}s (the client's timeout)"
+                f"no answer from {url} within {self.timeout:g}s (the client's timeout)"
             ) from exc
         try:
             decoded = strictjson.loads(payload)
         except ValueError:
             raise ProviderError(
-                f"{self._url} answered with something that is not JSON",
+                f"{url} answered with something that is not JSON",
                 status=200,
                 body=payload[:500].decode("utf-8", "replace"),
             ) from None
         try:
             reply = self.style.parse(decoded)
         except _SHAPE_ERRORS as exc:
-            raise self._shape_error(exc) from exc
+            raise self._shape_error(exc, url) from exc
         if reply.text:
             on_text(reply.text)  # a whole answer is one "delta" for streaming consumers
         return reply
 
     @contextlib.asynccontextmanager
-    async def _exchange(self, body: dict[str, Any]) -> AsyncIterator[httpx.Response | LeanResponse]:
+    async def _exchange(
+        self, body: dict[str, Any], *, stream: bool
+    ) -> AsyncIterator[httpx.Response | LeanResponse]:
         """The model server's answer to ``body``, its body not read yet."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
@@ -277,7 +286,8 @@ class LLMClient:
                     connect_timeout=min(self.timeout, 10.0),
                     read_timeout=self.timeout,
                 )
-            async with await self._lean.post(self._url, to_json(body)) as response:
+            url = self._stream_url if stream else self._url
+            async with await self._lean.post(url, to_json(body)) as response:
                 yield response
             return
         if self._http is None:
@@ -285,25 +295,28 @@ class LLMClient:
                 headers=self._headers,
                 timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
             )
-        async with self._http.stream("POST", self._endpoint, json=body) as answer:
+        endpoint = self._stream_endpoint if stream else self._endpoint
+        async with self._http.stream("POST", endpoint, json=body) as answer:
             yield answer
 
-    def _too_large(self) -> ProviderError:
+    def _too_large(self, url: str) -> ProviderError:
         return ProviderError(
-            f"the answer from {self._url} is larger than {MAX_ANSWER_BYTES} bytes; not read on",
+            f"the answer from {url} is larger than {MAX_ANSWER_BYTES} bytes; not read on",
             status=200,
         )
 
-    def _shape_error(self, exc: Exception) -> ProviderError:
+    def _shape_error(self, exc: Exception, url: str) -> ProviderError:
         return ProviderError(
-            f"{self._url} answered in a shape this client does not expect: {_describe(exc)}",
+            f"{url} answered in a shape this client does not expect: {_describe(exc)}",
             status=200,
         )
 
-    def _refused(self, response: httpx.Response | LeanResponse, text: str) -> ProviderError:
+    def _refused(
+        self, response: httpx.Response | LeanResponse, text: str, url: str
+    ) -> ProviderError:
         status = response.status_code
         error = ProviderError(
-            f"{self._url} answered {status}: {_error_text(text)}", status=status, body=text[:2000]
+            f"{url} answered {status}: {_error_text(text)}", status=status, body=text[:2000]
         )
         if status in RETRY_STATUSES:
             error.retryable = True

@@ -9,6 +9,7 @@ with ``tool_search``; the tools it finds are offered from the next turn on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -206,7 +207,7 @@ class _Loop:
                 while fresh in used:
                     n += 1
                     fresh = f"call_{self.turn}_{i}_{n}"
-                call = ModelCall(fresh, call.name, call.arguments, call.error)
+                call = dataclasses.replace(call, id=fresh)  # its signature, if any, kept
             used.add(call.id)
             out.append(call)
         return out

@@ -1,4 +1,5 @@
-"""The two API styles a model provider speaks: OpenAI Chat Completions and Anthropic Messages.
+"""The API styles a model provider speaks: OpenAI Chat Completions, Anthropic Messages and
+Gemini generateContent.
 
 The agent loop keeps its conversation in one neutral form (``ChatMessage``: user text, an
 assistant reply with tool calls, a tool result). A ``Style`` turns it into one provider's request
@@ -13,16 +14,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 from toolmesh import strictjson
-from toolmesh.errors import ProviderError, ToolCallParseError
+from toolmesh.errors import ConfigError, ProviderError, ToolCallParseError
 from toolmesh.llm.calls import parse_tool_call
-from toolmesh.llm.formats import to_anthropic, to_openai
+from toolmesh.llm.formats import to_anthropic, to_gemini, to_openai
+from toolmesh.models import new_id
 from toolmesh.tools import Tool
 
 __all__ = [
     "AnthropicStyle",
     "ChatMessage",
+    "GeminiStyle",
     "ModelCall",
     "OpenAIStyle",
     "Reply",
@@ -34,6 +38,7 @@ __all__ = [
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+GEMINI_MADE_UP_ID = "gemini_call_"  # starts the ids given to calls Gemini sent without one
 
 OnText = Callable[[str], None]
 
@@ -41,12 +46,14 @@ OnText = Callable[[str], None]
 @dataclass(slots=True)
 class ModelCall:
     """A tool call the model asked for (read by ``toolmesh.llm.calls.parse_tool_call``);
-    ``error`` says why it could not be read, and then it is answered, not run."""
+    ``error`` says why it could not be read, and then it is answered, not run. ``signature``
+    is an opaque token the provider wants back with the call (Gemini's ``thoughtSignature``)."""
 
     id: str
     name: str
     arguments: dict[str, Any]
     error: str = ""
+    signature: str = ""
 
 
 @dataclass(slots=True)
@@ -114,8 +121,8 @@ class Style(ABC):
     name: str
 
     @abstractmethod
-    def url(self, base_url: str) -> str:
-        """The endpoint under ``base_url``."""
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        """The endpoint under ``base_url`` (Gemini's names the model, and differs for a stream)."""
 
     @abstractmethod
     def headers(self, api_key: str | None) -> dict[str, str]:
@@ -149,7 +156,7 @@ class Style(ABC):
 class OpenAIStyle(Style):
     name = "openai"
 
-    def url(self, base_url: str) -> str:
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return base_url.rstrip("/") + "/chat/completions"
 
     def headers(self, api_key: str | None) -> dict[str, str]:
@@ -302,7 +309,7 @@ class _OpenAIStream(StreamParser):
 class AnthropicStyle(Style):
     name = "anthropic"
 
-    def url(self, base_url: str) -> str:
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return base_url.rstrip("/") + "/messages"
 
     def headers(self, api_key: str | None) -> dict[str, str]:
@@ -455,6 +462,185 @@ class _AnthropicStream(StreamParser):
         return self.reply
 
 
+# -- Gemini generateContent ---------------------------------------------------------------------
+
+
+class GeminiStyle(Style):
+    """Gemini's own API (``https://generativelanguage.googleapis.com/v1beta``): the model is in
+    the URL, not the body, and a stream is asked for by its endpoint. ``options`` are top-level
+    request fields as in the other styles: ``{"generationConfig": {"temperature": 0}}``."""
+
+    name = "gemini"
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        # As google-genai names models: "gemini-x" is "models/gemini-x"; quoted, so that a
+        # name cannot add a query of its own.
+        path = model if model.startswith(("models/", "tunedModels/")) else f"models/{model}"
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"{base_url.rstrip('/')}/{quote(path, safe='/')}:{method}"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        return {"x-goog-api-key": api_key} if api_key else {}
+
+    def body(
+        self,
+        model: str,
+        system: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool],
+        *,
+        stream: bool,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"contents": _gemini_contents(messages), **options}
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        if tools:
+            body["tools"] = to_gemini(tools)
+        return body
+
+    def parse(self, payload: Any) -> Reply:
+        candidate = _gemini_candidate(payload)
+        if candidate is None:
+            raise _malformed(payload, "no candidates")
+        reply = Reply(
+            stop_reason=candidate.get("finishReason") or "",
+            usage=_gemini_usage(payload.get("usageMetadata")),
+        )
+        for part in _gemini_parts(candidate, payload):
+            if "functionCall" in part:
+                reply.tool_calls.append(_gemini_call(part))
+            elif not part.get("thought"):  # a thought summary (includeThoughts) is no answer
+                reply.text += part.get("text", "")
+        return reply
+
+    def stream_parser(self, on_text: OnText | None) -> StreamParser:
+        return _GeminiStream(on_text)
+
+
+def _gemini_contents(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Tool results travel as functionResponse parts of a user content; consecutive ones share
+    it (Gemini wants every response to a turn's calls in the turn after it)."""
+    wire: list[dict[str, Any]] = []
+    called: dict[str, str] = {}  # call id: the function's name, which a response must repeat
+    answers: list[dict[str, Any]] | None = None  # the parts of the current tool results
+    for message in messages:
+        if message.role == "tool":
+            name = called.get(message.tool_call_id)
+            if name is None:
+                raise ConfigError(
+                    f"the tool result for {message.tool_call_id!r} answers no call of the "
+                    "conversation; Gemini needs the called function's name"
+                )
+            # The response must be an object: the tool's text goes under "output", or under
+            # "error" for a failure, the keys Gemini documents for the two.
+            outcome = "error" if message.is_error else "output"
+            response = {"name": name, "response": {outcome: message.text}}
+            if answers is None:
+                answers = []
+                wire.append({"role": "user", "parts": answers})
+            answers.append({"functionResponse": {**_gemini_id(message.tool_call_id), **response}})
+            continue
+        answers = None
+        if message.role == "user":
+            wire.append({"role": "user", "parts": [{"text": message.text}]})
+        else:
+            parts: list[dict[str, Any]] = [{"text": message.text}] if message.text else []
+            for call in message.tool_calls:
+                called[call.id] = call.name
+                function = {**_gemini_id(call.id), "name": call.name, "args": call.arguments}
+                part: dict[str, Any] = {"functionCall": function}
+                if call.signature:
+                    part["thoughtSignature"] = call.signature
+                parts.append(part)
+            if parts:  # Gemini refuses a content without parts (a model may answer nothing)
+                wire.append({"role": "model", "parts": parts})
+    return wire
+
+
+def _gemini_id(call_id: str) -> dict[str, str]:
+    """The ``id`` field of a call or its response: only an id Gemini gave is sent back."""
+    return {} if call_id.startswith(GEMINI_MADE_UP_ID) else {"id": call_id}
+
+
+def _gemini_candidate(payload: Any) -> dict[str, Any] | None:
+    """The first candidate of a GenerateContentResponse, None when it has none; a ProviderError
+    naming the reason when Gemini blocked the prompt."""
+    if not isinstance(payload, dict):
+        raise _malformed(payload, "not an object")
+    feedback = payload.get("promptFeedback")
+    reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+    if reason:
+        raise ProviderError(
+            f"Gemini blocked the prompt and gave no answer (promptFeedback.blockReason: {reason})",
+            status=200,
+            body=json.dumps(payload)[:500],
+        )
+    candidates = payload.get("candidates")
+    if not candidates:
+        return None
+    if not isinstance(candidates, list) or not isinstance(candidates[0], dict):
+        raise _malformed(payload, "candidates is not a list of objects")
+    return candidates[0]
+
+
+def _gemini_parts(candidate: dict[str, Any], payload: Any) -> list[dict[str, Any]]:
+    # A candidate stopped early (SAFETY, MAX_TOKENS) may have no content: no parts, no text.
+    content = candidate.get("content") or {}
+    parts = (content.get("parts") or []) if isinstance(content, dict) else None
+    if not isinstance(parts, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("functionCall", {}), dict) for p in parts
+    ):
+        # A call that cannot be read cannot be answered either: not dropped in silence.
+        raise _malformed(payload, "candidates[0].content.parts is not a list of parts")
+    return parts
+
+
+def _gemini_call(part: dict[str, Any]) -> ModelCall:
+    """The call in a functionCall part. Gemini gives most calls no id; each gets a unique one
+    here, since the loop would renumber it in a new ModelCall without its thoughtSignature
+    (which Gemini 3 refuses the next request without)."""
+    function = part["functionCall"]
+    made_up = GEMINI_MADE_UP_ID + new_id()[:16]
+    call = _call(part, str(function.get("id") or made_up), str(function.get("name") or ""))
+    call.signature = str(part.get("thoughtSignature") or "")
+    return call
+
+
+def _gemini_usage(usage: Any) -> Usage:
+    """Thinking tokens are billed as output, and candidatesTokenCount leaves them out; with the
+    tool-use prompt as input, the two add up to Gemini's totalTokenCount."""
+    if not isinstance(usage, dict):
+        return Usage()
+    return Usage(
+        int(usage.get("promptTokenCount") or 0) + int(usage.get("toolUsePromptTokenCount") or 0),
+        int(usage.get("candidatesTokenCount") or 0) + int(usage.get("thoughtsTokenCount") or 0),
+    )
+
+
+class _GeminiStream(StreamParser):
+    """Each ``data:`` is a whole GenerateContentResponse: text deltas, calls sent whole, usage
+    so far; the chunk with a finishReason ends the answer."""
+
+    def feed(self, event: str, data: str) -> None:
+        chunk = _json(data)
+        if chunk.get("error"):  # a failure mid-stream, in Google's error shape
+            raise _stream_error(chunk["error"])
+        if chunk.get("usageMetadata"):
+            self.reply.usage = _gemini_usage(chunk["usageMetadata"])
+        candidate = _gemini_candidate(chunk)
+        if candidate is None:
+            return
+        for part in _gemini_parts(candidate, chunk):
+            if "functionCall" in part:
+                self.reply.tool_calls.append(_gemini_call(part))
+            elif not part.get("thought"):
+                self._text(part.get("text", ""))
+        if candidate.get("finishReason"):
+            self.reply.stop_reason = candidate["finishReason"]
+            self.ended = True
+
+
 # -- shared ----------------------------------------------------------------------------------------
 
 
@@ -491,14 +677,16 @@ def _malformed(payload: Any, what: str) -> ProviderError:
     )
 
 
-_STYLES: dict[str, type[Style]] = {"openai": OpenAIStyle, "anthropic": AnthropicStyle}
+_STYLES: dict[str, type[Style]] = {
+    "openai": OpenAIStyle,
+    "anthropic": AnthropicStyle,
+    "gemini": GeminiStyle,
+}
 
 
 def style_named(name: str) -> Style:
-    """The style called ``name`` ("openai" or "anthropic")."""
-    from toolmesh.errors import ConfigError
-
+    """The style called ``name`` ("openai", "anthropic" or "gemini")."""
     style = _STYLES.get(name)
     if style is None:
-        raise ConfigError(f"style must be 'openai' or 'anthropic', not {name!r}")
+        raise ConfigError(f"style must be 'openai', 'anthropic' or 'gemini', not {name!r}")
     return style()
