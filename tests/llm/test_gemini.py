@@ -426,6 +426,27 @@ async def test_429_is_retried() -> None:
     assert [r.path for r in llm.requests] == ["/v1/models/gemini-test:generateContent"] * 2
 
 
+async def test_the_retry_delay_gemini_gives_in_its_body_is_waited() -> None:
+    # Gemini puts its wait in a RetryInfo detail of the body, not in a header: it was ignored
+    # (exponential backoff instead), and a quota's "retry in an hour" not seen.
+    def exhausted(delay: str) -> dict[str, Any]:
+        info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}
+        return {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [info]}}
+
+    def answer(body: dict[str, Any], index: int) -> Answer:
+        return Answer(exhausted("0.01s"), 429) if index == 0 else gemini_text("ok")
+
+    events: list[RunEvent] = []
+    with StubLLM(answer) as llm:
+        result = await gemini(llm.base_url, backoff=30.0).run("go", on_event=events.append)
+    assert result.text == "ok"
+    assert [(e.status, e.wait) for e in events if e.kind == "retry"] == [(429, 0.01)]
+    hour = Answer(exhausted("3600s"), 429)
+    with StubLLM(lambda body, i: hour) as llm, pytest.raises(ProviderError, match=r"wait 3\.6e"):
+        await gemini(llm.base_url).run("go")
+    assert len(llm.requests) == 1
+
+
 async def test_a_refusal_says_what_gemini_said() -> None:
     invalid = {
         "error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}

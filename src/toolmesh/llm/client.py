@@ -321,6 +321,8 @@ class LLMClient:
         if status in RETRY_STATUSES:
             error.retryable = True
             wait = _retry_after(response.headers)
+            if wait is None:
+                wait = _retry_info(text)
             if wait is not None:
                 error.detail["retry_after"] = min(wait, 3600.0)
         else:
@@ -403,6 +405,25 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _retry_info(text: str) -> float | None:
+    """The wait a Google API puts in its error body instead of a header: a ``RetryInfo``
+    detail, ``{"retryDelay": "30s"}``; None when there is none."""
+    if "retryDelay" not in text:  # most bodies: not parsed at all
+        return None
+    try:
+        details = strictjson.loads(text)["error"]["details"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    for detail in details if isinstance(details, list) else ():
+        delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+        if isinstance(delay, str) and delay.endswith("s"):
+            with contextlib.suppress(ValueError):
+                seconds = float(delay[:-1])
+                if math.isfinite(seconds):
+                    return max(0.0, seconds)
+    return None
 
 
 def _error_text(text: str) -> str:
