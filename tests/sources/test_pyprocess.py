@@ -173,6 +173,31 @@ async def test_a_worker_that_ends_says_how(tmp_path: Path) -> None:
         assert "the worker exited (killed by SIGKILL)" in (killed.error or ""), killed
 
 
+async def test_closing_ends_what_a_tool_started_outside_the_worker_s_group(
+    tmp_path: Path,
+) -> None:
+    """The close killed the worker's process group only: a process a tool started in a session
+    of its own (a daemon) outlived the toolkit."""
+    from tests.sources.builtins.test_process import running_with
+
+    body = (
+        "import subprocess\n"
+        "def spawn(input):\n"
+        "    return {'output': subprocess.Popen(['sleep', input['args']['marker']],\n"
+        "        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
+        "        stderr=subprocess.DEVNULL).pid}\n"
+        'marker = {"type": "object", "properties": {"marker": {"type": "string"}}}\n'
+        'tools = [{"name": "spawn", "execute": spawn, "parameters": marker}]\n'
+    )
+    source = PythonPackageSource(package(tmp_path / "pkg", body=body), cache_dir=tmp_path / "c")
+    marker = "300.4301"
+    async with await create_toolkit(tools=[source]) as kit:
+        spawned = await kit.execute("spawn", {"marker": marker}, timeout=20)
+        assert spawned.success, spawned
+        assert running_with(marker) != []
+    assert running_with(marker) == []
+
+
 async def test_tools_of_one_name_fail_the_source(tmp_path: Path) -> None:
     body = ODD + 'tools += [{"name": "echo", "execute": leave}]\n'
     source = PythonPackageSource(package(tmp_path / "pkg", body=body), cache_dir=tmp_path / "c")

@@ -39,6 +39,7 @@ from toolmesh.errors import ArgumentError, ConfigError, ToolmeshError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.schema import child_path, compile_validator
 from toolmesh.sources.base import Source, SourceStatus
+from toolmesh.sources.process_tree import MARK, kill_session, new_token
 from toolmesh.tools import Output, Tool, ToolContext
 
 __all__ = ["Worker", "WorkerError", "WorkerSource", "cache_root"]
@@ -62,7 +63,8 @@ class Worker:
     def __init__(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], label: str):
         self.argv = list(argv)
         self.cwd = cwd
-        self.env = dict(env)
+        self.token = new_token()  # marks its processes, also those that leave its session
+        self.env = {**env, MARK: self.token}
         self.label = label
         self.process: asyncio.subprocess.Process | None = None
         self.specs: list[dict[str, Any]] = []
@@ -157,9 +159,7 @@ class Worker:
             await self._spawning.wait()  # closed while the process is being made: kill it too
         process = self.process
         if process is not None:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
+            await _kill_tree(process, self.token)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), 5)
             # A process the tool started and detached may still hold the pipes open: without
@@ -312,11 +312,17 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "toolmesh"
 
 
-async def _end_setup(process: asyncio.subprocess.Process) -> None:
-    """Kill a setup step and whatever it started in its group, and reap it."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+async def _kill_tree(process: asyncio.subprocess.Process, token: str) -> None:
+    """Kill ``process`` and whatever it started: its group, its session, and what left them
+    (marked with ``token``), also after it ended itself (a daemon it left behind)."""
+    # The /proc walk and the wait for the killed to end block: off the event loop.
+    sid = process.pid if process.returncode is None else None  # reaped: its pid may be reused
+    await asyncio.to_thread(kill_session, sid, token)
+
+
+async def _end_setup(process: asyncio.subprocess.Process, token: str) -> None:
+    """Kill a setup step and whatever it started, and reap it."""
+    await _kill_tree(process, token)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(process.wait(), 5)
     transport = getattr(process, "_transport", None)  # pipes a process that left still holds
@@ -359,7 +365,7 @@ class WorkerSource(Source):
         self._epoch = 0
         # The setup steps of prepare() running now (npm, esbuild, pip), and those being
         # spawned: close() kills them. _preparing: the epoch of the open that prepares.
-        self._setups: set[asyncio.subprocess.Process] = set()
+        self._setups: dict[asyncio.subprocess.Process, str] = {}  # each with its token
         self._setups_spawning: set[asyncio.Event] = set()
         self._preparing: int | None = None
         self._closed = False
@@ -390,6 +396,7 @@ class WorkerSource(Source):
         if epoch != self._epoch:
             raise WorkerError(closed)
         spawned = asyncio.Event()
+        token = new_token()
         self._setups_spawning.add(spawned)
         try:
             process = await asyncio.create_subprocess_exec(
@@ -397,12 +404,13 @@ class WorkerSource(Source):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=cwd,
+                env={**os.environ, MARK: token},
                 start_new_session=True,
             )
         finally:
             self._setups_spawning.discard(spawned)
             spawned.set()
-        self._setups.add(process)  # (before any await: a close waiting for the spawn sees it)
+        self._setups[process] = token  # (before any await: a close waiting for the spawn sees it)
         try:
             if epoch != self._epoch:
                 raise WorkerError(closed)
@@ -412,10 +420,10 @@ class WorkerSource(Source):
             except TimeoutError:
                 raise subprocess.TimeoutExpired(list(argv), timeout or 0) from None
         except BaseException:  # the timeout, a close, or the open was cancelled
-            await _end_setup(process)
+            await _end_setup(process, token)
             raise
         finally:
-            self._setups.discard(process)
+            self._setups.pop(process, None)
         returncode = process.returncode if process.returncode is not None else -1
         if returncode != 0 and epoch != self._epoch:  # killed by the close
             raise WorkerError(closed)
@@ -469,8 +477,8 @@ class WorkerSource(Source):
         """Kill and reap the setup steps running now (and those being spawned)."""
         for spawning in list(self._setups_spawning):
             await spawning.wait()
-        for process in list(self._setups):
-            await _end_setup(process)
+        for process, token in list(self._setups.items()):
+            await _end_setup(process, token)
 
     async def _stop(self) -> None:
         workers = list(self._starting)

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import resource
-import signal
 import subprocess
 import time
 from collections import deque
@@ -24,11 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from toolmesh.sources.process_tree import MARK, kill_group, kill_session, new_token
+
 __all__ = ["Completed", "ProcessSettings", "build_env", "kill_session", "run_process"]
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 READ_CHUNK = 64 * 1024
-MARK = "TOOLMESH_RUN"  # set in each child's environment, to find daemons that left its session
 DRAIN_GRACE = 0.5  # seconds to wait for pipes still held open after the group was killed
 
 
@@ -148,7 +148,7 @@ async def run_process(
     ``Process.wait`` also waits for the pipes, which a stray grandchild may hold open)."""
     started = time.monotonic()
     loop = asyncio.get_running_loop()
-    token = os.urandom(8).hex()
+    token = new_token()
     env = {**env, MARK: token}
     process = subprocess.Popen(  # noqa: ASYNC220 - fork/exec only; the waiting is async
         list(argv),
@@ -178,7 +178,7 @@ async def run_process(
             process.wait()
             # Background jobs it left behind keep its process group alive; an empty group
             # answers ESRCH at once, which keeps this path cheap.
-            if _kill_group(process.pid) or sweep:
+            if kill_group(process.pid) or sweep:
                 kill_session(process.pid, token)
         if not await pipes.drain(DRAIN_GRACE):  # something that escaped holds the pipes
             kill_session(process.pid, token)
@@ -313,82 +313,6 @@ class _Pipes:
         for fd in list(self.open):
             self._close(fd)
         return ended
-
-
-def _kill_group(pgid: int) -> bool:
-    """SIGKILL a process group; whether there was anyone left in it."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def kill_session(sid: int, token: str = "", *, wait: float = 1.0) -> None:
-    """SIGKILL the process group ``sid``, every process still in session ``sid`` (those that
-    moved to another group of it, as shells do for pipelines and jobs), their descendants, and
-    every process whose environment carries ``token`` (daemons that left the session); then
-    wait up to ``wait`` seconds until none of them runs any more."""
-    _kill_group(sid)
-    members = _session_members(sid, token)
-    for pid in members:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    until = time.monotonic() + wait
-    while members and time.monotonic() < until:
-        members = [pid for pid in members if _running(pid)]
-        if members:
-            time.sleep(0.001)
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie has ended: it only waits to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
-
-
-def _session_members(sid: int, token: str = "") -> list[int]:
-    """Processes of session ``sid``, the descendants of its processes that started sessions of
-    their own (``setsid``) while their parents still live, and those marked with ``token``."""
-    marker = f"{MARK}={token}".encode()
-    parents: dict[int, int] = {}
-    members: set[int] = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid pgrp session ...
-        if len(fields) > 3:
-            parents[int(entry)] = int(fields[1])
-            if int(fields[3]) == sid or (token and _marked(entry, marker)):
-                members.add(int(entry))
-    grew = True
-    while grew:
-        more = {pid for pid, parent in parents.items() if parent in members} - members
-        members |= more
-        grew = bool(more)
-    members.discard(os.getpid())
-    return sorted(members)
-
-
-def _marked(pid: str, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return marker in handle.read().split(b"\x00")
-    except OSError:
-        return False
 
 
 def _rlimits(settings: ProcessSettings) -> Callable[[], None] | None:
