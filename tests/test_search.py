@@ -6,7 +6,7 @@ import pytest
 
 from toolmesh import ToolDefinition, ToolParameter
 from toolmesh.errors import ConfigError
-from toolmesh.search import Ranking, SearchIndex, create_index, tokenize
+from toolmesh.search import Ranking, SearchIndex, create_index, split_words, tokenize
 
 CATALOGUE = [
     ToolDefinition(
@@ -41,9 +41,9 @@ def top(query: str) -> str:
 
 
 def test_tokenize_splits_and_stems() -> None:
-    assert tokenize("sendEmail") == ["send", "email"]
+    assert tokenize("sendEmail") == ["send", "email", "sendemail"]
     assert tokenize("get_weather.forecasts") == ["weather", "forecast"]
-    assert tokenize("HTTPServer-config") == ["http", "server", "config"]
+    assert tokenize("HTTPServer-config") == ["http", "server", "config", "httpserver"]
 
 
 def test_natural_language_queries() -> None:
@@ -72,7 +72,10 @@ def test_remove_and_replace() -> None:
 
 
 def test_tokenize_keeps_letters_and_digits_together() -> None:
-    assert tokenize("HTTP2Server get2Items") == ["http2", "server", "get2", "item"]
+    assert tokenize("HTTP2Server get2Items") == [
+        *("http2", "server", "get2", "item"),
+        *("http2server", "get2item"),  # the words camelCase split, joined
+    ]
     assert tokenize("the 2024 report") == ["2024", "report"]
 
 
@@ -131,7 +134,7 @@ def test_words_in_any_script_are_found() -> None:
     assert built.search("天气", limit=1)[0][0] == "tianqi"
     assert built.search("münchen", limit=1)[0][0] == "karte"
     assert built.search("für", limit=5) == []  # no longer matched letter by letter
-    assert tokenize("MünchenPlan sendEmail") == ["münchenplan", "send", "email"]
+    assert tokenize("MünchenPlan sendEmail") == ["münchenplan", "send", "email", "sendemail"]
 
 
 def test_words_keep_their_combining_marks() -> None:
@@ -199,13 +202,14 @@ async def test_regex_tool_search_reads_parameters_of_array_elements() -> None:
 
 def test_latin_words_inside_unspaced_text_stay_words() -> None:
     # Chinese and Japanese write Latin names and numbers into their text with no space.
-    assert tokenize("使用GitHub创建issue") == ["使用", "git", "hub", "创建", "issu"]
+    assert tokenize("使用GitHub创建issue") == ["使用", "git", "hub", "创建", "issu", "github"]
     assert tokenize("東京の天気2024年") == ["東京", "京の", "の天", "天気", "2024", "年"]
     built = SearchIndex()
     built.add("gh", ToolDefinition(name="gh_new", description="使用GitHub创建issue"))
     built.add("other", ToolDefinition(name="other", description="创建文件"))
     assert [key for key, _ in built.search("issue")] == ["gh"]
     assert [key for key, _ in built.search("git hub")] == ["gh"]
+    assert [key for key, _ in built.search("github")] == ["gh"]  # joined here too
     built.add("tokyo", ToolDefinition(name="tokyo", description="東京の天気2024年"))
     assert [key for key, _ in built.search("2024")] == ["tokyo"]  # not "気2", "20", "02", "24"
 
@@ -252,3 +256,133 @@ def test_a_query_is_read_up_to_its_bound() -> None:
     built.add("zebra", ToolDefinition(name="zebra", description="Finds zebras."))
     assert [key for key, _ in built.search("zebra " + "x" * MAX_QUERY_CHARS)] == ["zebra"]
     assert built.search("x" * MAX_QUERY_CHARS + " zebra") == []  # past the bound: not read
+
+
+# -- names written in camelCase, typed as one word ("github" for "GitHub") ------------------------
+
+BRANDS = [
+    ToolDefinition(name="createGitHubIssue", description="Open an issue in a repository"),
+    ToolDefinition(name="upload_video", description="Upload a video to YouTube"),
+    ToolDefinition(name="askOpenAI", description="Ask a language model a question"),
+    ToolDefinition(name="backup_device", description="Back up an iPhone"),
+    # Tools describing themselves with the words those names split into.
+    ToolDefinition(name="show_history", description="Show the git history of a hub"),
+    ToolDefinition(name="london_map", description="Map of the London tube"),
+    ToolDefinition(name="read_file", description="Open a file"),
+    ToolDefinition(name="dial", description="Call a phone number"),
+]
+
+
+def brands() -> SearchIndex:
+    built = SearchIndex()
+    for d in BRANDS:
+        built.add(d.name, d)
+    return built
+
+
+def test_tokenize_also_joins_the_words_camel_case_splits() -> None:
+    assert tokenize("GitHub") == ["git", "hub", "github"]
+    assert tokenize("github") == ["github"]
+    assert tokenize("OpenAI") == ["open", "ai", "openai"]
+    assert tokenize("iPhone") == ["phone", "iphon"]  # "i" is a stop word
+    # Each two neighbours, and the whole run: a name inside a longer identifier is found too.
+    assert tokenize("createGitHubIssue") == [
+        *("creat", "git", "hub", "issu"),
+        *("creategit", "github", "hubissu", "creategithubissu"),
+    ]
+    assert split_words("createGitHubIssue") == ["create", "git", "hub", "issue"]  # words only
+
+
+def test_lower_case_queries_find_names_written_in_camel_case() -> None:
+    built = brands()
+    assert [key for key, _ in built.search("github")] == ["createGitHubIssue"]  # in a name
+    assert [key for key, _ in built.search("openai")] == ["askOpenAI"]
+    assert [key for key, _ in built.search("youtube")] == ["upload_video"]  # in a description
+    assert [key for key, _ in built.search("iphone")] == ["backup_device"]
+    assert [key for key, _ in built.search("github issue", limit=1)] == ["createGitHubIssue"]
+
+
+def test_camel_case_queries_still_find_them() -> None:
+    built = brands()
+    for query, expected in [
+        ("GitHub", "createGitHubIssue"),
+        ("createGitHubIssue", "createGitHubIssue"),
+        ("YouTube", "upload_video"),
+        ("OpenAI", "askOpenAI"),
+        ("iPhone", "backup_device"),
+        ("git hub", "createGitHubIssue"),
+    ]:
+        assert built.search(query, limit=1)[0][0] == expected, query
+
+
+def test_a_name_whose_first_word_is_a_stop_word_is_found() -> None:
+    # "you" is a stop word: "YouTube" was left with "tube", and "youtube" found nothing.
+    built = SearchIndex()
+    built.add("yt", ToolDefinition(name="YouTubeSearch", description="Find videos"))
+    built.add("tube", ToolDefinition(name="tube_status", description="Lines of the tube"))
+    assert [key for key, _ in built.search("youtube")] == ["yt"]
+    assert [key for key, _ in built.search("youtube search")] == ["yt"]
+    assert built.search("you") == []
+    assert tokenize("YouTube") == ["tube", "youtub"]
+
+
+IDENTIFIERS = [
+    ToolDefinition(name="sendEmail", description="Send a message to an address"),
+    ToolDefinition(name="send_sms", description="Send a text message to a phone"),
+    ToolDefinition(name="createIssue", description="Open an issue in a repository"),
+    ToolDefinition(name="create_repo", description="Create a repository"),
+    ToolDefinition(name="HTTPServer", description="Serve files over HTTP"),
+    ToolDefinition(name="http_get", description="Fetch a URL"),
+    ToolDefinition(name="get_user_by_id", description="Look up one user"),
+    ToolDefinition(name="list_users", description="Every user of the service"),
+]
+
+
+def test_identifiers_split_on_camel_case_rank_as_before() -> None:
+    built = SearchIndex()
+    for d in IDENTIFIERS:
+        built.add(d.name, d)
+    ranked = {
+        query: [key for key, _ in built.search(query)]
+        for query in ("send email", "create issue", "http server", "user id")
+    }
+    assert ranked == {
+        "send email": ["sendEmail", "send_sms"],
+        "create issue": ["createIssue", "create_repo"],
+        "http server": ["HTTPServer", "http_get"],
+        "user id": ["get_user_by_id", "list_users"],
+    }
+
+
+def test_joined_words_do_not_lengthen_a_field() -> None:
+    # "sendemail" is another spelling of "send email", not a third word: BM25's length
+    # normalisation would otherwise rank camelCase names below the same names in snake_case.
+    built = SearchIndex()
+    for name in ("sendEmail", "send_email"):
+        built.add(name, ToolDefinition(name=name, description="Send a message"))
+    scores = dict(built.search("send email"))
+    assert scores["sendEmail"] == scores["send_email"]
+
+
+def test_a_prefix_completes_words_not_joined_ones() -> None:
+    built = SearchIndex()
+    built.add("camel", ToolDefinition(name="RentalCars", description="Cars to hire"))
+    built.add("snake", ToolDefinition(name="rental_cars", description="Cars to hire"))
+    scores = dict(built.search("rent"))  # "rental" only: "rentalcar" would count camel twice
+    assert scores["camel"] == scores["snake"]
+    assert [key for key, _ in built.search("rentalcar")] == ["camel"]  # a whole word, not a prefix
+    assert built.search("rentalc") == []
+    built.add("word", ToolDefinition(name="hire", description="rentalcar"))  # now also a word
+    assert sorted(key for key, _ in built.search("rentalc")) == ["camel", "word"]
+    built.remove("word")
+    assert built.search("rentalc") == []
+
+
+async def test_a_toolkit_search_finds_a_name_written_in_camel_case() -> None:
+    from toolmesh import Tool, Toolkit
+
+    async def run(arguments: dict[str, object], ctx: object) -> str:
+        return "done"
+
+    kit = Toolkit(*(Tool(d, run) for d in BRANDS))  # type: ignore[arg-type]
+    assert [tool.name for tool in kit.search("github", limit=1)] == ["createGitHubIssue"]

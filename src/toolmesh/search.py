@@ -5,9 +5,11 @@ names, description and parameter descriptions. Each field has its own weight and
 normalisation (``Ranking``), and a term's frequencies in all fields are combined before BM25's
 saturation, so a word repeated across fields does not count many times over (BM25F). Words are
 lower-cased, stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
-``get_weather_forecast``. A query word that matches nothing is tried as a prefix of indexed
-words ("calc" -> "calculator"). Adding or removing a tool updates the index in place;
-each term's scores are computed once and kept until the index next changes.
+``get_weather_forecast``. The words camelCase splits are also indexed joined (each two
+neighbours, and the whole run), as such names are typed: "github" finds "GitHub" and
+``createGitHubIssue``. A query word that matches nothing is tried as a prefix of indexed words
+("calc" -> "calculator"). Adding or removing a tool updates the index in place; each term's
+scores are computed once and kept until the index next changes.
 
 The defaults of ``Ranking`` were tuned on the dev half of bench/retrieval (see docs/search.md).
 """
@@ -17,11 +19,12 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -49,7 +52,9 @@ _STOP_WORDS_TEXT = """
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
-# A word: letters and digits, broken where camelCase starts a new word ("sendEmail", "HTTPServer").
+# A run of ASCII letters and digits ("sendEmail"), and its words: broken where camelCase starts a
+# new word ("send" "Email", "HTTP" "Server").
+_RUN = re.compile(r"[A-Za-z0-9]+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
 # Text beyond ASCII: runs of letters and digits in any script ("München", "погоды"), with their
 # combining marks (the vowel signs of "मौसम"), camelCase split inside the ASCII runs only; a run
@@ -62,8 +67,8 @@ _UNSPACED_CLASS = (
 )
 _UNSPACED = re.compile(f"[{_UNSPACED_CLASS}]")
 _SCRIPT_PARTS = re.compile(f"[{_UNSPACED_CLASS}]+|[^{_UNSPACED_CLASS}]+")
-_TERMS_LIMIT = 200_000  # words remembered with their term; forgotten all at once past this
-_REMEMBERED_WORD_CHARS = 64  # longer words are stemmed each time, not kept (a peer's junk)
+_TERMS_LIMIT = 200_000  # runs remembered with their terms; forgotten all at once past this
+_REMEMBERED_RUN_CHARS = 64  # longer runs are stemmed each time, not kept (a peer's junk)
 MAX_QUERY_CHARS = 4096
 """What of a query is read (the rest is ignored): queries come from peers, in messages of up to
 16 MiB, and a model's search is a few words."""
@@ -88,22 +93,35 @@ def _stemmer() -> Any:
     return snowballstemmer.stemmer("english")
 
 
-_terms: dict[str, str] = {}  # a word as written -> its term ("" for a stop word)
+# A run's terms: its words', and those of its words joined (empty unless camelCase split it).
+_RunTerms = tuple[tuple[str, ...], tuple[str, ...]]
+_terms: dict[str, _RunTerms] = {}  # a run as written -> its terms
 
 
 def _term(word: str) -> str:
+    """Lower-cased and stemmed; "" for a stop word."""
     lowered = word.lower()
     if lowered in STOP_WORDS:
-        term = ""
-    elif lowered.isdigit():  # numbers have no stem
-        term = lowered
-    else:
-        term = str(_stemmer().stemWord(lowered))
-    if len(word) <= _REMEMBERED_WORD_CHARS:
+        return ""
+    if lowered.isdigit():  # numbers have no stem
+        return lowered
+    return str(_stemmer().stemWord(lowered))
+
+
+def _run_terms(run: str) -> _RunTerms:
+    words = _split(run)
+    terms = tuple(term for term in map(_term, words) if term)
+    # A name written in camelCase is typed as one word: "github" for "GitHub", not "git hub",
+    # also inside a longer run ("createGitHubIssue"), hence each two neighbours as well.
+    joined = [first + second for first, second in itertools.pairwise(words)]
+    if len(joined) > 1:
+        joined.append(run)
+    found = terms, tuple(term for term in map(_term, joined) if term)
+    if len(run) <= _REMEMBERED_RUN_CHARS:
         if len(_terms) >= _TERMS_LIMIT:
             _terms.clear()
-        _terms[word] = term
-    return term
+        _terms[run] = found
+    return found
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,46 +139,58 @@ def _run_pattern() -> re.Pattern[str]:
     return re.compile(rf"(?:[^\W_]|[{marks_class}])+")
 
 
-def _words(text: str) -> list[str]:
+def _runs(text: str) -> list[str]:
+    """Runs of letters and digits, an ASCII run not yet split on camelCase."""
     if text.isascii():  # nearly all text: one pass of the regex
-        return _WORD.findall(text)
+        return _RUN.findall(text)
     # NFKC: "café" typed as e + U+0301 is the same word as the precomposed one, and the
     # full-width letters and digits of a Japanese keyboard (U+FF01-FF5E) the ASCII ones.
     text = unicodedata.normalize("NFKC", text)
-    words: list[str] = []
+    runs: list[str] = []
     for run in _run_pattern().findall(text):
-        if run.isascii():
-            words += _WORD.findall(run)
-        elif _UNSPACED.search(run) is None:
-            words.append(run)
+        if _UNSPACED.search(run) is None:
+            runs.append(run)
         else:
             for part in _SCRIPT_PARTS.findall(run):
-                if part.isascii():
-                    words += _WORD.findall(part)
-                elif len(part) > 1 and _UNSPACED.match(part):
-                    words += [part[i : i + 2] for i in range(len(part) - 1)]
+                if len(part) > 1 and _UNSPACED.match(part):
+                    runs += [part[i : i + 2] for i in range(len(part) - 1)]
                 else:
-                    words.append(part)
-    return words
+                    runs.append(part)
+    return runs
+
+
+def _split(run: str) -> list[str]:
+    """The words of a run: camelCase splits ASCII runs only ("MünchenPlan" stays one word)."""
+    return _WORD.findall(run) if run.isascii() else [run]
 
 
 def split_words(text: str) -> list[str]:
     """Words of ``text`` split on punctuation and camelCase, lower-cased (no stems)."""
-    return [word.lower() for word in _words(text)]
+    return [word.lower() for run in _runs(text) for word in _split(run)]
 
 
 def tokenize(text: str) -> list[str]:
     """Terms of ``text``: words split on punctuation and camelCase, lower-cased and stemmed,
-    without stop words."""
-    terms = _terms
-    out = []
-    for word in _words(text):
-        term = terms.get(word)
-        if term is None:
-            term = _term(word)
-        if term:
-            out.append(term)
-    return out
+    without stop words, then the words camelCase split joined, each two neighbours and the whole
+    run ("GitHubApp": "git", "hub", "app", "github", "hubapp", "githubapp")."""
+    words, joined = _analyse(text)
+    return words + joined
+
+
+def _analyse(text: str) -> tuple[list[str], list[str]]:
+    """``tokenize``'s terms in two lists: of the words, and of the words joined (another spelling
+    of those words, not more of them: they do not lengthen a field)."""
+    cache = _terms
+    words: list[str] = []
+    joined: list[str] = []
+    for run in _runs(text):
+        found = cache.get(run)
+        if found is None:
+            found = _run_terms(run)
+        run_words, run_joined = found
+        words += run_words
+        joined += run_joined
+    return words, joined
 
 
 @dataclass(slots=True)
@@ -168,6 +198,7 @@ class _Doc:
     terms: tuple[str, ...]
     lengths: tuple[int, ...]
     name: str
+    joined_only: tuple[str, ...]  # terms it holds only as camelCase words joined
 
 
 _FIELD_BITS = 8  # a term's frequencies in the five fields, packed into one int (255 at most each)
@@ -186,6 +217,7 @@ class SearchIndex:
         self._length_sums = [0] * len(FIELDS)
         self._vocabulary: list[str] | None = None
         self._by_name: dict[str, set[str]] = {}
+        self._joined_only: dict[str, int] = {}  # term -> documents holding it only joined
         self._term_scores: dict[str, dict[str, float]] = {}  # valid until the next change
 
     def __len__(self) -> int:
@@ -199,18 +231,31 @@ class SearchIndex:
         if key in self._docs:
             self.remove(key)
         fields = _fields(definition)
+        counts = [Counter(words) for words, _ in fields]
+        # Terms it holds only joined, which prefixes do not complete (``_with_prefix``).
+        joined_only = {
+            term
+            for _, joined in fields
+            for term in joined
+            if not any(term in field_counts for field_counts in counts)
+        }
         packed: dict[str, int] = {}
-        for index, words in enumerate(fields):
+        for index, (field_counts, (_, joined)) in enumerate(zip(counts, fields, strict=True)):
+            if joined:
+                field_counts.update(joined)
             shift = index * _FIELD_BITS
-            for word, count in Counter(words).items():
-                packed[word] = packed.get(word, 0) | min(count, _FIELD_MAX) << shift
+            for term, count in field_counts.items():
+                packed[term] = packed.get(term, 0) | min(count, _FIELD_MAX) << shift
         doc = _Doc(
             terms=tuple(packed),
-            lengths=tuple(len(words) for words in fields),
+            lengths=tuple(len(words) for words, _ in fields),
             name=definition.name.lower(),
+            joined_only=tuple(joined_only),
         )
         self._docs[key] = doc
         self._by_name.setdefault(doc.name, set()).add(key)
+        for term in doc.joined_only:
+            self._joined_only[term] = self._joined_only.get(term, 0) + 1
         all_postings = self._postings
         for term, freqs in packed.items():
             postings = all_postings.get(term)
@@ -232,6 +277,10 @@ class SearchIndex:
         same_name.discard(key)
         if not same_name:
             del self._by_name[doc.name]
+        for term in doc.joined_only:
+            self._joined_only[term] -= 1
+            if not self._joined_only[term]:
+                del self._joined_only[term]
         for term in doc.terms:
             postings = self._postings[term]
             del postings[key]
@@ -333,12 +382,16 @@ class SearchIndex:
     def _with_prefix(self, prefix: str, limit: int = 20) -> list[str]:
         if self._vocabulary is None:
             self._vocabulary = sorted(self._postings)
-        start = bisect.bisect_left(self._vocabulary, prefix)
-        out = []
-        for term in self._vocabulary[start : start + limit]:
-            if not term.startswith(prefix):
+        vocabulary = self._vocabulary
+        out: list[str] = []
+        for index in range(bisect.bisect_left(vocabulary, prefix), len(vocabulary)):
+            term = vocabulary[index]
+            if len(out) == limit or not term.startswith(prefix):
                 break
-            out.append(term)
+            # Only terms some tool holds as a word, not only as camelCase words joined: "rent"
+            # completed to "rentalcar" as well as to "rental" would count RentalCars twice.
+            if len(self._postings[term]) > self._joined_only.get(term, 0):
+                out.append(term)
         return out
 
 
@@ -373,35 +426,48 @@ def _best_first(item: tuple[str, float]) -> tuple[float, str]:
     return -item[1], item[0]
 
 
-def _fields(definition: ToolDefinition) -> list[list[str]]:
-    params: list[str] = []
-    param_descriptions: list[str] = []
+_Analysed = tuple[Sequence[str], Sequence[str]]  # terms of the words, and of the words joined
+
+
+def _fields(definition: ToolDefinition) -> list[_Analysed]:
+    params: list[_Analysed] = []
+    param_descriptions: list[_Analysed] = []
     for parameter, named in _walk(definition.input_parameters):
         if named:
-            params.extend(_tokenize_repeated(parameter.name))
+            params.append(_analyse_repeated(parameter.name))
         if parameter.description:
-            param_descriptions.extend(_tokenize_repeated(parameter.description))
+            param_descriptions.append(_analyse_repeated(parameter.description))
     return [
-        tokenize(definition.name),
-        [w for tag in definition.tags for w in tokenize(tag)],
-        params,
-        tokenize(definition.description),
-        param_descriptions,
+        _analyse(definition.name),
+        _concatenated(map(_analyse, definition.tags)),
+        _concatenated(params),
+        _analyse(definition.description),
+        _concatenated(param_descriptions),
     ]
 
 
-_repeated: dict[str, tuple[str, ...]] = {}
+def _concatenated(parts: Iterable[_Analysed]) -> _Analysed:
+    words: list[str] = []
+    joined: list[str] = []
+    for part_words, part_joined in parts:
+        words += part_words
+        joined += part_joined
+    return words, joined
 
 
-def _tokenize_repeated(text: str) -> tuple[str, ...]:
-    """``tokenize`` for texts that recur across a catalogue (parameter names and descriptions:
+_repeated: dict[str, _Analysed] = {}
+
+
+def _analyse_repeated(text: str) -> _Analysed:
+    """``_analyse`` for texts that recur across a catalogue (parameter names and descriptions:
     an API's ``owner``, ``per_page``, ... come back in hundreds of operations)."""
-    terms = _repeated.get(text)
-    if terms is None:
+    found = _repeated.get(text)
+    if found is None:
         if len(_repeated) >= _TERMS_LIMIT // 4:
             _repeated.clear()
-        terms = _repeated[text] = tuple(tokenize(text))
-    return terms
+        words, joined = _analyse(text)
+        found = _repeated[text] = tuple(words), tuple(joined)
+    return found
 
 
 def _walk(
