@@ -293,6 +293,15 @@ def test_tokenize_also_joins_the_words_camel_case_splits() -> None:
     assert split_words("createGitHubIssue") == ["create", "git", "hub", "issue"]  # words only
 
 
+def test_an_acronym_s_plural_stays_one_word() -> None:
+    # "URLs" was cut into "ur" "ls", so "list urls" missed listURLs and found "ls" tools.
+    assert split_words("listURLs") == ["list", "urls"]
+    assert tokenize("listURLs") == ["list", "url", "listurl"]
+    assert split_words("fetchAPIsNow") == ["fetch", "apis", "now"]
+    assert split_words("HTTPServer") == ["http", "server"]  # a capital after: another word
+    assert split_words("USAsia") == ["us", "asia"]
+
+
 def test_lower_case_queries_find_names_written_in_camel_case() -> None:
     built = brands()
     assert [key for key, _ in built.search("github")] == ["createGitHubIssue"]  # in a name

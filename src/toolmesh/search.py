@@ -53,9 +53,9 @@ _STOP_WORDS_TEXT = """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 
 # A run of ASCII letters and digits ("sendEmail"), and its words: broken where camelCase starts a
-# new word ("send" "Email", "HTTP" "Server").
+# new word ("send" "Email", "HTTP" "Server"), an acronym's plural kept whole ("get" "URLs").
 _RUN = re.compile(r"[A-Za-z0-9]+")
-_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
+_WORD = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?=[A-Z][a-z])|[A-Z]*[a-z0-9]+|[A-Z0-9]+")
 # Text beyond ASCII: runs of letters and digits in any script ("München", "погоды"), with their
 # combining marks (the vowel signs of "मौसम"), camelCase split inside the ASCII runs only; a run
 # in a script written without spaces (Chinese, Japanese, Korean, Thai, Lao, Myanmar, Khmer) gives
