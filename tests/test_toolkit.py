@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+import re
+import warnings
+from collections.abc import Callable
+
 import pytest
 
 from toolmesh import (
@@ -10,6 +15,7 @@ from toolmesh import (
     NameConflictError,
     Prefixed,
     Renamed,
+    SearchIndex,
     Tagged,
     Tool,
     ToolDefinition,
@@ -369,3 +375,316 @@ async def test_a_closed_toolkit_refuses_calls(tmp_path: object) -> None:
         await kit.execute("echo", {})
     assert refused.value.code == "shutting_down"
     assert sorted(p.name for p in audit.parent.iterdir()) == ["a.db"]  # not reopened
+
+
+# -- changes to a toolkit: the same assembly as built afresh ---------------------------------------
+
+# Names that collide as they are or once made legal, so that changes hand names over.
+NAME_POOL = ["read", "write", "fs.read", "fs_read", "a b", "a_b", "list_all", "héllo", "hello"]
+QUERIES = ["read", "write list", "hello tool"]
+
+
+def assembly(kit: Toolkit) -> dict[str, object]:
+    """What a toolkit shows of its assembly: names in order, holders, aliases, listing, search."""
+    return {
+        "tools": [
+            (t.name, getattr(kit.source_of(t.name), "name", None), t.description) for t in kit.tools
+        ],
+        "deferred": sorted(kit.deferred_names()),
+        "listed": [d.name for d in kit.definitions()],
+        "reachable": {name: getattr(kit.get(name), "name", None) for name in NAME_POOL},
+        "found": [[t.name for t in kit.search(query)] for query in QUERIES],
+    }
+
+
+def afresh(kit: Toolkit) -> Toolkit:
+    """The toolkit assembled anew from what its sources list now."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ToolNameConflict)
+        return Toolkit(
+            *[ToolSet(list(s.tools()), name=s.name) for s in kit.sources],
+            defer_above=kit.defer_above,
+            keep_active=kit.keep_active,
+        )
+
+
+@pytest.mark.parametrize("defer_above", [None, 300])
+def test_changes_assemble_as_a_fresh_toolkit_would(defer_above: int | None) -> None:
+    """Tools added, inserted, removed, replaced, reordered and registered, in sources early and
+    late: after each change the toolkit (and one that holds it as a source) shows what a toolkit
+    assembled from scratch shows, deferral over the budget and search included."""
+    rng = random.Random(8)
+    made = iter(range(10**6))
+
+    def fresh() -> Tool:
+        number = next(made)
+        name = rng.choice(NAME_POOL) if rng.random() < 0.5 else f"only_{number}"
+        return make(name, f"{name} tool {number} " + "words " * rng.randrange(20))
+
+    sources = [ToolSet([fresh() for _ in range(4)], name=f"s{i}") for i in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ToolNameConflict)
+        kit = Toolkit(*sources, defer_above=defer_above, keep_active=["list_*"])
+        outer = Toolkit(kit)
+        for step in range(250):
+            source = rng.choice(sources)
+            tools = source._tools
+            action = rng.choice(
+                ["add", "insert", "remove", "drop", "swap", "reverse", "repeat", "other"]
+            )
+            if action == "add":
+                source.add(*(fresh() for _ in range(rng.randrange(1, 3))))
+            elif action == "insert":
+                tools.insert(rng.randrange(len(tools) + 1), fresh())
+            elif action == "remove" and tools:
+                source.remove(rng.choice(tools).name)  # every tool of that name
+            elif action == "drop" and tools:
+                del tools[rng.randrange(len(tools))]
+            elif action == "swap" and tools:
+                index = rng.randrange(len(tools))
+                tools[index] = make(tools[index].name, f"{tools[index].name} again {step}")
+            elif action == "reverse":
+                tools.reverse()
+            elif action == "repeat" and tools:
+                tools.append(rng.choice(tools))  # one tool listed twice
+            elif rng.random() < 0.5:
+                kit.register(fresh())
+            elif len(kit.sources) < 7:  # a new source, or one added again
+                again = rng.random() < 0.2
+                if not again:
+                    sources.append(ToolSet([fresh()], name=f"s{len(sources)}"))
+                kit.add(source if again else sources[-1])
+            if action in ("insert", "drop", "swap", "reverse", "repeat"):
+                source.changed()
+            assert assembly(kit) == assembly(afresh(kit)), (step, action, source.name)
+            assert [(t.name, t.description) for t in outer.tools] == [
+                (t.name, t.description) for t in kit.tools
+            ]
+    assert len(kit) > 20 and (defer_above is None or kit.deferred_names())
+
+
+def test_conflict_warnings_follow_changes_once_per_key() -> None:
+    """A name handed to a new holder warns about the tools it now shuts out, once per (name,
+    holder, loser); a change that leaves the conflicts as they were warns no more."""
+    first, second, third = (ToolSet([make("t", n)], name=n) for n in ("first", "second", "third"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        def conflicts() -> list[tuple[str, str, str]]:
+            """(name, holder, loser) of each conflict warned of since the last look."""
+            pattern = r"tool name '(.+)' is taken: .* '(.+)' is ignored; .* '(.+)' keeps it"
+            found = [re.fullmatch(pattern, str(w.message)) for w in caught]
+            caught.clear()
+            return [(m[1], m[3], m[2]) for m in found if m is not None]
+
+        kit = Toolkit(first, second, third)
+        assert conflicts() == [("t", "first", "second"), ("t", "first", "third")]
+        first.remove("t")
+        assert conflicts() == [("t", "second", "third")]
+        assert kit["t"].description == "second"
+        second.add(make("t", "second again"))
+        assert conflicts() == [("t", "second", "second")]
+        second.add(make("t", "once more"))
+        first.add(make("t", "first again"))
+        assert conflicts() == []  # each of these keys was warned of before
+        assert kit["t"].description == "first again"
+        kit.register(make("t", "late"))
+        assert conflicts() == [("t", "first", "registered")]
+        kit.register(make("t", "later"))
+        assert conflicts() == []
+    assert kit.names() == ["t"]
+
+
+def test_a_change_that_clashes_raises_with_on_conflict_error() -> None:
+    early = ToolSet([make("a")], name="early")
+    late = ToolSet([make("b"), make("fs_read")], name="late")
+    kit = Toolkit(early, late, on_conflict="error")
+    early.add(make("c"))  # no clash: fine
+    assert kit.names() == ["a", "c", "b", "fs_read"]
+    with pytest.raises(NameConflictError, match="'b'"):
+        early.add(make("b"))  # the later source's "b" would be shut out
+    other = Toolkit(ToolSet([make("fs_read")], name="plain"), on_conflict="error")
+    with pytest.raises(NameConflictError, match="made legal as 'fs_read'"):
+        other.register(make("fs.read"))
+
+
+def test_registering_one_at_a_time_defers_as_assembling_at_once() -> None:
+    """Registered after a big toolkit one by one, tools are named, listed and deferred over the
+    budget as the same tools assembled together: pinned ones (``keep_active``) first."""
+    from toolmesh.llm.deferred import estimate_tokens
+
+    base = [make(f"tool_{i}", "z" * (40 + 17 * i)) for i in range(12)]
+    late = [make(f"late_{i}", "z" * (30 + 23 * i)) for i in range(12)]
+    late.insert(7, make("keep_me", "z" * 400))
+    budget = sum(estimate_tokens(t) for t in base[:9])
+    kit = Toolkit(ToolSet(base, name="base"), defer_above=budget, keep_active=["keep_*"])
+    for tool_ in late:
+        kit.register(tool_)
+    whole = Toolkit(
+        ToolSet(base, name="base"),
+        ToolSet(late, name="registered"),
+        defer_above=budget,
+        keep_active=["keep_*"],
+    )
+    assert assembly(kit) == assembly(whole)
+    assert "keep_me" in [d.name for d in kit.definitions()]
+    assert {"late_11", "tool_11"} <= kit.deferred_names()
+
+
+class Recording(SearchIndex):
+    """Records what the toolkit asks of it (not what its own methods do meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes: list[tuple[str, str]] = []
+        self.busy = False
+
+    def add(self, key: str, definition: ToolDefinition) -> None:
+        self.record("add", key, lambda: super(Recording, self).add(key, definition))
+
+    def remove(self, key: str) -> None:
+        self.record("remove", key, lambda: super(Recording, self).remove(key))
+
+    def record(self, change: str, key: str, do: Callable[[], None]) -> None:
+        if not self.busy:
+            self.changes.append((change, key))
+        self.busy, was = True, self.busy
+        try:
+            do()
+        finally:
+            self.busy = was
+
+
+def test_the_index_hears_only_of_the_tools_that_changed() -> None:
+    index = Recording()
+    early = ToolSet([*(make(f"early_{i}") for i in range(20)), make("shared", "early")], name="e")
+    late = ToolSet([*(make(f"late_{i}") for i in range(20)), make("shared", "late")], name="l")
+    with pytest.warns(ToolNameConflict):
+        kit = Toolkit(early, late, search=index)
+    kit.search("shared")
+    assert len(index.changes) == 41
+
+    def changes() -> list[tuple[str, str]]:
+        kit.search("shared")
+        done, index.changes = index.changes, []
+        return sorted(done)
+
+    index.changes = []
+    late.add(make("late_new"))
+    kit.register(make("registered_new"))
+    assert changes() == [("add", "late_new"), ("add", "registered_new")]
+    early.remove("early_3")
+    late.remove("late_5")
+    assert changes() == [("remove", "early_3"), ("remove", "late_5")]
+    early.remove("shared")  # the later source's tool takes the name
+    assert changes() == [("add", "shared")]
+    assert kit["shared"].description == "late"
+    early._tools.insert(0, make("early_first"))
+    early.changed()
+    assert changes() == [("add", "early_first")]
+    assert kit.names()[:2] == ["early_first", "early_0"]
+
+
+def test_a_dropped_tool_leaves_no_alias_behind() -> None:
+    source = ToolSet([make("fs.read"), make("other")], name="s")
+    kit = Toolkit(source)
+    source.remove("fs.read")
+    source.add(make("fs_read", "plain"))
+    assert kit.get("fs_read") is not None and kit.get("fs.read") is None
+    assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_source_added_twice_conflicts_with_itself_at_every_change() -> None:
+    source = ToolSet([make("t")], name="twice")
+    with pytest.warns(ToolNameConflict, match="'t' from source 'twice' keeps it"):
+        kit = Toolkit(source, source)
+    with pytest.warns(ToolNameConflict, match="'u' from source 'twice' keeps it"):
+        source.add(make("u"))
+    assert kit.names() == ["t", "u"]
+
+
+def test_a_refused_conflict_is_refused_at_every_change_until_it_is_gone() -> None:
+    early = ToolSet([make("a")], name="early")
+    late = ToolSet([make("b")], name="late")
+    kit = Toolkit(early, late, on_conflict="error")
+    with pytest.raises(NameConflictError, match="'b'"):
+        late.add(make("b", "again"))
+    with pytest.raises(NameConflictError, match="'b'"):
+        early.add(make("c"))  # another change: the toolkit is re-assembled, and refuses again
+    late._tools.pop()
+    late.changed()
+    assert kit.names() == ["a", "c", "b"]
+    assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_budget_changed_at_run_time_is_weighed_afresh() -> None:
+    from toolmesh.llm.deferred import estimate_tokens
+
+    tools = [make(f"tool_{i}", "w" * 200) for i in range(8)]
+    cost = estimate_tokens(tools[0])
+    kit = Toolkit(tools[:4], defer_above=2 * cost)
+    assert [d.name for d in kit.definitions()] == ["tool_0", "tool_1"]
+    kit.defer_above = 5 * cost
+    kit.register(tools[4])
+    assert [d.name for d in kit.definitions()] == [f"tool_{i}" for i in range(5)]
+    kit.keep_active = ("tool_7",)
+    kit.register(*tools[5:])
+    assert [d.name for d in kit.definitions()] == ["tool_0", "tool_1", "tool_2", "tool_3", "tool_7"]
+    kit.defer_above = None
+    kit.register(make("free"))
+    kit.defer_above = 5 * cost
+    kit.register(make("last", "w" * 200))
+    assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_source_gaining_two_tools_of_one_name_keeps_the_first() -> None:
+    from toolmesh.llm.deferred import estimate_tokens
+
+    source = ToolSet([make("a", "v" * 200)], name="s")
+    cost = estimate_tokens(source.tools()[0])
+    kit = Toolkit(source, defer_above=2 * cost)
+    with pytest.warns(ToolNameConflict, match="'b' from source 's' keeps it"):
+        source.add(make("b", "v" * 200), make("b", "w" * 200))
+    assert [d.name for d in kit.definitions()] == ["a", "b"]
+    assert kit["b"].description == "v" * 200
+    assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_source_added_again_keeps_its_first_place_when_another_gains_a_tool() -> None:
+    again = ToolSet([make("r")], name="again")
+    middle = ToolSet([make("m")], name="middle")
+    with pytest.warns(ToolNameConflict):
+        kit = Toolkit(again, middle, again)
+    middle.add(make("n"))
+    assert kit.names() == ["r", "m", "n"]
+
+
+def test_a_tool_listed_twice_conflicts_with_itself() -> None:
+    first, second = make("x"), make("y")
+    source = ToolSet([first, second], name="s")
+    kit = Toolkit(source)
+    source._tools.append(second)
+    with pytest.warns(ToolNameConflict, match="'y' from source 's' keeps it"):
+        source.changed()
+    source._tools.insert(1, first)
+    with pytest.warns(ToolNameConflict, match="'x' from source 's' keeps it"):
+        source.changed()
+    assert kit.names() == ["x", "y"]
+
+
+def test_a_toolkit_over_budget_passes_on_only_what_changed() -> None:
+    """Each change deferred the tools over the budget anew, as new objects: a toolkit holding
+    this one as a source took every deferred tool for a changed one and indexed it again."""
+    from toolmesh.llm.deferred import estimate_tokens
+
+    source = ToolSet([make(f"tool_{i}", "q" * 100) for i in range(30)], name="s")
+    inner = Toolkit(source, defer_above=3 * estimate_tokens(source.tools()[0]))
+    index = Recording()
+    outer = Toolkit(inner, search=index)
+    outer.search("tool")
+    index.changes = []
+    source.remove("tool_20")
+    source.add(make("fresh", "q" * 100))
+    outer.search("tool")
+    assert sorted(index.changes) == [("add", "fresh"), ("remove", "tool_20")]
+    assert outer["tool_5"].definition.defer_loading and outer["fresh"].definition.defer_loading

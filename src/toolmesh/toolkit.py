@@ -17,12 +17,14 @@ import contextlib
 import dataclasses
 import fnmatch
 import hashlib
+import itertools
 import logging
+import operator
 import re
 import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -92,6 +94,14 @@ class _Entry:
     given: Tool  # the object its source gave, to notice when it changes
 
 
+@dataclass(slots=True)
+class _Offer:
+    """The tools a source listed when last read, to tell what its next change did."""
+
+    tools: list[Tool] = field(default_factory=list)  # (holding them keeps their ids theirs)
+    publics: dict[int, str] = field(default_factory=dict)  # id(tool) -> its public name
+
+
 class Toolkit(ToolResolver):
     """Tools from many sources behind one name space, one search index and one pipeline."""
 
@@ -137,6 +147,9 @@ class Toolkit(ToolResolver):
         self._watchers: list[Callable[[], None]] = []  # toolkits that hold this one as a source
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
+        self._offers: dict[int, _Offer] = {}  # by id(source)
+        self._wanted: dict[str, int] = {}  # public name -> how many listed tools want it
+        self._contested: set[str] = set()  # the names wanted more than once
         # The index is made, and its module imported, at the first search; changes wait for
         # it too: a host that never searches (most stdio servers) never pays for tokenizing
         # and stemming every tool, and bursts of changes (an MCP server's list_changed) are
@@ -150,6 +163,8 @@ class Toolkit(ToolResolver):
         self.keep_active = tuple(keep_active)
         self._over_budget: dict[str, tuple[Tool, Tool]] = {}  # name -> (as given, deferred)
         self._token_costs: dict[int, tuple[Tool, int]] = {}
+        self._budget_used = 0  # tokens of the tools the budget keeps listed
+        self._budget_basis: tuple[int, tuple[str, ...]] | None = None  # what they were weighed by
         self._version = 0
         self._listings: dict[tuple[Any, ...], list[ToolDefinition]] = {}
         self._warned: set[tuple[str, str, str]] = set()
@@ -174,6 +189,7 @@ class Toolkit(ToolResolver):
             source = Prefixed(source, prefix)
         self._sources.append(source)
         source.subscribe(self._source_changed)
+        self._offers[id(source)] = _Offer()
         self._append(source, source.tools())
         return source
 
@@ -188,12 +204,42 @@ class Toolkit(ToolResolver):
             self.add(ToolSet(made, name="registered"))
         return made
 
-    def _append(self, source: Source, tools: Iterable[Tool]) -> None:
-        for tool in tools:
-            self._claim(source, tool)
+    def _append(self, source: Source, tools: Sequence[Tool]) -> None:
+        """Claim the tools ``source`` lists after all the others (it is the last source)."""
+        publics = self._note(self._offers[id(source)], tools)
+        appended = []
+        for tool, public in zip(tools, publics, strict=True):
+            entry = self._claim(source, tool, public)
+            if entry is not None:
+                appended.append(entry)
+        self._after_change(appended)
+
+    def _note(self, offer: _Offer, tools: Sequence[Tool]) -> list[str]:
+        """Record that the source of ``offer`` lists ``tools`` too; their public names."""
+        publics = [sanitize_name(tool.name) for tool in tools]
+        offer.tools.extend(tools)
+        offer.publics.update(zip(map(id, tools), publics, strict=True))
+        for public in publics:
+            self._want(public, 1)
+        return publics
+
+    def _want(self, public: str, change: int) -> None:
+        wanted = self._wanted.get(public, 0) + change
+        if wanted:
+            self._wanted[public] = wanted
+        else:
+            del self._wanted[public]
+        if wanted > 1:
+            self._contested.add(public)
+        else:
+            self._contested.discard(public)
+
+    def _after_change(self, appended: list[_Entry] | None) -> None:
+        """What every change ends with. ``appended``: the entries it added after all the others
+        when it changed nothing else, or None."""
         self._version += 1
         self._listings.clear()
-        self._defer_over_budget()
+        self._defer_over_budget(appended)
         self._tell_watchers()
 
     def _tell_watchers(self) -> None:
@@ -203,24 +249,28 @@ class Toolkit(ToolResolver):
             watcher()
 
     def _claim(
-        self, source: Source, given: Tool, previous: Mapping[str, _Entry] | None = None
-    ) -> None:
-        """Give ``given`` its public name unless an earlier tool holds it."""
+        self,
+        source: Source,
+        given: Tool,
+        public: str,
+        previous: Mapping[str, _Entry] | None = None,
+    ) -> _Entry | None:
+        """Give ``given`` its public name unless an earlier tool holds it; its entry, if so."""
         original = given.name
-        public = sanitize_name(original)
         holder = self._entries.get(public)
         if holder is not None:
             self._conflict(holder, source, original, public)
-            return
+            return None
         if public != original:
             self._aliases.setdefault(original, public)
         old = previous.get(public) if previous is not None else None
         if old is not None and old.source is source and old.given is given:
             self._entries[public] = old  # unchanged: the index entry stays as it is
-            return
+            return old
         tool = given if public == original else given.replace(name=public)
-        self._entries[public] = _Entry(tool, source, original, given)
+        entry = self._entries[public] = _Entry(tool, source, original, given)
         self._unindexed[public] = tool.definition
+        return entry
 
     def _conflict(self, holder: _Entry, source: Source, original: str, public: str) -> None:
         renamed = f" (made legal as {public!r})" if original != public else ""
@@ -237,21 +287,94 @@ class Toolkit(ToolResolver):
             logger.warning(message)
             warnings.warn(message, ToolNameConflict, stacklevel=4)
 
-    def _source_changed(self, _source: Source) -> None:
-        """Re-assemble after a source changed its tools; the index changes only where tools did
-        (an earlier source losing a tool can hand its name to a later one)."""
+    def _source_changed(self, source: Source) -> None:
+        """Re-assemble after a source changed its tools: only where it changed when no other
+        source has a say (``_change_in_place``), else walking every source again; the index
+        changes only where tools did (an earlier source losing a tool can hand its name to a
+        later one)."""
+        if self._change_in_place(source):
+            return
         previous = self._entries
-        self._entries = {}
-        self._aliases = {}
-        for source in self._sources:
-            for tool in source.tools():
-                self._claim(source, tool, previous)
+        self._entries, self._aliases = {}, {}
+        self._wanted, self._contested = {}, set()
+        for each in self._sources:
+            offer = self._offers[id(each)] = _Offer()
+            publics = self._note(offer, each.tools())
+            for tool, public in zip(offer.tools, publics, strict=True):
+                self._claim(each, tool, public, previous)
         for name in previous.keys() - self._entries.keys():
             self._unindexed[name] = None
-        self._version += 1
-        self._listings.clear()
-        self._defer_over_budget()
-        self._tell_watchers()
+        self._after_change(None)
+
+    def _change_in_place(self, source: Source) -> bool:
+        """Apply a change of ``source`` at the cost of what it changed, when no other source
+        has a say in it: no other tool wants a name it gained or lost (nothing to refuse or hand
+        over), and the tools it kept are in the same order. False when it cannot be."""
+        if self._sources.count(source) > 1 or (self.on_conflict == "error" and self._contested):
+            return False  # a source added twice conflicts with itself; a refusal must recur
+        offer = self._offers[id(source)]
+        tools = list(source.tools())
+        change = _difference(offer, tools)
+        if change is None:
+            return False
+        removed, added, start = change
+        lost = [offer.publics[id(tool)] for tool in removed]
+        gained = [sanitize_name(tool.name) for tool in added]
+        freed = set(lost)
+        if (
+            any(self._wanted[name] > 1 for name in lost)
+            or len(set(gained)) < len(gained)
+            or any(name in self._wanted and name not in freed for name in gained)
+        ):
+            return False
+        offer.tools = tools
+        listed_left = False  # the room a listed tool leaves in the budget changes what fits
+        for tool, name in zip(removed, lost, strict=True):
+            del offer.publics[id(tool)]
+            self._want(name, -1)
+            entry = self._entries.pop(name)
+            if entry.original != name:
+                del self._aliases[entry.original]
+            self._unindexed[name] = None
+            self._over_budget.pop(name, None)
+            listed_left = listed_left or not entry.tool.definition.defer_loading
+        for tool, name in zip(added, gained, strict=True):
+            offer.publics[id(tool)] = name
+            self._want(name, 1)
+            self._claim(source, tool, name)
+        if added:
+            self._move_back(source, start)
+        last = not added or (
+            source is self._sources[-1] and _same(tools[len(tools) - len(added) :], added)
+        )
+        self._after_change(
+            [self._entries[name] for name in gained] if last and not listed_left else None
+        )
+        return True
+
+    def _move_back(self, source: Source, start: int) -> None:
+        """Put the entries in assembly order again after ``source`` gained tools, the first of
+        them its tool ``start`` (their entries went to the end): the entries of its tools from
+        there on, then those of each later source, move to the end in turn."""
+        entries = self._entries
+        index = self._sources.index(source)
+        earlier = {id(each) for each in self._sources[:index]}  # their entries stay in place
+        moved: set[str] = set()  # a tool listed twice, or a source added twice, moves once
+        for each in self._sources[index:]:
+            if id(each) in earlier:
+                continue
+            offer = self._offers[id(each)]
+            for tool in offer.tools[start if each is source else 0 :]:
+                name = offer.publics[id(tool)]
+                entry = entries.get(name)
+                if (
+                    name not in moved
+                    and entry is not None
+                    and entry.given is tool
+                    and entry.source is each
+                ):
+                    moved.add(name)
+                    entries[name] = entries.pop(name)
 
     # -- lookup ----------------------------------------------------------------------------------
 
@@ -456,20 +579,55 @@ class Toolkit(ToolResolver):
         their source's or the ``defer_above`` token budget's doing."""
         return {n for n, e in self._entries.items() if e.tool.definition.defer_loading}
 
-    def _defer_over_budget(self) -> None:
+    def _defer_over_budget(self, appended: list[_Entry] | None = None) -> None:
         """Keep the default listing within ``defer_above`` tokens (estimated as in
         toolmesh.llm.deferred.estimate_tokens): the least important tools get ``defer_loading``
-        in their definition, so every listing, search and provider format treats them alike."""
-        if self.defer_above is None:
+        in their definition, so every listing, search and provider format treats them alike.
+        ``appended``: entries added after all the others by a change that changed nothing else;
+        the tools before them keep their places, so only these are weighed."""
+        budget = self.defer_above
+        if budget is None:
+            self._budget_basis = None  # weighed afresh once there is a budget again
             return
         from toolmesh.llm.deferred import estimate_tokens
         from toolmesh.sources.tool_search import SEARCH_TOOL_NAMES
 
-        for name, (given, deferred) in self._over_budget.items():  # decide afresh
-            entry = self._entries.get(name)
-            if entry is not None and entry.tool is deferred:
-                entry.tool = given
+        def pinned(entry: _Entry) -> bool:
+            name = entry.tool.name
+            return name in SEARCH_TOOL_NAMES or any(
+                fnmatch.fnmatchcase(name, pattern) for pattern in self.keep_active
+            )
+
+        previous = self._over_budget
+
+        def weigh(entry: _Entry, cost: int, keep: bool) -> None:
+            if keep or self._budget_used + cost <= budget:
+                self._budget_used += cost
+                return
+            given = entry.tool
+            known = previous.get(given.name)  # the same deferred copy while its tool is the same
+            entry.tool = (
+                known[1]
+                if known is not None and known[0] is given
+                else given.replace(defer_loading=True)
+            )
+            self._over_budget[given.name] = (given, entry.tool)
+
+        basis = (budget, self.keep_active)
+        if appended is not None and basis == self._budget_basis and not any(map(pinned, appended)):
+            # Pinned tools are weighed first, then the others in order: these come last.
+            for entry in appended:
+                if not entry.tool.definition.defer_loading:
+                    cost = estimate_tokens(entry.tool)
+                    self._token_costs[id(entry.tool)] = (entry.tool, cost)
+                    weigh(entry, cost, False)
+            return
+        self._budget_basis = basis
         self._over_budget = {}
+        for name, (given, deferred) in previous.items():  # decide afresh
+            held = self._entries.get(name)
+            if held is not None and held.tool is deferred:
+                held.tool = given
         active = [e for e in self._entries.values() if not e.tool.definition.defer_loading]
         costs: dict[int, tuple[Tool, int]] = {}
         for entry in active:
@@ -478,24 +636,15 @@ class Toolkit(ToolResolver):
                 known = (entry.tool, estimate_tokens(entry.tool))
             costs[id(entry.tool)] = known
         self._token_costs = costs
-        if sum(cost for _, cost in costs.values()) <= self.defer_above:
+        self._budget_used = sum(cost for _, cost in costs.values())
+        if self._budget_used <= budget:
             return
-
-        def pinned(entry: _Entry) -> bool:
-            name = entry.tool.name
-            return name in SEARCH_TOOL_NAMES or any(
-                fnmatch.fnmatchcase(name, pattern) for pattern in self.keep_active
-            )
-
-        used = 0
-        for entry in sorted(active, key=lambda e: not pinned(e)):  # stable: assembly order
-            cost = costs[id(entry.tool)][1]
-            if pinned(entry) or used + cost <= self.defer_above:
-                used += cost
-            else:
-                deferred = entry.tool.replace(defer_loading=True)
-                self._over_budget[entry.tool.name] = (entry.tool, deferred)
-                entry.tool = deferred
+        self._budget_used = 0
+        pins = [pinned(entry) for entry in active]
+        for keep in (True, False):  # pinned tools first, then the others, in assembly order
+            for entry, pin in zip(active, pins, strict=True):
+                if pin is keep:
+                    weigh(entry, costs[id(entry.tool)][1], keep)
 
     # -- calling ---------------------------------------------------------------------------------
 
@@ -672,6 +821,39 @@ class ToolkitSource(Source):
         with contextlib.suppress(ValueError):
             self.toolkit._watchers.remove(self.changed)
         await self.toolkit.close()
+
+
+def _same(tools: Sequence[Tool], others: Sequence[Tool]) -> bool:
+    return len(tools) == len(others) and all(map(operator.is_, tools, others))
+
+
+def _difference(offer: _Offer, tools: list[Tool]) -> tuple[list[Tool], list[Tool], int] | None:
+    """The tools ``offer`` lost and gained to become ``tools``, and where in ``tools`` the
+    first gained one is, when the tools kept are in the same order (else which of two tools of
+    one name comes first may have changed); None otherwise, or when ``offer`` lists a tool twice
+    (a tool ``tools`` lists twice is gained twice, or with a name already wanted). Only the
+    stretch between the unchanged beginning and end is read one by one."""
+    before = offer.tools
+    if len(offer.publics) < len(before):
+        return None
+    shorter = min(len(before), len(tools))
+    head = _same_run(before, tools, shorter)
+    tail = _same_run(reversed(before), reversed(tools), shorter - head)
+    was, now = before[head : len(before) - tail], tools[head : len(tools) - tail]
+    was_ids, now_ids = {id(tool) for tool in was}, {id(tool) for tool in now}
+    kept = [tool for tool in now if id(tool) in was_ids]
+    if not _same(kept, [tool for tool in was if id(tool) in now_ids]):
+        return None
+    lost = [tool for tool in was if id(tool) not in now_ids]
+    gained = [tool for tool in now if id(tool) not in was_ids]
+    return lost, gained, (head + now.index(gained[0]) if gained else len(tools))
+
+
+def _same_run(first: Iterable[Tool], second: Iterable[Tool], most: int) -> int:
+    """For how many tools (``most`` at most) the two go on with the same objects; counted at C
+    speed, as a change to a long list is usually a short stretch of it."""
+    differs = map(operator.is_not, itertools.islice(first, most), second)
+    return next(itertools.compress(itertools.count(), differs), most)
 
 
 def _flattened(items: Sequence[Any]) -> list[Any]:
