@@ -585,6 +585,25 @@ def test_the_index_hears_only_of_the_tools_that_changed() -> None:
     assert kit.names()[:2] == ["early_first", "early_0"]
 
 
+def test_a_prefixed_source_passes_on_only_what_changed() -> None:
+    # A wrapper re-made every tool when its source changed one: every tool of a prefixed source
+    # (an MCP server's, by default) looked changed and was indexed again.
+    index = Recording()
+    inner = ToolSet([make(f"tool_{i}") for i in range(20)], name="server")
+    wrapped = Prefixed(Filtered(inner, deny=["tool_7"]), "srv")
+    kit = Toolkit(wrapped, search=index)
+    kit.search("tool")
+    before = {t.name: t for t in wrapped.tools()}
+    index.changes = []
+    inner.add(make("tool_new"))
+    inner.remove("tool_3")
+    kit.search("tool")
+    assert sorted(index.changes) == [("add", "srv_tool_new"), ("remove", "srv_tool_3")]
+    after = {t.name: t for t in wrapped.tools()}
+    assert all(after[name] is tool for name, tool in before.items() if name != "srv_tool_3")
+    assert "srv_tool_7" not in after and assembly(kit) == assembly(afresh(kit))
+
+
 def test_a_dropped_tool_leaves_no_alias_behind() -> None:
     source = ToolSet([make("fs.read"), make("other")], name="s")
     kit = Toolkit(source)

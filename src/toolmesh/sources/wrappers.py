@@ -26,6 +26,7 @@ class WrapperSource(Source):
         # The inner tools the cache was made from, held (not their ids: a freed tool's id is
         # soon another tool's, and a source that re-lists its tools frees the old ones).
         self._cache_key: tuple[Tool, ...] | None = None
+        self._mapped: list[Tool | None] = []  # per tool of the key: what it became (None: left out)
         self._cache: list[Tool] = []
         wrapped.subscribe(lambda _source: self.changed())
 
@@ -40,7 +41,14 @@ class WrapperSource(Source):
     def tools(self) -> Sequence[Tool]:
         inner = tuple(self.wrapped.tools())
         if not _same_tools(inner, self._cache_key):
-            self._cache = [self.map(t) for t in inner if self.keep(t)]
+            # A tool the source still lists as the same object keeps its mapped one: a change
+            # to a few tools stays a change to those few for the toolkit and its index.
+            before = dict(zip(map(id, self._cache_key or ()), self._mapped, strict=True))
+            self._mapped = [
+                before[id(t)] if id(t) in before else (self.map(t) if self.keep(t) else None)
+                for t in inner
+            ]
+            self._cache = [t for t in self._mapped if t is not None]
             self._cache_key = inner
         return self._cache
 
