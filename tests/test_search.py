@@ -273,11 +273,15 @@ BRANDS = [
 ]
 
 
-def brands() -> SearchIndex:
+def index_of(definitions: list[ToolDefinition]) -> SearchIndex:
     built = SearchIndex()
-    for d in BRANDS:
+    for d in definitions:
         built.add(d.name, d)
     return built
+
+
+def brands() -> SearchIndex:
+    return index_of(BRANDS)
 
 
 def test_tokenize_also_joins_the_words_camel_case_splits() -> None:
@@ -348,9 +352,7 @@ IDENTIFIERS = [
 
 
 def test_identifiers_split_on_camel_case_rank_as_before() -> None:
-    built = SearchIndex()
-    for d in IDENTIFIERS:
-        built.add(d.name, d)
+    built = index_of(IDENTIFIERS)
     ranked = {
         query: [key for key, _ in built.search(query)]
         for query in ("send email", "create issue", "http server", "user id")

@@ -17,24 +17,11 @@ from tests.fixtures.llm_stub import (
     gemini_response,
     gemini_text,
 )
-from tests.llm.test_loop import deferred_tool
-from toolmesh import ConfigError, ProviderError, Toolkit, create_client, tool
+from tests.llm.test_loop import add, deferred_tool, scripted
+from toolmesh import ConfigError, ProviderError, Toolkit, create_client
 from toolmesh.llm import ChatMessage, LLMClient, ModelCall
 from toolmesh.llm.loop import RunEvent
 from toolmesh.llm.styles import GEMINI_MADE_UP_ID
-
-
-def scripted(*answers: Answer) -> Any:
-    def answer(body: dict[str, Any], index: int) -> Answer:
-        return answers[min(index, len(answers) - 1)]
-
-    return answer
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def gemini(base_url: str, **settings: Any) -> LLMClient:
