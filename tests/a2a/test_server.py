@@ -992,13 +992,14 @@ class _HeldStore(MemoryStore):
         super().__init__()
         self.saving, self.release, self.saved = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
-    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
         if record.state == "completed":
             self.saving.set()
             await self.release.wait()
-        await super().save_a2a_task(record)
+        written = await super().save_a2a_task(record)
         if record.state == "completed":
             self.saved.set()
+        return written
 
 
 async def test_a_cancel_while_the_task_is_being_recorded_as_completed(llm: StubLLM) -> None:

@@ -4,9 +4,12 @@ and cancellable on another, and a conversation (its history, its tools' state) g
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 from a2a.client import ClientConfig
 from a2a.client import create_client as a2a_client
@@ -20,6 +23,7 @@ from a2a.types import (
 
 from tests.a2a.test_server import (
     _conversation_model,
+    _wire_message,
     answer_of,
     job_of,
     note,
@@ -31,6 +35,10 @@ from tests.a2a.test_server import (
 )
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_text
 from toolmesh import Output, create_client, create_toolkit, tool
+from toolmesh.a2a import wire
+from toolmesh.a2a.server import CANCEL_TOPIC
+from toolmesh.store import A2ATaskRecord
+from toolmesh.store.postgres import PostgresStore
 
 pytestmark = [pytest.mark.network_server]
 
@@ -148,3 +156,133 @@ async def test_another_host_goes_on_with_a_conversation_and_its_state(postgres_u
         ("a2a:ctx-y", "notes", ""),
         ("a2a:ctx-y", "slow_note", "cancelled"),
     ]
+
+
+class _Interposed(PostgresStore):
+    """A host's task store that awaits ``before_end(record)`` (once) before it writes a task's
+    end: what another host does there happens between this host's decision and its write."""
+
+    before_end: Callable[[A2ATaskRecord], Awaitable[None]] | None = None
+
+    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
+        if record.state in wire.TERMINAL and self.before_end is not None:
+            before_end, self.before_end = self.before_end, None
+            await before_end(record)
+        return await super().save_a2a_task(record)
+
+
+def _held_model() -> tuple[threading.Event, threading.Event, Callable[[Any, int], Answer]]:
+    """A model that answers "done" once released, and says when it was asked."""
+    asked, release = threading.Event(), threading.Event()
+
+    def answer(body: Any, index: int) -> Answer:
+        asked.set()
+        release.wait(30)
+        return openai_text("done")
+
+    return asked, release, answer
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    async for line in lines:
+        if line.startswith("data:"):
+            yield json.loads(line[5:])["result"]
+
+
+async def test_a_cancel_written_after_the_task_completed_is_refused(postgres_url: str) -> None:
+    """Host 2 loads a task to cancel it as host 1 completes it, and host 1's end is written
+    first: the cancel answers -32002 (as for any finished task) and the task stays completed,
+    through either host. The cancel was written last, and won."""
+    _asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        canceler = _Interposed(postgres_url)
+        hosts = [
+            await serve(stub, audit=postgres_url),
+            await serve(stub, audit=postgres_url, store=canceler),
+        ]
+        try:
+            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
+            sent = await rpc(hosts[0].rpc, "SendMessage", params)
+            task_id = sent["result"]["task"]["id"]
+            job = job_of(hosts[0].handle.a2a.board, task_id)  # type: ignore[union-attr]
+
+            async def complete_first(record: A2ATaskRecord) -> None:
+                assert record.state == "canceled"  # host 2 found the task running
+                release.set()
+                await asyncio.wait_for(asyncio.gather(job), 10)  # its end is stored
+
+            canceler.before_end = complete_first
+            refused = await rpc(hosts[1].rpc, "CancelTask", {"id": task_id})
+            assert refused.get("error", {}).get("code") == -32002, refused
+            assert canceler.before_end is None  # the race was run as arranged
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
+                assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
+                assert fetched["artifacts"][0]["parts"] == [{"text": "done"}]
+            stored = await canceler.load_a2a_task(task_id)
+            assert stored is not None and stored.state == "completed"
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
+async def test_an_answer_written_after_the_task_was_canceled_gives_way(postgres_url: str) -> None:
+    """Host 1's task has its answer and host 2 cancels it before host 1 writes the end: the
+    task stays canceled, and everyone is told so, without the answer: the cancel's client, the
+    creator waiting on host 1, a subscriber there, and GetTask through either host. The answer
+    was written last, and won."""
+    asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        hosts = [
+            await serve(stub, audit=postgres_url, store=runner),
+            await serve(stub, audit=postgres_url),
+        ]
+        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
+        told_to_stop = asyncio.Event()
+        # called after host 1's own subscriber, which stops the task
+        runner.subscribe(CANCEL_TOPIC, lambda _task_id: told_to_stop.set())
+        cancels: list[dict[str, Any]] = []
+
+        async def cancel_first(record: A2ATaskRecord) -> None:
+            assert record.state == "completed"  # host 1 has the answer
+            cancels.append(await rpc(hosts[1].rpc, "CancelTask", {"id": record.task_id}))
+            await asyncio.wait_for(told_to_stop.wait(), 10)  # host 1 has stopped the task too
+
+        try:
+            waiting = asyncio.ensure_future(
+                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            )
+            assert await asyncio.to_thread(asked.wait, 30)
+            [task_id] = board.running
+            subscribe = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask"}
+            subscribe["params"] = {"id": task_id}
+            async with (
+                httpx.AsyncClient(timeout=10) as http,
+                http.stream("POST", hosts[0].rpc, json=subscribe) as stream,
+            ):
+                events = _events(stream.aiter_lines())
+                first = await anext(events)  # the task as it stands: the subscriber listens
+                assert first["task"]["status"]["state"] == "TASK_STATE_WORKING"
+                runner.before_end = cancel_first
+                release.set()
+                streamed = [event async for event in events]
+            created = (await waiting)["result"]["task"]
+            [cancel] = cancels
+            canceled = cancel["result"]
+            assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+            assert created["status"] == canceled["status"] and "artifacts" not in created
+            told = {"taskId": task_id, "contextId": canceled["contextId"]}
+            assert streamed == [{"statusUpdate": {**told, "status": canceled["status"]}}]
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
+                assert fetched["status"] == canceled["status"] and "artifacts" not in fetched
+            stored = await runner.load_a2a_task(task_id)
+            assert stored is not None and stored.state == "canceled"
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()

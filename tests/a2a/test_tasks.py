@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolmesh.a2a import wire
 from toolmesh.a2a.tasks import RESTARTED, TaskBoard
 from toolmesh.store import A2ATaskRecord, SqliteStore
+from toolmesh.store.base import A2A_FINAL_STATES
 
 
 async def test_a_task_cut_short_by_a_restart_is_failed(tmp_path: Path) -> None:
@@ -20,3 +22,10 @@ async def test_a_task_cut_short_by_a_restart_is_failed(tmp_path: Path) -> None:
     assert stored is not None and stored.state == "failed"
     assert await board.get("missing") is None
     await store.close()
+
+
+def test_the_store_keeps_the_states_a2a_calls_terminal_final() -> None:
+    """The store guards its ``state`` column, which holds the short names the board writes."""
+    assert set(A2A_FINAL_STATES) == wire.TERMINAL
+    doc = {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"}}
+    assert wire.task_state(doc) in A2A_FINAL_STATES

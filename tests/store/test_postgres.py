@@ -17,7 +17,7 @@ from tests.fixtures.postgres import PostgresCluster
 from toolmesh import ConfigError
 from toolmesh.audit import AuditEntry
 from toolmesh.manifest import load_manifest
-from toolmesh.store import SqliteStore, open_store
+from toolmesh.store import A2ATaskRecord, SqliteStore, open_store
 from toolmesh.store.postgres import PostgresStore, display_url
 
 pytestmark = [pytest.mark.network_server]
@@ -251,3 +251,29 @@ async def test_takers_racing_for_a_session_get_each_message_once(postgres_url: s
         assert all(batch == sorted(batch, key=sent.index) for batch in taken)  # oldest first
     finally:
         await store.close()
+
+
+async def test_a_tasks_end_retried_after_a_lost_reply_is_still_its_own(postgres_url: str) -> None:
+    """The retry of an end whose reply was lost finds that end stored (its own write): it is
+    written, not refused as a task already ended; another host's end meanwhile is refused."""
+    runner, canceler = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await runner.open()
+    await canceler.open()
+    try:
+        doc = {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}
+        canceled = {**doc, "status": {"state": "TASK_STATE_CANCELED"}}
+        refused: list[bool] = []
+
+        async def cancel() -> None:
+            refused.append(
+                not await canceler.save_a2a_task(A2ATaskRecord("t", "c", "canceled", 2.0, canceled))
+            )
+
+        losing = LosingReplies(runner, meanwhile=cancel)
+        assert await runner.save_a2a_task(A2ATaskRecord("t", "c", "completed", 1.0, doc))
+        assert losing.lost == 1 and refused == [True]
+        kept = await canceler.load_a2a_task("t")
+        assert kept is not None and (kept.state, kept.document) == ("completed", doc)
+    finally:
+        await runner.close()
+        await canceler.close()

@@ -10,8 +10,8 @@ import pytest
 
 from toolmesh import Host, Toolkit, connect_async, tool
 from toolmesh.audit import AuditEntry
-from toolmesh.store import Store, open_store
-from toolmesh.store.base import A2ATaskRecord, SessionRecord
+from toolmesh.store import MemoryStore, Store, open_store
+from toolmesh.store.base import A2A_FINAL_STATES, A2ATaskRecord, SessionRecord
 
 StoreFactory = Callable[[], Store]
 
@@ -171,6 +171,74 @@ async def test_a2a_tasks_are_shared(make_store: StoreFactory) -> None:
     )
     await first.close()
     await second.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def two_hosts(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[Store, Store]]:
+    """The stores of two hosts on one database (in memory: one store, shared by nobody else)."""
+    if request.param == "memory":
+        store = MemoryStore()
+        yield store, store
+        return
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+    else:
+        request.applymarker(pytest.mark.network_server)
+        url = request.getfixturevalue("postgres_url")
+    stores = open_store(url), open_store(url)
+    for each in stores:
+        await each.open()
+    yield stores
+    for each in stores:
+        await each.close()
+
+
+def _task(task_id: str, state: str, says: str = "") -> A2ATaskRecord:
+    doc = {"id": task_id, "contextId": "c", "status": {"state": state}, "says": says}
+    return A2ATaskRecord(task_id, "c", state, 1.0, doc)
+
+
+async def test_a_tasks_first_end_is_final(two_hosts: tuple[Store, Store]) -> None:
+    """Whichever host records a task's end first, that end stays: later writes of the task,
+    ends or not, are refused and say so. Its own document again (a retry) is written."""
+    first, second = two_hosts
+    for state in ("submitted", "working", "input-required", "working"):
+        assert await first.save_a2a_task(_task("t", state))  # a task that runs goes on
+    loaded = await second.load_a2a_task("t")
+    assert loaded is not None and loaded.state == "working"
+    for end in A2A_FINAL_STATES:
+        task_id = f"t-{end}"
+        assert await first.save_a2a_task(_task(task_id, "working"))
+        assert await first.save_a2a_task(_task(task_id, end, "the first end"))
+        for late in [*A2A_FINAL_STATES, "working", "input-required"]:
+            assert not await second.save_a2a_task(_task(task_id, late, "a later one"))
+        assert await first.save_a2a_task(_task(task_id, end, "the first end"))
+        kept = await second.load_a2a_task(task_id)
+        assert kept is not None
+        assert (kept.state, kept.document) == (end, _task(task_id, end, "the first end").document)
+        records, total = await second.list_a2a_tasks(state=end)
+        assert total == 1 and [r.task_id for r in records] == [task_id]
+
+
+async def test_hosts_ending_tasks_together_keep_one_end_each(
+    two_hosts: tuple[Store, Store],
+) -> None:
+    """One host completes each task as the other cancels it, concurrently: one write of each
+    task is written, the other refused, and the task holds the written one."""
+    first, second = two_hosts
+    ids = [f"t{n}" for n in range(20)]
+    for task_id in ids:
+        assert await first.save_a2a_task(_task(task_id, "working"))
+    outcomes = await asyncio.gather(
+        *(first.save_a2a_task(_task(task_id, "completed")) for task_id in ids),
+        *(second.save_a2a_task(_task(task_id, "canceled")) for task_id in ids),
+    )
+    for task_id, completed, canceled in zip(ids, outcomes[:20], outcomes[20:], strict=True):
+        assert completed != canceled, task_id
+        kept = await first.load_a2a_task(task_id)
+        assert kept is not None and kept.state == ("completed" if completed else "canceled")
 
 
 async def test_published_signals_reach_subscribers(make_store: StoreFactory) -> None:

@@ -38,7 +38,7 @@ from starlette.routing import BaseRoute, Route
 from toolmesh import strictjson
 from toolmesh.a2a import wire
 from toolmesh.a2a.card import WELL_KNOWN_CARD
-from toolmesh.a2a.tasks import RunningTask, TaskBoard, approval_of
+from toolmesh.a2a.tasks import RunningTask, TaskBoard, approval_of, status_update
 from toolmesh.capabilities import CapabilitySet, session_capabilities
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import CallTimeout, CapabilityError, ConfigError, ProviderError
@@ -298,22 +298,24 @@ class A2AServer:
         _object(params, "metadata")  # not used, but a list or a text there is not metadata
         running = self.board.running.get(task_id)
         if running is not None and running.job is not None:
-            if running.state in wire.TERMINAL:  # it ended; its end is being written
-                raise _not_cancelable(task_id, running.state)
+            if running.ending:  # it ended; its end is being written
+                raise _not_cancelable(task_id, running.ending)
             running.job.cancel()
             await asyncio.gather(running.job, return_exceptions=True)
-            doc = running.doc
+            doc = running.doc  # its end as stored
         else:
             found = await self.board.get(task_id)
             if found is None:
                 raise _not_found(task_id)
             if wire.task_state(found) in wire.TERMINAL:
                 raise _not_cancelable(task_id, wire.task_state(found))
-            found["status"] = {"state": wire.state_name("canceled"), "timestamp": wire.timestamp()}
-            await self.board.save(found)
+            status = {"state": wire.state_name("canceled"), "timestamp": wire.timestamp()}
+            canceled = {**found, "status": status}  # (``found`` may be this host's cached copy)
+            doc = await self.board.save(canceled)
+            if doc is not canceled:  # it ended first (on the host running it): that end stands
+                raise _not_cancelable(task_id, wire.task_state(doc))
             if self.board.store.shared:  # the task may run on another host: tell it
                 await self.board.store.publish(CANCEL_TOPIC, task_id)
-            doc = found
         task = _view(doc, None)
         return _result(request_id, wire.task_to_v03(task) if legacy else task)
 
@@ -473,26 +475,25 @@ class A2AServer:
             )
         except asyncio.CancelledError:
             state, text = ("failed", STOPPED) if self._stopping else ("canceled", "")
-            running.set_status(state, text)
-            await self._finish(running)
+            await self._finish(running, state, text)
             raise
         except Exception as exc:
             # The caller learns that the run failed, and how; the details (the model's URL, the
             # provider's own words, which may echo a credential) stay in this server's log.
             logger.warning("A2A task %s failed: %s", running.id, exc, exc_info=exc)
-            running.set_status("failed", _failure_for_caller(exc))
+            await self._finish(running, "failed", _failure_for_caller(exc))
+            return
+        if result.stop_reason == "max_turns":  # cut off while still calling tools: its last
+            # text (often none) is not an answer, and "completed" would say it is
+            await self._finish(
+                running,
+                "failed",
+                f"the model was still calling tools after {self.max_turns} turns "
+                "(the agent's max_turns) and gave no answer"
+                + (f"; its last words: {result.text}" if result.text.strip() else ""),
+            )
         else:
-            if result.stop_reason == "max_turns":  # cut off while still calling tools: its
-                # last text (often none) is not an answer, and "completed" would say it is
-                running.set_status(
-                    "failed",
-                    f"the model was still calling tools after {self.max_turns} turns "
-                    "(the agent's max_turns) and gave no answer"
-                    + (f"; its last words: {result.text}" if result.text.strip() else ""),
-                )
-            else:
-                self._complete(running, result.text)
-        await self._finish(running)
+            await self._finish(running, "completed", answer=result.text)
 
     def _capabilities(self, asked: Any) -> CapabilitySet | None:
         """The task's capability set when the message asks to adjust the toolkit's."""
@@ -569,31 +570,26 @@ class A2AServer:
         running.set_status("working")
         return running
 
-    def _complete(self, running: RunningTask, text: str) -> None:
-        doc = running.doc
-        artifact = {"artifactId": new_id(), "name": "response", "parts": [{"text": text}]}
-        doc["artifacts"] = [artifact]
-        doc["history"].append(
-            wire.message("agent", text, context_id=doc["contextId"], task_id=running.id)
-        )
-        update = {
-            "taskId": running.id,
-            "contextId": doc["contextId"],
-            "artifact": artifact,
-            "lastChunk": True,
-        }
-        running.publish({"artifactUpdate": update})
-        running.set_status("completed")
-
-    async def _finish(self, running: RunningTask) -> None:
-        saving = asyncio.ensure_future(self.board.save(running.doc))
+    async def _finish(
+        self, running: RunningTask, state: str, text: str = "", *, answer: str | None = None
+    ) -> None:
+        """End the task in ``state`` (completed with ``answer``): record its end, then tell it
+        to the listeners and to whoever waits. Another host may have recorded an end first (a
+        cancel through it): that end is the task's, and is what they all get instead."""
+        end, updates = _end_of(running, state, text, answer)
+        running.ending = state
+        saving = asyncio.ensure_future(self.board.save(end))
+        stored = end  # what is told when the end could not be recorded
         try:
             try:
-                await asyncio.shield(saving)
+                stored = await asyncio.shield(saving)
             except asyncio.CancelledError:  # the job was stopped (close()) as its end was written:
-                await saving  # the end is still recorded, or a restart would call it failed
+                stored = await saving  # it is still recorded, or a restart would call it failed
                 raise
         finally:
+            running.doc = stored
+            for update in updates if stored is end else [status_update(stored)]:
+                running.publish(update)
             self.board.forget(running)
             # Its state stays in the store for the conversation's next task; this host's cached
             # copy goes, or a server that talks to many conversations would keep them all.
@@ -674,6 +670,33 @@ def _failure_for_caller(exc: Exception) -> str:
     if isinstance(exc, CallTimeout):
         return "the agent ran out of time before it had an answer"
     return f"the agent failed ({type(exc).__name__}); the agent's log has the details"
+
+
+def _end_of(
+    running: RunningTask, state: str, text: str, answer: str | None
+) -> tuple[JsonObject, list[JsonObject]]:
+    """The task ended in ``state`` (completed with ``answer``), as a new document, and the
+    stream items that tell it. The running task's own document is left as it is, and shown,
+    until the store has its end."""
+    doc = running.doc
+    end = {**doc, "history": list(doc.get("history") or [])}
+    updates: list[JsonObject] = []
+    if answer is not None:
+        artifact = {"artifactId": new_id(), "name": "response", "parts": [{"text": answer}]}
+        end["artifacts"] = [artifact]
+        end["history"].append(
+            wire.message("agent", answer, context_id=doc["contextId"], task_id=running.id)
+        )
+        update = {
+            "taskId": running.id,
+            "contextId": doc["contextId"],
+            "artifact": artifact,
+            "lastChunk": True,
+        }
+        updates.append({"artifactUpdate": update})
+    end["status"] = running.status(state, text)
+    updates.append(status_update(end))
+    return end, updates
 
 
 def _progress_reporter(running: RunningTask) -> Callable[[RunEvent], None]:

@@ -7,6 +7,10 @@ restart and is reported (and recorded) as failed. A task whose creator waits for
 blocking ``SendMessage`` on a store of this host alone) is first written when it ends or pauses:
 until then nobody else knows its id, and a listing of tasks writes any such task first.
 Streaming listeners get every status and artifact update of a running task, in order.
+
+A task's first recorded end is final (the store keeps it): when hosts sharing the store end a
+task together (one completes it, another cancels it), the one whose write came second takes the
+stored end as the task's, for its answer, its listeners and its caches.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from toolmesh.llm.styles import ChatMessage
 from toolmesh.sources.skills import Skill
 from toolmesh.store.base import A2ATaskRecord, Store
 
-__all__ = ["RESTARTED", "RunningTask", "TaskBoard"]
+__all__ = ["RESTARTED", "RunningTask", "TaskBoard", "status_update"]
 
 JsonObject = dict[str, Any]
 RESTARTED = "the server restarted before the task finished"
@@ -47,6 +51,7 @@ class RunningTask:
     paused: bool = False  # True while it waits for input
     capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
     stored: bool = False  # written to the store at least once
+    ending: str = ""  # the final state being recorded (``doc`` shows it once it is stored)
     _settle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
@@ -88,17 +93,26 @@ class RunningTask:
         for queue in self.listeners:
             queue.put_nowait(item)
 
-    def set_status(self, state: str, text: str = "") -> JsonObject:
-        """Move to ``state`` (with an agent message when ``text``) and tell the listeners."""
+    def status(self, state: str, text: str = "") -> JsonObject:
+        """A status of this task: ``state``, with an agent message when ``text``."""
         status: JsonObject = {"state": wire.state_name(state), "timestamp": wire.timestamp()}
         if text:
             status["message"] = wire.message(
                 "agent", text, context_id=self.doc["contextId"], task_id=self.id
             )
-        self.doc["status"] = status
-        update = {"taskId": self.id, "contextId": self.doc["contextId"], "status": status}
-        self.publish({"statusUpdate": update})
         return status
+
+    def set_status(self, state: str, text: str = "") -> JsonObject:
+        """Move to ``state`` (with an agent message when ``text``) and tell the listeners."""
+        status = self.doc["status"] = self.status(state, text)
+        self.publish(status_update(self.doc))
+        return status
+
+
+def status_update(doc: JsonObject) -> JsonObject:
+    """The stream item telling a task's current status."""
+    update = {"taskId": doc["id"], "contextId": doc["contextId"], "status": doc["status"]}
+    return {"statusUpdate": update}
 
 
 def approval_of(doc: JsonObject) -> JsonObject | None:
@@ -153,19 +167,27 @@ class TaskBoard:
                     "agent", text, context_id=doc.get("contextId", ""), task_id=doc["id"]
                 ),
             }
-            await self.save(doc)
+            return await self.save(doc)
         return doc
 
-    async def save(self, doc: JsonObject) -> None:
+    async def save(self, doc: JsonObject) -> JsonObject:
+        """Record ``doc``; the task as the store now holds it: ``doc`` itself, or the end the
+        store already had (another host ended the task first), which stands instead."""
+        task_id = doc["id"]
         state = wire.task_state(doc)
-        await self.store.save_a2a_task(
-            A2ATaskRecord(doc["id"], doc.get("contextId", ""), state, _status_time(doc), doc)
-        )
-        running = self.running.get(doc["id"])
+        record = A2ATaskRecord(task_id, doc.get("contextId", ""), state, _status_time(doc), doc)
+        written = await self.store.save_a2a_task(record)
+        running = self.running.get(task_id)
         if running is not None and running.doc is doc:
             running.stored = True
+        if not written:
+            kept = await self.store.load_a2a_task(task_id)
+            if kept is None:  # it refused the write for a task it holds: tasks are never deleted
+                raise RuntimeError(f"the store refused to replace task {task_id!r}, then lost it")
+            doc, state = kept.document, kept.state
         if state in wire.TERMINAL | wire.INTERRUPTED:
             self._remember(doc)
+        return doc
 
     async def store_running(self) -> None:
         """Write the running tasks not written yet, before the store is read for a listing."""

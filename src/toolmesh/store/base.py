@@ -19,7 +19,14 @@ from typing import Any
 
 from toolmesh.audit import AuditEntry
 
-__all__ = ["A2ATaskRecord", "SessionRecord", "StateRecord", "Store", "Subscriber"]
+__all__ = [
+    "A2A_FINAL_STATES",
+    "A2ATaskRecord",
+    "SessionRecord",
+    "StateRecord",
+    "Store",
+    "Subscriber",
+]
 
 logger = logging.getLogger("toolmesh.store")
 
@@ -28,6 +35,9 @@ Subscriber = Callable[[str], None]
 
 TOPIC = re.compile(r"^[a-z][a-z0-9_.]{0,40}$")
 MAX_PAYLOAD_BYTES = 7900  # PostgreSQL's NOTIFY takes under 8000 bytes
+A2A_FINAL_STATES = ("completed", "failed", "canceled", "rejected")
+"""The ``state`` of a task that never changes again: A2A's terminal states, by the short names
+the A2A server stores (``toolmesh.a2a.wire.TERMINAL``)."""
 
 
 @dataclass(slots=True)
@@ -111,8 +121,11 @@ class Store(ABC):
     # -- A2A tasks -----------------------------------------------------------------------------
 
     @abstractmethod
-    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
-        """Create or replace a task (committed before returning)."""
+    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
+        """Create or replace a task (committed before returning); True when written. A stored
+        task in a final state (``A2A_FINAL_STATES``) is kept as it is and False returned: the
+        first end recorded is the task's, whichever host wrote it. Writing the stored document
+        again counts as written (a retry after a lost reply finds its own write)."""
 
     @abstractmethod
     async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:

@@ -11,7 +11,13 @@ from collections import deque
 from typing import Any
 
 from toolmesh.audit import AuditEntry
-from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
+from toolmesh.store.base import (
+    A2A_FINAL_STATES,
+    A2ATaskRecord,
+    SessionRecord,
+    StateRecord,
+    Store,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -52,8 +58,16 @@ class MemoryStore(Store):
         self._state[session_id] = StateRecord(copy.deepcopy(document), expected_version + 1)
         return True
 
-    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
+        stored = self._tasks.get(record.task_id)
+        if (
+            stored is not None
+            and stored.state in A2A_FINAL_STATES
+            and stored.document != record.document
+        ):
+            return False
         self._tasks[record.task_id] = _copy_task(record)
+        return True
 
     async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
         record = self._tasks.get(task_id)

@@ -40,6 +40,7 @@ import asyncpg
 from toolmesh.audit import AuditEntry, log_lost_entry, storable
 from toolmesh.errors import ConfigError
 from toolmesh.store.base import (
+    A2A_FINAL_STATES,
     A2ATaskRecord,
     SessionRecord,
     StateRecord,
@@ -522,21 +523,28 @@ class PostgresStore(Store):
 
     # -- A2A tasks -------------------------------------------------------------------------------
 
-    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
         text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
-        await self.run(
+        # One statement: the row is locked and its state checked as it stands, so of hosts
+        # ending a task together only the first one's end is kept. A retry after a lost reply
+        # finds its own document there, and counts as written.
+        status = await self.run(
             lambda db: db.execute(
                 "INSERT INTO a2a_tasks (task_id, context_id, state, updated_at, document) "
                 "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
                 "context_id = excluded.context_id, state = excluded.state, "
-                "updated_at = excluded.updated_at, document = excluded.document",
+                "updated_at = excluded.updated_at, document = excluded.document "
+                "WHERE a2a_tasks.state <> ALL($6::text[]) "
+                "OR a2a_tasks.document = excluded.document",
                 record.task_id,
                 record.context_id,
                 record.state,
                 record.updated_at,
                 text,
+                list(A2A_FINAL_STATES),
             )
         )
+        return bool(status == "INSERT 0 1")
 
     async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
         row = await self.run(

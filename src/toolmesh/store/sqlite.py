@@ -27,7 +27,13 @@ from pydantic_core import to_json
 
 from toolmesh.audit import AuditEntry, log_lost_entry, storable
 from toolmesh.errors import ConfigError
-from toolmesh.store.base import A2ATaskRecord, SessionRecord, StateRecord, Store
+from toolmesh.store.base import (
+    A2A_FINAL_STATES,
+    A2ATaskRecord,
+    SessionRecord,
+    StateRecord,
+    Store,
+)
 
 __all__ = ["BATCH_ROWS", "MIGRATIONS", "SqliteStore"]
 
@@ -54,6 +60,16 @@ _AUDIT_COLUMNS = (
 )
 
 _audit_row = operator.attrgetter(*_AUDIT_COLUMNS)  # an entry's values in column order, in C
+
+# A task's first end is final: a stored task in a final state is kept (see Store.save_a2a_task)
+_SAVE_A2A_TASK = (
+    "INSERT INTO a2a_tasks (task_id, context_id, state, updated_at, document) "  # noqa: S608 - placeholders
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET "
+    "context_id = excluded.context_id, state = excluded.state, "
+    "updated_at = excluded.updated_at, document = excluded.document "
+    f"WHERE a2a_tasks.state NOT IN ({', '.join('?' for _ in A2A_FINAL_STATES)}) "
+    "OR a2a_tasks.document = excluded.document"
+)
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -292,15 +308,22 @@ class SqliteStore(Store):
 
     # -- A2A tasks -------------------------------------------------------------------------------
 
-    async def save_a2a_task(self, record: A2ATaskRecord) -> None:
+    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
         text = to_json(record.document).decode()
         with self._lock:
             self.commit()
-            self.connection().execute(
-                "INSERT OR REPLACE INTO a2a_tasks "
-                "(task_id, context_id, state, updated_at, document) VALUES (?, ?, ?, ?, ?)",
-                (record.task_id, record.context_id, record.state, record.updated_at, text),
+            cursor = self.connection().execute(
+                _SAVE_A2A_TASK,
+                (
+                    record.task_id,
+                    record.context_id,
+                    record.state,
+                    record.updated_at,
+                    text,
+                    *A2A_FINAL_STATES,
+                ),
             )
+        return cursor.rowcount == 1
 
     async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
         row = (
