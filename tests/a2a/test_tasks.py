@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from toolmesh.a2a import wire
 from toolmesh.a2a.tasks import RESTARTED, TaskBoard
 from toolmesh.store import A2ATaskRecord, SqliteStore
 from toolmesh.store.base import A2A_FINAL_STATES
+from toolmesh.store.postgres import PostgresStore
 
 
 async def test_a_task_cut_short_by_a_restart_is_failed(tmp_path: Path) -> None:
@@ -29,3 +32,23 @@ def test_the_store_keeps_the_states_a2a_calls_terminal_final() -> None:
     assert set(A2A_FINAL_STATES) == wire.TERMINAL
     doc = {"id": "t", "status": {"state": "TASK_STATE_COMPLETED"}}
     assert wire.task_state(doc) in A2A_FINAL_STATES
+
+
+@pytest.mark.network_server
+async def test_a_task_waiting_for_input_is_read_afresh_with_a_shared_store(
+    postgres_url: str,
+) -> None:
+    # A host kept the input-required task it had written; when the reply went through another
+    # host, which completed the task, the first one went on showing it waiting for input.
+    stores = [PostgresStore(postgres_url), PostgresStore(postgres_url)]
+    for store in stores:
+        await store.open()
+    first, second = (TaskBoard(store) for store in stores)
+    waiting = {"id": "w", "contextId": "c", "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}
+    await first.save(waiting)
+    assert await second.get("w") == waiting
+    await second.save({**waiting, "status": {"state": "TASK_STATE_COMPLETED"}})
+    seen = await first.get("w")
+    assert seen is not None and wire.task_state(seen) == "completed"
+    for store in stores:
+        await store.close()

@@ -185,7 +185,9 @@ class TaskBoard:
             if kept is None:  # it refused the write for a task it holds: tasks are never deleted
                 raise RuntimeError(f"the store refused to replace task {task_id!r}, then lost it")
             doc, state = kept.document, kept.state
-        if state in wire.TERMINAL | wire.INTERRUPTED:
+        # An ended task never changes again: kept at hand. An interrupted one goes on through
+        # whichever host gets the reply: with a shared store it is read afresh each time.
+        if state in wire.TERMINAL or (state in wire.INTERRUPTED and not self.store.shared):
             self._remember(doc)
         return doc
 
