@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import os
 import statistics
@@ -429,6 +430,11 @@ async def main() -> None:
             lambda: http_native("mcp", audit),
         )
     if "cold" in only:
+        # Both sides start from bytecode, as installed packages do (pip compiles a wheel's
+        # modules; an editable checkout's may be stale, and PYTHONDONTWRITEBYTECODE, set on
+        # some machines, would have every start compile them again).
+        for folder in (REPO / "src" / "toolmesh", HERE):
+            compileall.compile_dir(str(folder), quiet=1)
         ours, theirs = [], []
         for i in range(COLD):
             if i % 2:
