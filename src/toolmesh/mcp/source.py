@@ -6,8 +6,9 @@ run in the pipeline's task and go through the SDK's session:
 
 - the pipeline's deadline (or the caller's cancellation) cancels the request at the server: the
   SDK sends ``notifications/cancelled`` (over HTTP, a 2026-07-28 connection closes the request's
-  stream instead); a server that never answers its POST holds up later calls no longer than
-  ``ACK_TIMEOUT`` (or the connect timeout, if shorter);
+  stream instead, and a 2025-era one closes it once the notice is out); a server that never
+  answers its POST holds up later calls no longer than ``ACK_TIMEOUT`` (or the connect timeout,
+  if shorter);
 - progress notifications become ``progress`` events and, when configured, restart the
   deadline up to ``max_total_timeout``;
 - a stdio server that dies fails its running calls with a clear error (the last lines it wrote
