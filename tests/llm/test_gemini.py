@@ -443,3 +443,52 @@ async def test_a_refusal_says_what_gemini_said() -> None:
         with pytest.raises(ProviderError, match=r"generateContent answered 400: API key not valid"):
             await client.run("go")
     assert len(llm.requests) == 1
+
+
+async def test_a_429_wrapped_in_a_list_shows_its_message_and_waits_its_delay() -> None:
+    # Google may wrap an error body in a list of one (google-genai unwraps it): the message was
+    # shown as the raw JSON, and the RetryInfo delay not seen (backoff instead).
+    info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.01s"}
+    error = {"code": 429, "message": "Quota exceeded.", "status": "RESOURCE_EXHAUSTED"}
+    wrapped = [{"error": {**error, "details": [info]}}]
+
+    def answer(body: dict[str, Any], index: int) -> Answer:
+        return Answer(wrapped, 429) if index == 0 else gemini_text("ok")
+
+    events: list[RunEvent] = []
+    with StubLLM(answer) as llm:
+        result = await gemini(llm.base_url, backoff=30.0).run("go", on_event=events.append)
+    assert result.text == "ok"
+    assert [(e.status, e.wait) for e in events if e.kind == "retry"] == [(429, 0.01)]
+    refusing = StubLLM(lambda body, i: Answer([{"error": error}], 403))
+    with refusing as llm, pytest.raises(ProviderError) as refused:
+        await gemini(llm.base_url).run("go")
+    assert str(refused.value).endswith("answered 403: Quota exceeded.")
+
+
+# -- a base URL with a query ------------------------------------------------------------------------
+
+
+async def test_a_base_url_with_a_query_keeps_it_after_the_path() -> None:
+    # An API key in the query (``?key=``, as Google's own examples pass it): the model's path
+    # was appended after the query, so the server saw the wrong path, and a stream's "?alt=sse"
+    # made a second "?".
+    streamed = Answer(events=[("", gemini_response({"text": "hi"}))])
+    with StubLLM(scripted(streamed, gemini_text("hi"))) as llm:
+        client = gemini(llm.base_url + "/?key=g-key")
+        await client.run("a", stream=True)
+        await client.run("b")
+    assert [r.path for r in llm.requests] == [
+        "/v1/models/gemini-test:streamGenerateContent?key=g-key&alt=sse",
+        "/v1/models/gemini-test:generateContent?key=g-key",
+    ]
+
+
+async def test_an_api_key_in_the_query_is_masked_in_messages() -> None:
+    error = {"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}}
+    with StubLLM(lambda body, i: Answer(error, 400)) as llm:
+        client = gemini(llm.base_url + "?key=s3cret-key")
+        with pytest.raises(ProviderError) as refused:
+            await client.run("go")
+    assert "s3cret-key" not in str(refused.value) and "s3cret-key" not in repr(client)
+    assert "key=***" in str(refused.value) and "API key not valid." in str(refused.value)

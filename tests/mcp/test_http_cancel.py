@@ -250,3 +250,42 @@ async def test_an_exchange_ended_mid_event_closes_that_event_then_answers() -> N
 
 async def _events(response: httpx2.Response) -> list[httpx2.ServerSentEvent]:
     return [event async for event in httpx2.EventSource(response)]
+
+
+async def test_an_exchange_ended_before_its_headers_answers_and_is_forgotten() -> None:
+    """A notice that comes while the request still waits for the server's headers ends the
+    wait with the request's answer; a notice naming no open exchange changes nothing."""
+    arrived = asyncio.Event()
+
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        if json.loads(request.content)["method"] != "tools/call":
+            return httpx2.Response(202)
+        arrived.set()
+        await asyncio.Event().wait()  # the server never answers
+        raise AssertionError("unreachable")
+
+    def notice(request_id: object) -> dict[str, Any]:
+        params = {"requestId": request_id}
+        return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+
+    async def call() -> tuple[str, bytes]:
+        request = {"jsonrpc": "2.0", "id": "c-1", "method": "tools/call", "params": {}}
+        async with client.stream("POST", "http://mcp.test/", json=request) as response:
+            return response.headers["content-type"], await response.aread()
+
+    client = AckBoundClient("raw", 1.0, transport=httpx2.MockTransport(handler))
+    async with client:
+        calling = asyncio.ensure_future(call())
+        await arrived.wait()
+        for unknown in (99, "c-2"):
+            assert (await client.post("http://mcp.test/", json=notice(unknown))).status_code == 202
+        assert not calling.done() and list(client._exchanges) == ["c-1"]
+        assert (await client.post("http://mcp.test/", json=notice("c-1"))).status_code == 202
+        async with asyncio.timeout(5):
+            kind, body = await calling
+    assert kind == "application/json" and client._exchanges == {}
+    assert json.loads(body) == {
+        "jsonrpc": "2.0",
+        "id": "c-1",
+        "error": {"code": -32800, "message": "Request cancelled"},
+    }

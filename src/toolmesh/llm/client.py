@@ -18,6 +18,7 @@ import json
 import math
 import random
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +144,7 @@ class LLMClient:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
-        return f"LLMClient({self.style.name!r}, {self.model!r}, {self.base_url!r})"
+        return f"LLMClient({self.style.name!r}, {self.model!r}, {_shown(self.base_url)!r})"
 
     # -- one request ---------------------------------------------------------------------------
 
@@ -214,7 +215,7 @@ class LLMClient:
         # each read only: a server sending a byte, or an SSE comment, now and then would hold
         # the run forever); a stream gets ``timeout`` again with each event it sends.
         loop = asyncio.get_running_loop()
-        url = self._stream_url if stream else self._url
+        url = _shown(self._stream_url if stream else self._url)  # for the messages
         try:
             async with asyncio.timeout(self.timeout) as bound:
                 async with self._exchange(body, stream=stream) as response:
@@ -407,13 +408,30 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _shown(url: str) -> str:
+    """``url`` as messages show it: an API key in its query (Google's ``?key=``) masked."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.query:
+        return url
+    query = [
+        f"{pair.partition('=')[0]}=***"
+        if pair.partition("=")[0].lower() in _SECRET_PARAMS and pair.partition("=")[2]
+        else pair
+        for pair in parts.query.split("&")
+    ]
+    return urllib.parse.urlunsplit(parts._replace(query="&".join(query)))
+
+
+_SECRET_PARAMS = frozenset({"key", "api_key", "apikey", "access_token"})
+
+
 def _retry_info(text: str) -> float | None:
     """The wait a Google API puts in its error body instead of a header: a ``RetryInfo``
     detail, ``{"retryDelay": "30s"}``; None when there is none."""
     if "retryDelay" not in text:  # most bodies: not parsed at all
         return None
     try:
-        details = strictjson.loads(text)["error"]["details"]
+        details = _google_error(strictjson.loads(text))["error"]["details"]
     except (ValueError, KeyError, TypeError):
         return None
     for detail in details if isinstance(details, list) else ():
@@ -426,11 +444,18 @@ def _retry_info(text: str) -> float | None:
     return None
 
 
+def _google_error(payload: Any) -> Any:
+    """An error body as a Google API may wrap it, in a list of one (as google-genai reads it,
+    a stream's endpoint answers so), unwrapped."""
+    return payload[0] if isinstance(payload, list) and len(payload) == 1 else payload
+
+
 def _error_text(text: str) -> str:
     try:
         payload = strictjson.loads(text)
     except ValueError:
         return text[:300] or "(empty answer)"
+    payload = _google_error(payload)
     error = payload.get("error") if isinstance(payload, dict) else None
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])[:300]

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from toolmesh import strictjson
 from toolmesh.errors import ConfigError, ProviderError, ToolCallParseError
@@ -476,8 +476,12 @@ class GeminiStyle(Style):
         # As google-genai names models: "gemini-x" is "models/gemini-x"; quoted, so that a
         # name cannot add a query of its own.
         path = model if model.startswith(("models/", "tunedModels/")) else f"models/{model}"
-        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
-        return f"{base_url.rstrip('/')}/{quote(path, safe='/')}:{method}"
+        method = "streamGenerateContent" if stream else "generateContent"
+        # A base URL may carry a query of its own (``?key=...``): kept, after the path.
+        base = urlsplit(base_url)
+        query = "&".join(q for q in (base.query, "alt=sse" if stream else "") if q)
+        endpoint = f"{base.path.rstrip('/')}/{quote(path, safe='/')}:{method}"
+        return urlunsplit(base._replace(path=endpoint, query=query))
 
     def headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}
