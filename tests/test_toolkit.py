@@ -604,6 +604,17 @@ def test_a_prefixed_source_passes_on_only_what_changed() -> None:
     assert "srv_tool_7" not in after and assembly(kit) == assembly(afresh(kit))
 
 
+def test_a_wrapper_renamed_since_makes_its_tools_anew_at_the_next_change() -> None:
+    # Keeping the wrapped copies of unchanged tools kept their old prefix too.
+    inner = ToolSet([make("read"), make("write")], name="server")
+    wrapped = Prefixed(inner, "old")
+    kit = Toolkit(wrapped)
+    wrapped.prefix = "new"
+    inner.add(make("list"))
+    assert kit.names() == ["new_read", "new_write", "new_list"]
+    assert assembly(kit) == assembly(afresh(kit))
+
+
 def test_a_dropped_tool_leaves_no_alias_behind() -> None:
     source = ToolSet([make("fs.read"), make("other")], name="s")
     kit = Toolkit(source)
@@ -707,3 +718,45 @@ def test_a_toolkit_over_budget_passes_on_only_what_changed() -> None:
     outer.search("tool")
     assert sorted(index.changes) == [("add", "fresh"), ("remove", "tool_20")]
     assert outer["tool_5"].definition.defer_loading and outer["fresh"].definition.defer_loading
+
+
+def test_a_budget_taken_away_at_run_time_defers_no_more() -> None:
+    """``defer_above=None`` set at run time: the next change listed the tools the budget had
+    deferred as deferred still, unlike a toolkit made without a budget."""
+    source = ToolSet([make(f"tool_{i}", "w" * 200) for i in range(4)], name="s")
+    kit = Toolkit(source, defer_above=100)
+    assert kit.deferred_names()
+    kit.defer_above = None
+    source.add(make("new"))
+    assert kit.deferred_names() == set()
+    assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_registering_into_a_source_added_again_claims_at_its_first_place() -> None:
+    """The registered tools added again as the last source: a tool registered then was claimed
+    after every other, losing its name to a later source that a fresh assembly gives it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ToolNameConflict)
+        kit = Toolkit()
+        kit.register(make("a"))
+        kit.add(ToolSet([make("b", "other")], name="other"))
+        kit.add(kit.sources[0])
+        kit.register(make("b", "registered"), make("c"))
+        assert kit.names() == ["a", "b", "c"]
+        assert kit["b"].description == "registered"
+        assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_wrapper_asks_its_filter_again_when_its_source_changes() -> None:
+    """A tool the wrapped source still lists kept its wrapped copy, and with it whether the
+    filter let it through: a filter changed since left it in (or out) for good."""
+    inner = ToolSet([make("read"), make("write")], name="inner")
+    filtered = Filtered(inner)
+    kit = Toolkit(filtered)
+    assert kit.names() == ["read", "write"]
+    filtered.deny = ["write"]
+    inner.add(make("list"))
+    assert kit.names() == ["read", "list"]
+    filtered.deny = []
+    inner.add(make("more"))
+    assert kit.names() == ["read", "write", "list", "more"]

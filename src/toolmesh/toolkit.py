@@ -199,7 +199,10 @@ class Toolkit(ToolResolver):
         last = self._sources[-1] if self._sources else None
         if isinstance(last, ToolSet) and last.name == "registered":
             last._tools.extend(made)  # appending at the end cannot displace an earlier tool
-            self._append(last, made)
+            if self._sources.count(last) == 1:
+                self._append(last, made)
+            else:  # added again: its tools come first where it was first added
+                self._source_changed(last)
         else:
             self.add(ToolSet(made, name="registered"))
         return made
@@ -588,6 +591,11 @@ class Toolkit(ToolResolver):
         budget = self.defer_above
         if budget is None:
             self._budget_basis = None  # weighed afresh once there is a budget again
+            for name, (given, deferred) in self._over_budget.items():  # no budget: none over
+                held = self._entries.get(name)
+                if held is not None and held.tool is deferred:
+                    held.tool = given
+            self._over_budget = {}
             return
         from toolmesh.llm.deferred import estimate_tokens
         from toolmesh.sources.tool_search import SEARCH_TOOL_NAMES

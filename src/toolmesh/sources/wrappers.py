@@ -27,6 +27,7 @@ class WrapperSource(Source):
         # soon another tool's, and a source that re-lists its tools frees the old ones).
         self._cache_key: tuple[Tool, ...] | None = None
         self._mapped: list[Tool | None] = []  # per tool of the key: what it became (None: left out)
+        self._cache_settings: object = None
         self._cache: list[Tool] = []
         wrapped.subscribe(lambda _source: self.changed())
 
@@ -42,18 +43,29 @@ class WrapperSource(Source):
         inner = tuple(self.wrapped.tools())
         if not _same_tools(inner, self._cache_key):
             # A tool the source still lists as the same object keeps its mapped one: a change
-            # to a few tools stays a change to those few for the toolkit and its index.
-            before = dict(zip(map(id, self._cache_key or ()), self._mapped, strict=True))
-            self._mapped = [
-                before[id(t)] if id(t) in before else (self.map(t) if self.keep(t) else None)
-                for t in inner
-            ]
+            # to a few tools stays a change to those few for the toolkit and its index. Which
+            # tools are kept is asked again of every tool (a filter may have changed since).
+            settings = self.settings()
+            before: dict[int, Tool | None] = {}
+            if settings == self._cache_settings:  # (else renamed or retagged: all made anew)
+                before = dict(zip(map(id, self._cache_key or ()), self._mapped, strict=True))
+            self._cache_settings = settings
+            self._mapped = [self._mapped_copy(t, before.get(id(t))) for t in inner]
             self._cache = [t for t in self._mapped if t is not None]
             self._cache_key = inner
         return self._cache
 
+    def _mapped_copy(self, tool: Tool, known: Tool | None) -> Tool | None:
+        if not self.keep(tool):
+            return None
+        return known if known is not None else self.map(tool)
+
     def keep(self, tool: Tool) -> bool:
         return True
+
+    def settings(self) -> object:
+        """What ``map`` depends on besides the tool, to notice it changed."""
+        return None
 
     def map(self, tool: Tool) -> Tool:
         return tool
@@ -114,6 +126,9 @@ class Prefixed(WrapperSource):
     def map(self, tool: Tool) -> Tool:
         return tool.replace(name=f"{self.prefix}{self.separator}{tool.name}")
 
+    def settings(self) -> object:
+        return self.prefix, self.separator
+
 
 class Renamed(WrapperSource):
     """Renames tools by an old -> new mapping; others keep their names."""
@@ -125,6 +140,9 @@ class Renamed(WrapperSource):
     def map(self, tool: Tool) -> Tool:
         new = self.names.get(tool.name)
         return tool if new is None else tool.replace(name=new)
+
+    def settings(self) -> object:
+        return dict(self.names)
 
 
 class Tagged(WrapperSource):
@@ -143,6 +161,9 @@ class Tagged(WrapperSource):
             capabilities=_union(definition.capabilities, self.capabilities),
             tags=_union(definition.tags, self.tags),
         )
+
+    def settings(self) -> object:
+        return list(self.capabilities), list(self.tags)
 
 
 def _same_tools(now: tuple[Tool, ...], before: tuple[Tool, ...] | None) -> bool:
