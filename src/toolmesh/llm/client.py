@@ -141,6 +141,8 @@ class LLMClient:
         self._http: httpx.AsyncClient | None = None
         self._lean: LeanClient | None = None
         self._lean_suits = lean_suits(self._url)  # plain http://, not proxied
+        # The endpoints as messages show them (a key in the query masked), made once
+        self._shown = {False: _shown(self._url), True: _shown(self._stream_url)}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
@@ -215,7 +217,7 @@ class LLMClient:
         # each read only: a server sending a byte, or an SSE comment, now and then would hold
         # the run forever); a stream gets ``timeout`` again with each event it sends.
         loop = asyncio.get_running_loop()
-        url = _shown(self._stream_url if stream else self._url)  # for the messages
+        url = self._shown[stream]  # for the messages
         try:
             async with asyncio.timeout(self.timeout) as bound:
                 async with self._exchange(body, stream=stream) as response:
