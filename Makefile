@@ -84,8 +84,10 @@ typecheck: setup
 unit: setup
 	$(BIN)/python -m pytest
 
+## bench: issue 2's benchmark against the MCP SDK (bench/README.md has the others)
 bench: setup
-	$(BIN)/python bench/run.py
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/bench_a2e.py --repeats 3
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache toolmesh-audit.db*

@@ -4,14 +4,18 @@ The tool is `echo(text) -> text` called with {"text": "hello"}, the result check
 
     inprocess   toolmesh AsyncToolAPI over connect_async(Host)   vs  mcp.Client(MCPServer) in-memory
     stdio       toolmesh over `toolmesh serve --stdio`           vs  mcp.Client over an MCPServer stdio process
-    http        the same raw HTTP/1.1 load client (rawhttp.py) against both servers in subprocesses;
-                also each side's own client (toolmesh HttpChannel on httpx, mcp.Client on httpx2)
-    cold start  spawn + handshake + first list of a fresh host process
+    http        the same raw HTTP/1.1 load client (rawhttp.py, on asyncio, and its blocking twin)
+                against both servers in subprocesses; also each side's own client (toolmesh
+                connect_async(url), mcp.Client on httpx2); and floor.py's bare A2E binding
+                (no pipeline) against MCP with the same clients
+    cold start  spawn + handshake + first list of a fresh host process; and floor.py's import
+                of asyncio and pydantic (spawn to its "ready" line)
 
 Measurements alternate between the two sides within each repeat; medians are reported with the
-best run, and ratios are toolmesh / MCP for throughput (and MCP / toolmesh for times).
+best run. `ratio` is toolmesh / MCP for throughput, the median over repeats of the ratio within
+each (with its range; `ratio_of_medians` beside it), and cold start is toolmesh / MCP in time.
 
-    .venv/bin/python bench/bench_a2e.py [--repeats 3] [--only inprocess,stdio,http,cold]
+    .venv/bin/python bench/bench_a2e.py [--repeats 3] [--only inprocess,stdio,http,floor,cold]
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ import _common as C  # noqa: E402
 import rawhttp  # noqa: E402
 
 REPO = HERE.parent
+FLOOR = str(HERE / "floor.py")
 TOOLS = "bench.echo_tools:TOOLS"
-N_INPROC, N_STDIO, N_HTTP, N_CONC, CONC, COLD = 5000, 2000, 1000, 2000, 50, 7
+N_INPROC, N_STDIO, N_HTTP, N_CONC, CONC, COLD = 5000, 2000, 3000, 2000, 50, 7
 
 
 def toolmesh_cmd(*args: str) -> list[str]:
@@ -147,6 +152,19 @@ async def cold_toolmesh() -> float:
     return elapsed
 
 
+async def cold_floor() -> float:
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, FLOOR, "import", stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    line = await proc.stdout.readline()
+    elapsed = (time.perf_counter() - t0) * 1e3
+    if line != b"ready\n" or await proc.wait() != 0:
+        raise RuntimeError(f"floor.py import failed ({line!r}, exit {proc.returncode})")
+    return elapsed
+
+
 async def cold_mcp() -> float:
     from mcp import Client, StdioServerParameters
 
@@ -195,6 +213,38 @@ class ToolmeshHttpServer:
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+class FloorHttpServer(ToolmeshHttpServer):
+    """floor.py's bare A2E binding; it exits when its stdin closes."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+    def __enter__(self) -> FloorHttpServer:
+        self.proc = subprocess.Popen(
+            [sys.executable, FLOOR, "http"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        C._CHILDREN[self.proc.pid] = self.proc
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline().strip().rsplit(":", 1)[1])
+        self.pid = self.proc.pid
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        super().__exit__(*exc)
+
+
+def http_server(side: str, audit: str) -> Any:
+    if side == "toolmesh":
+        return ToolmeshHttpServer(audit)
+    return FloorHttpServer() if side == "floor" else C.Server("mcp_http")
 
 
 async def raw_toolmesh_client(port: int, pool: int = 1) -> tuple[Any, Any]:
@@ -315,10 +365,105 @@ async def raw_mcp_client(port: int, pool: int = 1) -> tuple[Any, Any]:
     return call, close
 
 
+def blocking_a2e_client(port: int) -> Any:
+    """A sequential `call()` over A2E's HTTP binding on rawhttp.BlockingConnection."""
+    control = rawhttp.BlockingConnection("127.0.0.1", port)
+    _status, _, body = control.request("POST", "/session")
+    session = json.loads(body)["session_id"]
+    headers = {"X-Session-Id": session, "Content-Type": "application/json"}
+    stream = rawhttp.BlockingConnection("127.0.0.1", port)
+    stream.open_events("/stream", {"X-Session-Id": session})
+    counter = 0
+
+    def send(message: dict[str, Any]) -> dict[str, Any]:
+        status, _, _ = control.request("POST", "/send", headers, json.dumps(message).encode())
+        if status != 200:
+            raise RuntimeError(status)
+        while True:
+            reply = stream.next_event()
+            if reply.get("req_id") == message["id"]:
+                return reply
+
+    send({"type": "handshake/req", "id": "hs", "agent_caps": ["tools"]})
+
+    async def call() -> None:
+        nonlocal counter
+        counter += 1
+        message = {
+            "type": "tool/call/req",
+            "id": f"c{counter}",
+            "tool_name": "echo",
+            "arguments": {"text": "hello"},
+        }
+        reply = send(message)
+        if reply["data"]["data"] != "hello":
+            raise RuntimeError(reply)
+
+    def close() -> None:
+        control.close()
+        stream.close()
+
+    return call, close
+
+
+def blocking_mcp_client(port: int) -> Any:
+    """The same blocking client speaking MCP streamable HTTP (as raw_mcp_client does)."""
+    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    conn = rawhttp.BlockingConnection("127.0.0.1", port)
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+    status, head, body = conn.request("POST", "/mcp", base, json.dumps(init).encode())
+    if status != 200:
+        raise RuntimeError(f"initialize answered {status}: {body[:200]!r}")
+    headers = {
+        **base,
+        "mcp-session-id": head["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    conn.request("POST", "/mcp", headers, json.dumps(note).encode())
+    counter = 0
+
+    async def call() -> None:
+        nonlocal counter
+        counter += 1
+        message = {
+            "jsonrpc": "2.0",
+            "id": counter,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hello"}},
+        }
+        _status, _head, body = conn.request("POST", "/mcp", headers, json.dumps(message).encode())
+        payloads = rawhttp.sse_payloads(body) if b"data:" in body else [json.loads(body)]
+        result = payloads[-1]["result"]
+        if result["content"][0]["text"] != "hello":
+            raise RuntimeError(result)
+
+    return call, conn.close
+
+
+async def http_blocking(side: str, audit: str) -> dict[str, Any]:
+    with http_server(side, audit) as server:
+        maker = blocking_mcp_client if side == "mcp" else blocking_a2e_client
+        call, close = maker(server.port)
+        for _ in range(100):
+            await call()
+        result = await C.time_sequential(call, N_HTTP, server.pid)
+        close()
+    return result
+
+
 async def http_raw(side: str, audit: str, concurrency: int) -> dict[str, Any]:
-    server: Any = ToolmeshHttpServer(audit) if side == "toolmesh" else C.Server("mcp_http")
-    with server:
-        maker = raw_toolmesh_client if side == "toolmesh" else raw_mcp_client
+    with http_server(side, audit) as server:
+        maker = raw_mcp_client if side == "mcp" else raw_toolmesh_client
         call, close = await maker(server.port, pool=concurrency)
         for _ in range(100):
             await call()
@@ -364,34 +509,44 @@ async def http_native(side: str, audit: str) -> dict[str, Any]:
 # -- driver ------------------------------------------------------------------------------------------
 
 
-def ratio(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
+def ratio(
+    ours: list[dict[str, Any]], theirs: list[dict[str, Any]], side: str = "toolmesh"
+) -> dict[str, Any]:
     a, b = median_of(ours, "calls_per_s"), median_of(theirs, "calls_per_s")
+    paired = [x["calls_per_s"] / y["calls_per_s"] for x, y in zip(ours, theirs, strict=True)]
     row = {
-        "toolmesh_calls_per_s": round(a),
-        "toolmesh_best": round(max(r["calls_per_s"] for r in ours)),
+        f"{side}_calls_per_s": round(a),
+        f"{side}_best": round(max(r["calls_per_s"] for r in ours)),
         "mcp_calls_per_s": round(b),
         "mcp_best": round(max(r["calls_per_s"] for r in theirs)),
-        "toolmesh_p50_us": round(median_of(ours, "p50_us"), 1),
+        f"{side}_p50_us": round(median_of(ours, "p50_us"), 1),
         "mcp_p50_us": round(median_of(theirs, "p50_us"), 1),
-        "ratio": round(a / b, 2),
+        "ratio_of_medians": round(a / b, 2),
+        # Each repeat measures both sides back to back: the ratio within a repeat is spared the
+        # drift of a shared machine's speed between repeats (it moves by half over minutes).
+        "ratio": round(statistics.median(paired), 2),
+        "ratio_range": [round(min(paired), 2), round(max(paired), 2)],
     }
     if "server_cpu_us_per_call" in ours[0] and ours[0]["server_cpu_us_per_call"] is not None:
-        row["toolmesh_server_cpu_us"] = round(median_of(ours, "server_cpu_us_per_call"))
+        row[f"{side}_server_cpu_us"] = round(median_of(ours, "server_cpu_us_per_call"))
         row["mcp_server_cpu_us"] = round(median_of(theirs, "server_cpu_us_per_call"))
+    if "client_cpu_us_per_call" in ours[0] and ours[0]["client_cpu_us_per_call"] is not None:
+        row[f"{side}_client_cpu_us"] = round(median_of(ours, "client_cpu_us_per_call"))
+        row["mcp_client_cpu_us"] = round(median_of(theirs, "client_cpu_us_per_call"))
     return row
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", default="inprocess,stdio,http,cold")
+    parser.add_argument("--only", default="inprocess,stdio,http,floor,cold")
     args = parser.parse_args()
     only = set(args.only.split(","))
     out: dict[str, Any] = {"machine": C.machine(), "loadavg_start": os.getloadavg()}
     tmp = tempfile.mkdtemp(prefix="tmbench-")
     audit = str(Path(tmp) / "audit.db")
 
-    async def pair(name: str, ours: Any, theirs: Any) -> None:
+    async def pair(name: str, ours: Any, theirs: Any, side: str = "toolmesh") -> None:
         a: list[dict[str, Any]] = []
         b: list[dict[str, Any]] = []
         for i in range(args.repeats):
@@ -399,7 +554,7 @@ async def main() -> None:
             r1, r2 = await first(), await second()
             (a if first is ours else b).append(r1)
             (b if first is ours else a).append(r2)
-        out[name] = ratio(a, b)
+        out[name] = ratio(a, b, side)
         print(name, json.dumps(out[name]), file=sys.stderr, flush=True)
 
     if "inprocess" in only:
@@ -425,9 +580,27 @@ async def main() -> None:
             lambda: http_raw("mcp", audit, CONC),
         )
         await pair(
+            "http.blocking_client.sequential",
+            lambda: http_blocking("toolmesh", audit),
+            lambda: http_blocking("mcp", audit),
+        )
+        await pair(
             "http.own_clients.sequential",
             lambda: http_native("toolmesh", audit),
             lambda: http_native("mcp", audit),
+        )
+    if "floor" in only:
+        await pair(
+            "http.floor.raw_client.sequential",
+            lambda: http_raw("floor", audit, 1),
+            lambda: http_raw("mcp", audit, 1),
+            "floor",
+        )
+        await pair(
+            "http.floor.blocking_client.sequential",
+            lambda: http_blocking("floor", audit),
+            lambda: http_blocking("mcp", audit),
+            "floor",
         )
     if "cold" in only:
         # Both sides start from bytecode, as installed packages do (pip compiles a wheel's
@@ -435,20 +608,21 @@ async def main() -> None:
         # some machines, would have every start compile them again).
         for folder in (REPO / "src" / "toolmesh", HERE):
             compileall.compile_dir(str(folder), quiet=1)
-        ours, theirs = [], []
+        ours: list[float] = []
+        theirs: list[float] = []
+        floor: list[float] = []
         for i in range(COLD):
-            if i % 2:
-                theirs.append(await cold_mcp())
-                ours.append(await cold_toolmesh())
-            else:
-                ours.append(await cold_toolmesh())
-                theirs.append(await cold_mcp())
+            order = [(ours, cold_toolmesh), (theirs, cold_mcp), (floor, cold_floor)]
+            for times, measure in order[i % 3 :] + order[: i % 3]:
+                times.append(await measure())
         out["cold_start_ms"] = {
             "toolmesh_median": round(statistics.median(ours), 1),
             "toolmesh_best": round(min(ours), 1),
             "mcp_median": round(statistics.median(theirs), 1),
             "mcp_best": round(min(theirs), 1),
             "fraction_of_mcp": round(statistics.median(ours) / statistics.median(theirs), 3),
+            "floor_median": round(statistics.median(floor), 1),
+            "floor_fraction_of_mcp": round(statistics.median(floor) / statistics.median(theirs), 3),
         }
         print("cold", json.dumps(out["cold_start_ms"]), file=sys.stderr, flush=True)
     out["loadavg_end"] = os.getloadavg()
