@@ -21,7 +21,7 @@ from tests.llm.test_loop import add, deferred_tool, scripted
 from toolmesh import ConfigError, ProviderError, Toolkit, create_client
 from toolmesh.llm import ChatMessage, LLMClient, ModelCall
 from toolmesh.llm.loop import RunEvent
-from toolmesh.llm.styles import GEMINI_MADE_UP_ID
+from toolmesh.llm.styles import GEMINI_MADE_UP_ID, GEMINI_NO_SIGNATURE
 
 
 def gemini(base_url: str, **settings: Any) -> LLMClient:
@@ -63,9 +63,13 @@ async def test_the_first_and_second_request_of_a_tool_call() -> None:
         "systemInstruction": {"parts": [{"text": "Be brief."}]},
         "tools": kit.to_gemini(),
     }
+    unsigned = {
+        "functionCall": {"name": "add", "args": {"a": 2, "b": 3}},
+        "thoughtSignature": GEMINI_NO_SIGNATURE,  # Gemini signed nothing: the stand-in
+    }
     assert second.body["contents"] == [
         question,
-        {"role": "model", "parts": [{"functionCall": {"name": "add", "args": {"a": 2, "b": 3}}}]},
+        {"role": "model", "parts": [unsigned]},
         {
             "role": "user",
             "parts": [{"functionResponse": {"name": "add", "response": {"output": "5"}}}],
@@ -113,6 +117,44 @@ async def test_ids_and_thought_signatures_gemini_gives_are_sent_back() -> None:
     assert second["response"] == {"error": "Error [unknown_tool]: unknown tool 'nope'"}
     assert result.tool_calls[0][0].id == "fc-1"
     assert result.messages[1].text == "Adding."
+
+
+async def test_calls_another_model_made_carry_the_documented_stand_in_signature() -> None:
+    # A history from an OpenAI or Anthropic run has no signatures; Gemini 3 refuses a call of
+    # the current turn without one (400 "Function call is missing a thought_signature").
+    history = [
+        ChatMessage(role="user", text="sum both"),
+        ChatMessage(
+            role="assistant",
+            tool_calls=[
+                ModelCall(id="call_a", name="add", arguments={"a": 1, "b": 2}),
+                ModelCall(id="call_b", name="add", arguments={"a": 3, "b": 4}),
+            ],
+        ),
+        ChatMessage(role="tool", tool_call_id="call_a", text="3"),
+        ChatMessage(role="tool", tool_call_id="call_b", text="7"),
+        ChatMessage(role="assistant", text="3 and 7"),
+        ChatMessage(role="user", text="again, signed"),
+        ChatMessage(
+            role="assistant",
+            tool_calls=[
+                ModelCall(id="fc-1", name="add", arguments={"a": 1}, signature="c2ln"),
+                ModelCall(id="fc-2", name="add", arguments={"a": 2}),
+            ],
+        ),
+        ChatMessage(role="tool", tool_call_id="fc-1", text="1"),
+        ChatMessage(role="tool", tool_call_id="fc-2", text="2"),
+    ]
+    with StubLLM(scripted(gemini_text("done"))) as llm:
+        await gemini(llm.base_url).complete(history)
+    [request] = llm.requests
+    check_with_genai(request.body)
+    model = [c["parts"] for c in request.body["contents"] if c["role"] == "model"]
+    other, _answer, signed = model
+    # Only the first call of a step is signed, as Gemini signs parallel calls.
+    assert other[0]["thoughtSignature"] == GEMINI_NO_SIGNATURE
+    assert "thoughtSignature" not in other[1]
+    assert signed[0]["thoughtSignature"] == "c2ln" and "thoughtSignature" not in signed[1]
 
 
 async def test_a_call_renumbered_by_the_loop_keeps_its_thought_signature() -> None:

@@ -39,6 +39,9 @@ __all__ = [
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 GEMINI_MADE_UP_ID = "gemini_call_"  # starts the ids given to calls Gemini sent without one
+# The value Google documents for a call with no signature of its own (one another model made, a
+# history written by hand): Gemini 3 refuses a function call of the current turn without one.
+GEMINI_NO_SIGNATURE = "skip_thought_signature_validator"
 
 OnText = Callable[[str], None]
 
@@ -550,12 +553,17 @@ def _gemini_contents(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
             wire.append({"role": "user", "parts": [{"text": message.text}]})
         else:
             parts: list[dict[str, Any]] = [{"text": message.text}] if message.text else []
-            for call in message.tool_calls:
+            # Gemini signs the first call of a step only (parallel calls share it); a step
+            # none of whose calls is signed came from elsewhere and gets the stand-in.
+            unsigned = not any(call.signature for call in message.tool_calls)
+            for index, call in enumerate(message.tool_calls):
                 called[call.id] = call.name
                 function = {**_gemini_id(call.id), "name": call.name, "args": call.arguments}
                 part: dict[str, Any] = {"functionCall": function}
                 if call.signature:
                     part["thoughtSignature"] = call.signature
+                elif unsigned and index == 0:
+                    part["thoughtSignature"] = GEMINI_NO_SIGNATURE
                 parts.append(part)
             if parts:  # Gemini refuses a content without parts (a model may answer nothing)
                 wire.append({"role": "model", "parts": parts})
