@@ -289,11 +289,13 @@ def test_tokenize_also_joins_the_words_camel_case_splits() -> None:
     assert tokenize("github") == ["github"]
     assert tokenize("OpenAI") == ["open", "ai", "openai"]
     assert tokenize("iPhone") == ["phone", "iphon"]  # "i" is a stop word
-    # Each two neighbours, and the whole run: a name inside a longer identifier is found too.
+    # Each two and three neighbours, and the whole run: a name inside a longer identifier is
+    # found too.
     assert tokenize("createGitHubIssue") == [
         *("creat", "git", "hub", "issu"),
-        *("creategit", "github", "hubissu", "creategithubissu"),
+        *("creategit", "github", "hubissu", "creategithub", "githubissu", "creategithubissu"),
     ]
+    assert "duckduckgo" in tokenize("searchDuckDuckGo")  # a brand of three words inside four
     assert split_words("createGitHubIssue") == ["create", "git", "hub", "issue"]  # words only
 
 
@@ -313,6 +315,11 @@ def test_lower_case_queries_find_names_written_in_camel_case() -> None:
     assert [key for key, _ in built.search("youtube")] == ["upload_video"]  # in a description
     assert [key for key, _ in built.search("iphone")] == ["backup_device"]
     assert [key for key, _ in built.search("github issue", limit=1)] == ["createGitHubIssue"]
+
+
+def test_a_brand_of_three_words_inside_a_longer_name_is_found() -> None:
+    built = index_of([*BRANDS, ToolDefinition(name="searchDuckDuckGo", description="Web search")])
+    assert [key for key, _ in built.search("duckduckgo")] == ["searchDuckDuckGo"]
 
 
 def test_camel_case_queries_still_find_them() -> None:

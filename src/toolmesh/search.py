@@ -5,11 +5,12 @@ names, description and parameter descriptions. Each field has its own weight and
 normalisation (``Ranking``), and a term's frequencies in all fields are combined before BM25's
 saturation, so a word repeated across fields does not count many times over (BM25F). Words are
 lower-cased, stop words dropped and stems taken (Snowball English), so "weather forecasts" finds
-``get_weather_forecast``. The words camelCase splits are also indexed joined (each two
-neighbours, and the whole run), as such names are typed: "github" finds "GitHub" and
-``createGitHubIssue``. A query word that matches nothing is tried as a prefix of indexed words
-("calc" -> "calculator"). Adding or removing a tool updates the index in place; each term's
-scores are computed once and kept until the index next changes.
+``get_weather_forecast``. The words camelCase splits are also indexed joined (each two and
+three neighbours, and the whole run), as such names are typed: "github" finds "GitHub" and
+``createGitHubIssue``, "duckduckgo" ``searchDuckDuckGo``. A query word that matches nothing
+is tried as a prefix of indexed words ("calc" -> "calculator"). Adding or removing a tool
+updates the index in place; each term's scores are computed once and kept until the index next
+changes.
 
 The defaults of ``Ranking`` were tuned on the dev half of bench/retrieval (see docs/search.md).
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
-import itertools
 import math
 import re
 import unicodedata
@@ -68,6 +68,7 @@ _UNSPACED_CLASS = (
 _UNSPACED = re.compile(f"[{_UNSPACED_CLASS}]")
 _SCRIPT_PARTS = re.compile(f"[{_UNSPACED_CLASS}]+|[^{_UNSPACED_CLASS}]+")
 _TERMS_LIMIT = 200_000  # runs remembered with their terms; forgotten all at once past this
+_JOINED_WORDS = 3  # camelCase words joined up to this many at a time (and the whole run)
 _REMEMBERED_RUN_CHARS = 64  # longer runs are stemmed each time, not kept (a peer's junk)
 MAX_QUERY_CHARS = 4096
 """What of a query is read (the rest is ignored): queries come from peers, in messages of up to
@@ -112,9 +113,14 @@ def _run_terms(run: str) -> _RunTerms:
     words = _split(run)
     terms = tuple(term for term in map(_term, words) if term)
     # A name written in camelCase is typed as one word: "github" for "GitHub", not "git hub",
-    # also inside a longer run ("createGitHubIssue"), hence each two neighbours as well.
-    joined = [first + second for first, second in itertools.pairwise(words)]
-    if len(joined) > 1:
+    # also inside a longer run ("createGitHubIssue"), hence each two and three neighbours (a
+    # brand of three words: "searchDuckDuckGo") and the whole run.
+    joined = [
+        "".join(words[start : start + size])
+        for size in range(2, min(len(words), _JOINED_WORDS) + 1)
+        for start in range(len(words) - size + 1)
+    ]
+    if len(words) > _JOINED_WORDS:
         joined.append(run)
     found = terms, tuple(term for term in map(_term, joined) if term)
     if len(run) <= _REMEMBERED_RUN_CHARS:
