@@ -18,7 +18,7 @@ from tests.fixtures.llm_stub import (
     openai_calls,
     openai_text,
 )
-from toolmesh import CallTimeout, ToolDefinition, Toolkit, create_client, tool
+from toolmesh import CallTimeout, ConfigError, ToolDefinition, Toolkit, create_client, tool
 from toolmesh.llm import ChatMessage, ModelCall
 from toolmesh.llm.loop import RunEvent
 from toolmesh.store import MemoryStore
@@ -311,3 +311,49 @@ async def test_an_empty_reply_can_be_sent_back_as_history(style: str) -> None:
             assert message["content"] not in (None, [])
     if style == "anthropic":
         assert [m["role"] for m in llm.requests[1].body["messages"]] == ["user", "user"]
+
+
+# -- a turn's results share a budget ----------------------------------------------------------------
+
+
+@tool
+def blob(n: int) -> str:
+    """n characters."""
+    return "x" * n
+
+
+async def test_the_results_of_one_turn_share_max_turn_result_chars() -> None:
+    # Each result is bounded on its own (200,000 characters); many parallel calls would still
+    # send the provider more than its context holds, and the run would end in its refusal.
+    calls = openai_calls(
+        ("c1", "blob", {"n": 100}), ("c2", "blob", {"n": 5000}), ("c3", "blob", {"n": 5000})
+    )
+    with StubLLM(scripted(calls, openai_text("ok"))) as llm:
+        client = create_client(llm.base_url, model="m")
+        result = await client.run("go", toolkit=Toolkit(blob), max_turn_result_chars=6000)
+    sent = {m["tool_call_id"]: m["content"] for m in llm.requests[1].body["messages"][-3:]}
+    assert sent["c1"] == "x" * 100  # within an even share: whole
+    for cut in (sent["c2"], sent["c3"]):  # the rest share what is left: (6000 - 100) / 2 each
+        kept, _, note = cut.partition("\n")
+        assert kept == "x" * 2950
+        assert note == (
+            "[... cut here: 5000 characters in all; the 3 tool results of this turn share 6000]"
+        )
+    # What the model saw is the conversation; the results themselves stay whole.
+    assert [m.text for m in result.messages if m.role == "tool"] == list(sent.values())
+    assert [len(outcome.data) for _call, outcome in result.tool_calls] == [100, 5000, 5000]
+
+
+async def test_max_turn_result_chars_none_sends_every_result_whole() -> None:
+    calls = openai_calls(("c1", "blob", {"n": 3000}), ("c2", "blob", {"n": 3000}))
+    with StubLLM(scripted(calls, openai_text("ok"))) as llm:
+        client = create_client(llm.base_url, model="m")
+        await client.run("go", toolkit=Toolkit(blob), max_turn_result_chars=None)
+    assert [m["content"] for m in llm.requests[1].body["messages"][-2:]] == ["x" * 3000] * 2
+
+
+@pytest.mark.parametrize("bad", [0, -5, True, 2.5, "100"])
+async def test_max_turn_result_chars_must_be_a_positive_whole_number(bad: Any) -> None:
+    client = create_client("http://127.0.0.1:9", model="m")
+    with pytest.raises(ConfigError, match="max_turn_result_chars must be a whole number"):
+        await client.run("go", toolkit=Toolkit(blob), max_turn_result_chars=bad)

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from toolmesh.llm.client import LLMClient
     from toolmesh.toolkit import Toolkit
 
-__all__ = ["SEARCH_TOOL", "RunEvent", "RunResult", "run"]
+__all__ = ["SEARCH_TOOL", "TURN_RESULT_CHARS", "RunEvent", "RunResult", "run"]
 
 SEARCH_TOOL = "tool_search"
 SEARCH_LIMIT = 5
+TURN_RESULT_CHARS = 200_000  # as much as one call's output may be (Limits.max_output_chars)
 
 EventKind = Literal["text", "tool_call", "tool_event", "tool_result", "retry", "done"]
 
@@ -84,6 +85,7 @@ async def run(
     on_event: Callable[[RunEvent], None] | None = None,
     session: Session | None = None,
     skills_prompt: bool = True,
+    max_turn_result_chars: int | None = TURN_RESULT_CHARS,
 ) -> RunResult:
     """Run ``prompt`` to a final answer.
 
@@ -93,14 +95,22 @@ async def run(
     ``max_turns`` model requests are made; ``timeout`` bounds the whole run (``CallTimeout``);
     ``tool_timeout`` each tool call. ``stream`` asks the provider to stream its answers, and
     ``on_event`` hears every ``RunEvent``. Cancelling the run cancels its running tools.
+    The results of one turn's calls, as the model reads them, share ``max_turn_result_chars``
+    (None: no bound): each result is bounded on its own, but a turn of many parallel calls
+    would otherwise send the provider more than its context holds, and the run would end in
+    its refusal. Results within an even share are sent whole, the others cut to share what is
+    left, each with a note saying so (not counted); ``RunResult.tool_calls`` and events keep
+    them whole.
     """
-    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
-        raise ConfigError(f"max_turns must be a whole number of at least 1, not {max_turns!r}")
+    _check_count("max_turns", max_turns)
+    if max_turn_result_chars is not None:
+        _check_count("max_turn_result_chars", max_turn_result_chars)
     for name, seconds in (("timeout", timeout), ("tool_timeout", tool_timeout)):
         if seconds is not None and not (isinstance(seconds, int | float) and 0 < seconds < inf):
             raise ConfigError(f"{name} must be a number of seconds above 0, not {seconds!r}")
     kit = _toolkit_of(toolkit, tools)
     loop = _Loop(client, kit, session or (kit.session if kit else None), on_event, tool_timeout)
+    loop.turn_result_chars = max_turn_result_chars
     instructions = client.system if system is None else system
     if kit is not None and skills_prompt:
         catalogue = kit.skills_prompt()
@@ -115,6 +125,11 @@ async def run(
             return await loop.run(messages, instructions, max_turns, stream, deadline=deadline)
     except TimeoutError:
         raise CallTimeout(f"the run did not finish within {timeout:g}s") from None
+
+
+def _check_count(name: str, count: object) -> None:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError(f"{name} must be a whole number of at least 1, not {count!r}")
 
 
 def _toolkit_of(toolkit: Toolkit | None, tools: Sequence[Any]) -> Toolkit | None:
@@ -146,6 +161,7 @@ class _Loop:
         self.usage = Usage()
         self.retries = 0
         self.turn = 0
+        self.turn_result_chars: int | None = TURN_RESULT_CHARS
         self.deadline: float | None = None
 
     def emit(self, event: RunEvent) -> None:
@@ -188,11 +204,10 @@ class _Loop:
             for call in calls:
                 self.emit(RunEvent("tool_call", self.turn, call=call))
             results = await asyncio.gather(*(self.call(c) for c in calls))
-            for call, result in zip(calls, results, strict=True):
+            texts = _within(list(map(_for_model, results)), self.turn_result_chars)
+            for call, result, text in zip(calls, results, texts, strict=True):
                 done.append((call, result))
-                messages.append(
-                    ChatMessage("tool", _for_model(result), [], call.id, is_error=result.is_error)
-                )
+                messages.append(ChatMessage("tool", text, [], call.id, is_error=result.is_error))
                 self.emit(RunEvent("tool_result", self.turn, call=call, tool_result=result))
         return self._result(text, messages, "max_turns", done)
 
@@ -350,6 +365,33 @@ def _for_model(result: ToolResult) -> str:
     if result.success:
         return text
     return f"Error [{result.error_code}]: {text}"
+
+
+def _within(texts: list[str], budget: int | None) -> list[str]:
+    """``texts`` sharing ``budget`` characters: the short ones whole (shortest first, each
+    within an even share of what is left), the rest cut to an even share of the remainder."""
+    if budget is None or sum(map(len, texts)) <= budget:
+        return texts
+    share, left = {}, budget
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    for rank, i in enumerate(order):
+        even = left // (len(texts) - rank)
+        if len(texts[i]) > even:
+            share.update(dict.fromkeys(order[rank:], even))
+            break
+        left -= len(texts[i])
+    out = []
+    for i, text in enumerate(texts):
+        limit = share.get(i)
+        if limit is None or len(text) <= limit:
+            out.append(text)
+            continue
+        note = (
+            f"\n[... cut here: {len(text)} characters in all; the {len(texts)} tool results "
+            f"of this turn share {budget}]"
+        )
+        out.append(text[:limit] + note)
+    return out
 
 
 def _first_line(text: str) -> str:
