@@ -25,6 +25,7 @@ from tests.a2a.test_server import (
     _conversation_model,
     _wire_message,
     answer_of,
+    deploy,
     job_of,
     note,
     notes,
@@ -33,8 +34,8 @@ from tests.a2a.test_server import (
     serve,
     user_message,
 )
-from tests.fixtures.llm_stub import Answer, StubLLM, openai_text
-from toolmesh import Output, create_client, create_toolkit, tool
+from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
+from toolmesh import Limits, Output, create_client, create_toolkit, tool
 from toolmesh.a2a import wire
 from toolmesh.a2a.server import CANCEL_TOPIC
 from toolmesh.store import A2ATaskRecord
@@ -160,15 +161,33 @@ async def test_another_host_goes_on_with_a_conversation_and_its_state(postgres_u
 
 class _Interposed(PostgresStore):
     """A host's task store that awaits ``before_end(record)`` (once) before it writes a task's
-    end: what another host does there happens between this host's decision and its write."""
+    end, and ``before_write(record)`` (once) before it writes a task that goes on: what another
+    host does there happens between this host's decision and its write. With ``deaf`` set, the
+    signals on ``CANCEL_TOPIC`` that reach this host are lost (its LISTEN connection was down
+    as they came), and ``lost`` is set by each."""
 
     before_end: Callable[[A2ATaskRecord], Awaitable[None]] | None = None
+    before_write: Callable[[A2ATaskRecord], Awaitable[None]] | None = None
+    deaf = False
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.lost = asyncio.Event()
 
     async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
         if record.state in wire.TERMINAL and self.before_end is not None:
             before_end, self.before_end = self.before_end, None
             await before_end(record)
+        elif record.state not in wire.TERMINAL and self.before_write is not None:
+            before_write, self.before_write = self.before_write, None
+            await before_write(record)
         return await super().save_a2a_task(record)
+
+    def dispatch(self, topic: str, payload: str) -> None:
+        if self.deaf and topic == CANCEL_TOPIC:
+            self.lost.set()
+            return
+        super().dispatch(topic, payload)
 
 
 def _held_model() -> tuple[threading.Event, threading.Event, Callable[[Any, int], Answer]]:
@@ -283,6 +302,176 @@ async def test_an_answer_written_after_the_task_was_canceled_gives_way(postgres_
             assert stored is not None and stored.state == "canceled"
         finally:
             release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
+async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_is_lost(
+    postgres_url: str,
+) -> None:
+    """Host 2 cancels host 1's task and the notice to host 1 is lost. Host 1's next write, the
+    approval its tool call asks for, is refused (the store keeps the cancel): host 1 takes that
+    as the notice, and stops the task. It asked for the approval all the same (told to the
+    creator, who was answered input-required, and to a subscriber, whose stream ended there),
+    and waited for an answer nobody could give, until the approval timeout (300 s), then asked
+    the model again."""
+    asked, release = threading.Event(), threading.Event()
+
+    def model(body: dict[str, Any], index: int) -> Answer:
+        if index == 0:
+            asked.set()
+            release.wait(30)
+            return openai_calls(("c1", "deploy", {"target": "prod"}))
+        return openai_text("deployed")
+
+    with StubLLM(model) as stub:
+        runner = _Interposed(postgres_url)
+        runner.deaf = True
+        # The approval timeout only bounds a failure: nothing here waits for it.
+        kits = [
+            await create_toolkit(
+                tools=[deploy], audit=postgres_url, limits=Limits(approval_timeout=20.0)
+            )
+            for _ in range(2)
+        ]
+        a2a: list[Any] = [{"name": "ops", "store": runner}, "ops"]
+        handles = [
+            await k.serve(client=create_client(stub.base_url, model="m"), a2a=options)
+            for k, options in zip(kits, a2a, strict=True)
+        ]
+        urls = [h.url + "/a2a" for h in handles]
+        board = handles[0].a2a.board  # type: ignore[union-attr]
+        try:
+            waiting = asyncio.ensure_future(
+                rpc(urls[0], "SendMessage", {"message": _wire_message("deploy prod")})
+            )
+            assert await asyncio.to_thread(asked.wait, 30)
+            [task_id] = board.running
+            running = board.running[task_id]
+            job = job_of(board, task_id)
+            subscribe = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask"}
+            subscribe["params"] = {"id": task_id}
+            async with (
+                httpx.AsyncClient(timeout=30) as http,
+                http.stream("POST", urls[0], json=subscribe) as stream,
+            ):
+                events = _events(stream.aiter_lines())
+                first = await anext(events)  # the subscriber listens
+                assert first["task"]["status"]["state"] == "TASK_STATE_WORKING"
+                canceled = (await rpc(urls[1], "CancelTask", {"id": task_id}))["result"]
+                assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+                await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
+                assert not job.done()
+                release.set()  # the model asks for the call, which needs approval
+                streamed = [event async for event in events]
+            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
+            assert created["status"] == canceled["status"], created["status"]
+            told = {"taskId": task_id, "contextId": canceled["contextId"]}
+            assert streamed == [{"statusUpdate": {**told, "status": canceled["status"]}}]
+            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
+            assert job.cancelled()  # stopped, as the notice would have stopped it
+            assert task_id not in board.running and running.approval is None
+            for url in urls:
+                fetched = (await rpc(url, "GetTask", {"id": task_id}))["result"]
+                assert fetched["status"] == canceled["status"]
+            stored = await runner.load_a2a_task(task_id)
+            assert stored is not None and stored.document["status"] == canceled["status"]
+            reply = _wire_message("approve", taskId=task_id, contextId=canceled["contextId"])
+            refused = await rpc(urls[0], "SendMessage", {"message": reply})  # nothing waits
+            assert "is canceled" in refused.get("error", {}).get("message", ""), refused
+            assert len(stub.requests) == 1  # the model was not asked again
+            rows = await kits[0].store.recent_audit(10)
+        finally:
+            release.set()
+            for handle in handles:
+                await handle.stop()
+            for kit in kits:
+                await kit.close()
+    assert [(e.tool_name, e.decision, e.error_code) for e in rows] == [
+        ("deploy", "approval:cancelled", "cancelled")  # never asked, nor run
+    ]
+
+
+async def test_a_listing_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
+    postgres_url: str,
+) -> None:
+    """Host 2 cancels host 1's task and the notice to host 1 is lost. A listing through host 1
+    reads the cancel in the store: the task is listed canceled, and host 1 stops it as the
+    notice would have. The listing showed the task working (host 1 wrote it again first, a
+    write refused unseen) and the task ran on, until its answer gave way to the cancel."""
+    asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        runner.deaf = True
+        hosts = [
+            await serve(stub, audit=postgres_url, store=runner),
+            await serve(stub, audit=postgres_url),
+        ]
+        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
+        try:
+            waiting = asyncio.ensure_future(
+                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            )
+            assert await asyncio.to_thread(asked.wait, 30)
+            [task_id] = board.running
+            job = job_of(board, task_id)
+            canceled = (await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))["result"]
+            assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
+            listed = (await rpc(hosts[0].rpc, "ListTasks", {}))["result"]
+            assert [t["status"] for t in listed["tasks"]] == [canceled["status"]]
+            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
+            assert created["status"] == canceled["status"], created["status"]
+            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
+            assert job.cancelled() and task_id not in board.running
+            fetched = (await rpc(hosts[0].rpc, "GetTask", {"id": task_id}))["result"]
+            assert fetched["status"] == canceled["status"]
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
+async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url: str) -> None:
+    """A reply through host 1 resumes a task waiting for input, and host 2 cancels the task
+    between host 1's reading it and its writing it: the cancel stands, and the reply is
+    refused as it would have been had it come after the cancel. Host 1 ran the task anyway,
+    asking the model, and answered the reply with the task canceled."""
+    _asked, release, answer = _held_model()
+    release.set()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        hosts = [
+            await serve(stub, audit=postgres_url, store=runner),
+            await serve(stub, audit=postgres_url),
+        ]
+        try:
+            status = {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": wire.timestamp()}
+            doc = {"id": "t-waits", "contextId": "ctx-w", "status": status, "history": []}
+            record = A2ATaskRecord("t-waits", "ctx-w", "input-required", 1.0, doc)
+            assert await runner.save_a2a_task(record)
+            cancels: list[dict[str, Any]] = []
+
+            async def cancel_first(record: A2ATaskRecord) -> None:
+                assert record.state == "input-required"  # host 1 goes on with the task
+                cancels.append(await rpc(hosts[1].rpc, "CancelTask", {"id": record.task_id}))
+
+            runner.before_write = cancel_first
+            reply = _wire_message("here you are", taskId="t-waits", contextId="ctx-w")
+            refused = await rpc(hosts[0].rpc, "SendMessage", {"message": reply})
+            [cancel] = cancels
+            canceled = cancel["result"]
+            assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+            assert refused.get("error", {}).get("code") == -32600, refused
+            assert "is canceled" in refused["error"]["message"]
+            assert stub.requests == []  # nothing was run for it
+            assert hosts[0].handle.a2a.board.running == {}  # type: ignore[union-attr]
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": "t-waits"}))["result"]
+                assert fetched["status"] == canceled["status"]
+        finally:
             for host in hosts:
                 await host.handle.stop()
                 await host.kit.close()

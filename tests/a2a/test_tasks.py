@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from toolmesh.a2a import wire
-from toolmesh.a2a.tasks import RESTARTED, TaskBoard
+from toolmesh.a2a.tasks import RESTARTED, RunningTask, TaskBoard
 from toolmesh.store import A2ATaskRecord, SqliteStore
 from toolmesh.store.base import A2A_FINAL_STATES
 from toolmesh.store.postgres import PostgresStore
@@ -52,3 +53,48 @@ async def test_a_task_waiting_for_input_is_read_afresh_with_a_shared_store(
     assert seen is not None and wire.task_state(seen) == "completed"
     for store in stores:
         await store.close()
+
+
+async def test_a_running_task_whose_write_finds_an_end_is_stopped(tmp_path: Path) -> None:
+    """A write for a task running here that the store refuses (it holds an end: another host
+    ended the task, and its notice was lost) stops the task's job, as the notice would have. A
+    job stopping itself from inside the save is cancelled at its next await, and its cleanup
+    awaits unhindered. A job writing its own end is not stopped, nor one that is over."""
+    store = SqliteStore(tmp_path / "t.db")
+    board = TaskBoard(store)
+    ended = {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_CANCELED"}}
+    assert await board.save(ended) is ended
+    working = {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
+    running = board.running["t"] = RunningTask(working, "go")
+    seen: list[object] = []
+
+    async def job() -> None:
+        seen.append(wire.task_state(await board.save(working)))
+        seen.append("went on")  # to its next await
+        try:
+            await asyncio.Event().wait()  # nobody sets it
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            await asyncio.sleep(0)  # (its end is written, say)
+            seen.append("cleaned up")
+            raise
+
+    running.job = asyncio.ensure_future(job())
+    await asyncio.wait_for(asyncio.gather(running.job, return_exceptions=True), 10)
+    assert running.job.cancelled()
+    assert seen == ["canceled", "went on", "cancelled", "cleaned up"]
+    assert not running.stop()  # over
+
+    ending = board.running["t"] = RunningTask(working, "go", ending="completed")
+    completed = {**working, "status": {"state": "TASK_STATE_COMPLETED"}}
+
+    told: list[str] = []
+
+    async def end() -> None:
+        told.append(wire.task_state(await board.save(completed)))
+        await asyncio.sleep(0)
+
+    ending.job = asyncio.ensure_future(end())
+    await asyncio.wait_for(ending.job, 10)  # not cancelled: it would raise here
+    assert told == ["canceled"]  # the end that stands, which it tells
+    await store.close()

@@ -139,10 +139,12 @@ class A2AServer:
             self._unsubscribe = store.subscribe(CANCEL_TOPIC, self._cancel_here)
 
     def _cancel_here(self, task_id: str) -> None:
-        """Another host was asked to cancel a task: stop it if it runs here."""
+        """Another host was asked to cancel a task: stop it if it runs here (and is not
+        ending already). A write this host makes for the task finds the cancel in the store
+        too, and stops it the same way, should this notice be lost (see ``TaskBoard.save``)."""
         running = self.board.running.get(task_id)
-        if running is not None and running.job is not None:
-            running.job.cancel()
+        if running is not None:
+            running.stop()
 
     async def close(self) -> None:
         """Stop the running tasks (recorded as failed: the server stopped)."""
@@ -396,16 +398,25 @@ class A2AServer:
         if unknown:
             running.set_status("rejected", unknown)
             running.snapshot = _view(running.doc, None)
-            await self.board.save(running.doc)
+            await self._save_unstarted(running)
             running.publish({})  # the end of a listener's stream
             return running
         if listen or not creator_waits or self.board.store.shared:
-            await self.board.save(running.doc)
+            await self._save_unstarted(running)
         running.snapshot = _view(running.doc, None)  # as it stands before it starts
         self.board.running[running.id] = running
         # Eagerly: the task's first step (up to sending the model request) runs now, in its task.
         running.job = start_eagerly(self._execute(running))
         return running
+
+    async def _save_unstarted(self, running: RunningTask) -> None:
+        """Write a task ``_start`` has not started (nor registered) yet. The interrupted task a
+        message resumes may have been ended through another host since it was read: that end
+        stands, and the message is refused as it would have been had it come after it."""
+        stored = await self.board.save(running.doc)
+        if stored is not running.doc:
+            raise _ended_already(running.id, wire.task_state(stored))
+        running.stored = True  # (not yet in the board's running tasks, whose flag save sets)
 
     async def _task_for(self, message: JsonObject, prompt: str) -> RunningTask:
         """A new task for ``message``, or the interrupted task it answers."""
@@ -418,11 +429,7 @@ class A2AServer:
                 raise _not_found(task_id)
             _check_same_context(message, doc)
             if wire.task_state(doc) not in wire.INTERRUPTED:
-                raise wire.RpcError(
-                    wire.INVALID_REQUEST,
-                    f"task {task_id!r} is {wire.task_state(doc)}; send a new message with its "
-                    "contextId to continue the conversation",
-                )
+                raise _ended_already(task_id, wire.task_state(doc))
             if approval_of(doc) is not None:  # its approval waits in another host's job
                 raise wire.RpcError(
                     wire.INVALID_REQUEST,
@@ -526,7 +533,7 @@ class A2AServer:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         running.approval = future
         arguments = json.dumps(dict(request.arguments), ensure_ascii=False, default=str)
-        status = running.set_status(
+        status = running.status(
             "input-required",
             f"Approval needed: {request.reason}. Tool {request.tool_name!r} with arguments "
             f"{arguments}. Reply 'approve' or 'deny' in this task.",
@@ -539,10 +546,21 @@ class A2AServer:
                 "reason": request.reason,
             }
         }
-        await self.board.save(running.doc)
-        running.pause()
-        request.shown()  # asked behind others, perhaps: its time to answer starts now
+        before, running.doc["status"] = running.doc["status"], status
+        asked = running.doc
         try:
+            if await self.board.save(asked) is not asked:
+                # The store holds an end of the task: it was ended through another host, whose
+                # notice did not reach this one. Nothing is asked (nor told, nor waited for):
+                # the board stopped this job, which is cancelled at its next await, here, and
+                # ends with the stored end. (Were it not, it is stopped all the same.)
+                running.doc["status"] = before
+                await asyncio.sleep(0)
+                raise asyncio.CancelledError
+            if not future.done():  # (a reply to what GetTask here showed may have come first)
+                running.publish(status_update(running.doc))  # told once it is stored
+                running.pause()
+                request.shown()  # asked behind others, perhaps: its time to answer starts now
             return await future
         finally:
             running.pause(False)
@@ -773,6 +791,14 @@ def _task_id(params: JsonObject) -> str:
     if not isinstance(task_id, str) or not task_id:
         raise wire.RpcError(wire.INVALID_PARAMS, "params.id (the task id) is required")
     return task_id
+
+
+def _ended_already(task_id: str, state: str) -> wire.RpcError:
+    return wire.RpcError(
+        wire.INVALID_REQUEST,
+        f"task {task_id!r} is {state}; send a new message with its contextId to continue the "
+        "conversation",
+    )
 
 
 def _not_cancelable(task_id: str, state: str) -> wire.RpcError:

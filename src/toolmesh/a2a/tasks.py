@@ -10,7 +10,9 @@ Streaming listeners get every status and artifact update of a running task, in o
 
 A task's first recorded end is final (the store keeps it): when hosts sharing the store end a
 task together (one completes it, another cancels it), the one whose write came second takes the
-stored end as the task's, for its answer, its listeners and its caches.
+stored end as the task's, for its answer, its listeners and its caches. A host that finds an end
+stored for a task it still runs (a write refused, a listing) takes it as the cancel notice it
+missed, and stops the task.
 """
 
 from __future__ import annotations
@@ -71,6 +73,16 @@ class RunningTask:
         self._settle_waiters.append(waiter)
         self.job.add_done_callback(lambda _job: self._wake())
         return waiter
+
+    def stop(self) -> bool:
+        """Stop the job, as a cancel does (it ends canceled, or with the end the store holds):
+        not a job whose end is being written, nor one that is over. Whether it was stopped.
+        A job stopping itself (from inside a save it awaits) is cancelled at its next await."""
+        job = self.job
+        if job is None or job.done() or self.ending:
+            return False
+        job.cancel()
+        return True
 
     def pause(self, paused: bool = True) -> None:
         """Mark the task as waiting for input (or no longer); a pause settles it."""
@@ -172,7 +184,12 @@ class TaskBoard:
 
     async def save(self, doc: JsonObject) -> JsonObject:
         """Record ``doc``; the task as the store now holds it: ``doc`` itself, or the end the
-        store already had (another host ended the task first), which stands instead."""
+        store already had (another host ended the task first), which stands instead.
+
+        A task running here that the store holds as ended was ended through another host (a
+        cancel whose notice did not reach this host): its job is stopped, as the notice would
+        have stopped it, and ends with the stored end. A write of the job's own end (while it
+        is ``ending``) stops nothing: that end is told instead (see ``A2AServer._finish``)."""
         task_id = doc["id"]
         state = wire.task_state(doc)
         record = A2ATaskRecord(task_id, doc.get("contextId", ""), state, _status_time(doc), doc)
@@ -185,6 +202,8 @@ class TaskBoard:
             if kept is None:  # it refused the write for a task it holds: tasks are never deleted
                 raise RuntimeError(f"the store refused to replace task {task_id!r}, then lost it")
             doc, state = kept.document, kept.state
+            if running is not None and state in wire.TERMINAL:
+                running.stop()
         # An ended task never changes again: kept at hand. An interrupted one goes on through
         # whichever host gets the reply: with a shared store it is read afresh each time.
         if state in wire.TERMINAL or (state in wire.INTERRUPTED and not self.store.shared):
@@ -216,9 +235,14 @@ class TaskBoard:
         docs = []
         for record in records:
             running = self.running.get(record.task_id)
-            docs.append(
-                running.doc if running is not None else await self._settled(record.document)
-            )
+            if record.state in wire.TERMINAL:  # its end, which stands
+                if running is not None:  # ended through another host while it runs here (its
+                    running.stop()  # notice lost): stopped, as the notice would have
+                docs.append(record.document)
+            elif running is not None:
+                docs.append(running.doc)
+            else:
+                docs.append(await self._settled(record.document))
         return docs, total
 
     async def conversation(self, context_id: str) -> list[ChatMessage]:

@@ -15,7 +15,10 @@ Every host is a client of the same database, so:
   the server refuses is set aside (logged in full, counted) so it blocks no other;
 - a post to the mailbox of a session's stream carries an id (recorded while messages are
   kept), and a message is claimed before it is deleted, so a post or a take retried after a
-  lost reply neither doubles nor loses a message;
+  lost reply neither doubles nor loses a message; a claim expires (``CLAIM_TIMEOUT``), so rows
+  claimed by a host that died or went away reach the session through the next host to take,
+  and a take returns only the rows it deleted while still holding their claim (recorded per
+  take), so a message is never returned by two takes;
 - ``shared = True`` tells the state manager to read documents through, never from a cache;
 - a lost connection (a restart, a failover) is retried for ``reconnect_timeout`` seconds, and
   the listener reconnects by itself, then asks subscribers to resync (signals may be lost);
@@ -49,7 +52,14 @@ from toolmesh.store.base import (
     _check_topic,
 )
 
-__all__ = ["CLUSTER_MIGRATIONS", "MAX_WAITING_ROWS", "MIGRATIONS", "PostgresStore", "display_url"]
+__all__ = [
+    "CLAIM_TIMEOUT",
+    "CLUSTER_MIGRATIONS",
+    "MAX_WAITING_ROWS",
+    "MIGRATIONS",
+    "PostgresStore",
+    "display_url",
+]
 
 logger = logging.getLogger("toolmesh.store")
 
@@ -61,6 +71,16 @@ MAX_WAITING_ROWS = 10_000
 POOL_CLOSE_TIMEOUT = 5.0  # then the pool's connections are terminated, not waited for
 """Audit rows kept for the next flush while the server is unreachable; beyond that the oldest
 are logged in full (``toolmesh.audit.log_lost_entry``) and counted in ``audit_rows_lost``."""
+CLAIM_TIMEOUT = 30.0
+"""Seconds after which mailbox rows claimed by a take (and not deleted) may be claimed by
+another. A live taker holds a claim only between its two statements (milliseconds), or while
+``run`` rides out a lost connection before retrying its delete; a claim older than this is one
+whose host died, lost the session's stream or gave up, and nobody would ever take its rows.
+30 s is far above a take's round trips (and a pool wait), in line with the default
+``reconnect_timeout``, and far below the age at which ``drop_messages`` forgets messages
+(``IDLE_SESSION_SECONDS``, 600 s). Expiring early is safe, only less tidy: a taker deletes
+only the rows it still holds, so a slow taker overtaken returns fewer rows, never a row
+another take returns."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -151,6 +171,26 @@ CLUSTER_MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE mailbox ADD COLUMN claim TEXT;
         """,
     ),
+    (
+        3,
+        # claimed_at: when the claim was made (the database server's clock), so a claim
+        # nobody completes expires (CLAIM_TIMEOUT) and another taker may claim the rows; the
+        # rows claimed before this migration count as claimed now (their taker may be alive).
+        # mailbox_takes: the rows each take deleted, kept as long as posts are, so a delete
+        # retried after a lost reply returns what its first try deleted, and only that (a
+        # claim that expired meanwhile may have been taken over: those rows are not its own).
+        """
+        ALTER TABLE mailbox ADD COLUMN claimed_at DOUBLE PRECISION;
+        UPDATE mailbox SET claimed_at = extract(epoch FROM statement_timestamp())
+        WHERE claim IS NOT NULL;
+        CREATE TABLE mailbox_takes (
+            taken_at DOUBLE PRECISION NOT NULL,
+            take_id TEXT NOT NULL,
+            ids BIGINT[] NOT NULL,
+            PRIMARY KEY (taken_at, take_id)
+        );
+        """,
+    ),
 ]
 """PostgreSQL-only tables for hosts that share HTTP sessions: messages waiting for the host that
 holds a session's stream, and which host waits for which approval."""
@@ -180,6 +220,32 @@ _INSERT_AUDIT = (
     f"SELECT * FROM unnest({_ARRAYS}) ON CONFLICT (uid) DO NOTHING"
 )
 _READ_COLUMNS = [name for name, _ in _AUDIT_COLUMNS[1:]]
+
+# A take, step 1: claim the session's rows that are free, already this token's (a retry, or a
+# take after a failed one), or claimed longer ago than the timeout ($4) by a taker that never
+# finished. $3: the time of the store's ``clock``; NULL: the database server's clock (one
+# clock for every host, so hosts' clocks drifting apart cannot expire a live claim early). A
+# claim without a time (made by a host of the previous version still running during an
+# upgrade, whose delete does not check the claim) never expires, as before.
+_CLAIM_ROWS = (
+    "WITH clock AS (SELECT COALESCE($3::float8, "
+    "extract(epoch FROM statement_timestamp())::float8) AS now) "
+    "UPDATE mailbox SET claim = $2, claimed_at = clock.now FROM clock "
+    "WHERE session_id = $1 AND (claim IS NULL OR claim = $2 OR claimed_at < clock.now - $4) "
+    "RETURNING id, message"
+)
+# Step 2: delete the claimed rows this token still holds (a taker that took over an expired
+# claim keeps its rows), and record which were deleted ($3, $4: this take's time and id). A
+# retry after a lost reply deletes nothing and conflicts: it returns the record instead.
+_DELETE_CLAIMED = (
+    "WITH gone AS (DELETE FROM mailbox WHERE id = ANY($1::bigint[]) AND claim = $2 "
+    "RETURNING id), "
+    "took AS (INSERT INTO mailbox_takes (taken_at, take_id, ids) "
+    "SELECT $3, $4, COALESCE(array_agg(id), '{}') FROM gone ON CONFLICT DO NOTHING "
+    "RETURNING ids) "
+    "SELECT ids FROM took UNION ALL "
+    "SELECT ids FROM mailbox_takes WHERE taken_at = $3 AND take_id = $4"
+)
 
 
 def display_url(url: str) -> str:
@@ -240,6 +306,9 @@ class PostgresStore(Store):
         self._flush_scheduled = False
         self._listener: asyncio.Task[None] | None = None
         self._open_lock: asyncio.Lock | None = None
+        self.clock: Callable[[], float] | None = None
+        """The time mailbox claims are stamped and aged with (seconds since the epoch); None:
+        the database server's clock. Tests set it to move time without waiting."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({display_url(self.url)!r})"
@@ -672,23 +741,40 @@ class PostgresStore(Store):
         """Remove and return the messages waiting for ``session_id``, oldest first.
 
         Two steps, each safe to retry after a lost reply: the rows are claimed with the token
-        ``claim`` (rows another taker claimed are left alone; the rows this token claimed
-        before are taken again), then deleted. When this raises, the messages are still in
-        the store: the next take with the same ``claim`` returns them."""
+        ``claim`` (rows another taker claimed are left alone for ``CLAIM_TIMEOUT`` seconds; the
+        rows this token claimed before are taken again), then the rows still claimed by this
+        token are deleted, and only those are returned (another taker may have claimed them
+        once the claim expired: they are its own). When this raises before the delete landed,
+        the messages are still in the store: the next take with the same ``claim`` returns
+        them (or, once the claim expired, another taker does)."""
         claim = claim or uuid.uuid4().hex
+        now = None if self.clock is None else self.clock()
         rows = await self.run(
-            lambda db: db.fetch(
-                "UPDATE mailbox SET claim = $2 WHERE session_id = $1 "
-                "AND (claim IS NULL OR claim = $2) RETURNING id, message",
-                session_id,
-                claim,
-            )
+            lambda db: db.fetch(_CLAIM_ROWS, session_id, claim, now, CLAIM_TIMEOUT)
         )
         if not rows:
             return []
         ids = [row["id"] for row in rows]
-        await self.run(lambda db: db.execute("DELETE FROM mailbox WHERE id = ANY($1)", ids))
-        return [bytes(row["message"]) for row in sorted(rows, key=lambda r: r["id"])]
+        taken_at, take_id = time.time(), uuid.uuid4().hex
+
+        async def delete(db: Connection) -> set[int]:
+            deleted = await db.fetchval(_DELETE_CLAIMED, ids, claim, taken_at, take_id)
+            if deleted is None:
+                # Conflicted with an earlier try that committed while this one waited for its
+                # locks: its record was not in this statement's snapshot, it is in the next.
+                deleted = await db.fetchval(
+                    "SELECT ids FROM mailbox_takes WHERE taken_at = $1 AND take_id = $2",
+                    taken_at,
+                    take_id,
+                )
+            return set(deleted or ())
+
+        deleted = await self.run(delete)
+        return [
+            bytes(row["message"])
+            for row in sorted(rows, key=lambda r: r["id"])
+            if row["id"] in deleted
+        ]
 
     async def drop_messages(self, older_than: float) -> int:
         """Forget messages nobody collected for ``older_than`` seconds."""
@@ -696,6 +782,7 @@ class PostgresStore(Store):
 
         async def drop(db: Connection) -> str:
             await db.execute("DELETE FROM mailbox_posts WHERE posted_at < $1", before)
+            await db.execute("DELETE FROM mailbox_takes WHERE taken_at < $1", before)
             return str(await db.execute("DELETE FROM mailbox WHERE posted_at < $1", before))
 
         status = await self.run(drop)
