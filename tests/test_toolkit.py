@@ -647,6 +647,222 @@ def test_a_refused_conflict_is_refused_at_every_change_until_it_is_gone() -> Non
     assert assembly(kit) == assembly(afresh(kit))
 
 
+# -- a refusal (on_conflict="error") changes nothing ----------------------------------------------
+
+
+def strict_kit(*sources: ToolSet) -> Toolkit:
+    """A refusing toolkit over a budget that defers some tools, searched once (indexed)."""
+    kit = Toolkit(*sources, on_conflict="error", defer_above=60, keep_active=["list_*"])
+    kit.search("read")
+    return kit
+
+
+@pytest.mark.parametrize(
+    ("refused", "clash"),
+    [
+        ([make("fresh", "fresh words"), make("fs_read", "another read")], "fs_read"),
+        ([make("fresh", "fresh words"), make("only"), make("fresh", "again")], "fresh"),
+    ],
+    ids=["an-earlier-tools-name", "its-own-name"],
+)
+def test_a_refused_source_is_not_added_at_all(refused: list[Tool], clash: str) -> None:
+    """``add`` claimed the tools before the clash, kept the source and subscribed to it: the
+    toolkit served part of it, and its every later change was refused again."""
+    early = ToolSet([make("fs.read", "read a file"), make("list_all", "w " * 40)], name="early")
+    late = ToolSet([make("write", "w " * 40), make("hello", "w " * 40)], name="late")
+    kit = strict_kit(early, late)
+    before = assembly(kit)
+    assert before["deferred"]  # the budget is part of what must stay as it was
+    source = ToolSet(refused, name="refused")
+    with pytest.raises(NameConflictError, match=f"name '{clash}' is taken"):
+        kit.add(source)
+    assert assembly(kit) == before
+    assert kit.sources == [early, late] and "fresh" not in kit and kit.search("fresh") == []
+    source.add(make("later"))  # not subscribed: nothing to refuse, nothing to serve
+    assert "later" not in kit and assembly(kit) == before
+    with pytest.raises(NameConflictError, match="'list_all'"):
+        kit.add([make("third"), make("all")], prefix="list")  # wrapped, and refused too
+    assert assembly(kit) == before
+    early.add(make("read", "read it"))
+    assert kit.names() == ["fs_read", "list_all", "read", "write", "hello"]
+    assert assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_refused_register_keeps_none_of_its_tools() -> None:
+    """``register`` left the refused tools in the registered set (the first of them claimed):
+    the next change that re-assembled brought them back, and with them the clash."""
+    base = ToolSet([make("fs.read", "read a file"), make("list_all", "w " * 40)], name="base")
+    kit = strict_kit(base)
+    before = assembly(kit)
+    with pytest.raises(NameConflictError, match="'list_all'"):
+        kit.register(make("x", "x marks"), make("list_all"))  # a new registered set
+    assert kit.sources == [base] and assembly(kit) == before
+    kit.register(make("y", "y not"))
+    before = assembly(kit)
+    with pytest.raises(NameConflictError, match="made legal as 'fs_read'"):
+        kit.register(make("z", "zed"), make("fs.read"))  # extending the registered set
+    assert assembly(kit) == before and "z" not in kit
+    kit.register(make("w", "double u"))
+    base.add(make("more", "more words"))
+    assert kit.names() == ["fs_read", "list_all", "more", "y", "w"]
+    assert assembly(kit) == assembly(afresh(kit))  # what the sources list: no z, no fs.read
+
+    registered = ToolSet(name="registered")  # added twice: a tool registered clashes with itself
+    twice = strict_kit(ToolSet([make("a")], name="base"), registered, registered)
+    before = assembly(twice)
+    with pytest.raises(NameConflictError, match="'solo'"):
+        twice.register(make("solo"))
+    assert assembly(twice) == before and registered.tools() == []
+
+
+def test_a_refused_change_leaves_the_last_good_assembly_whole() -> None:
+    """A change re-assembled every source and was refused half way: the toolkit served the
+    tools walked by then (names missing, the index and the budget not told). Now it serves its
+    last good assembly, and every change (an ``add`` or ``register`` too) is refused while the
+    clash stands."""
+    early = ToolSet([make("fs.read", "read a file"), make("list_all", "w " * 40)], name="early")
+    late = ToolSet([make("write", "write a file"), make("hello", "w " * 40)], name="late")
+    kit = strict_kit(early, late)
+    before = assembly(kit)
+    late._tools = [make("read", "read it again"), make("fs_read", "a clash")]  # list_changed
+    with pytest.raises(NameConflictError, match="'fs_read'"):
+        late.changed()
+    assert assembly(kit) == before
+    assert kit.get("fs.read") is kit.get("fs_read") is not None
+    assert [t.name for t in kit.search("write a file", limit=1)] == ["write"]
+    with pytest.raises(NameConflictError, match="'fs_read'"):
+        early.add(make("more"))  # re-assembled, and refused again
+    with pytest.raises(NameConflictError, match="'fs_read'"):
+        kit.register(make("r"))
+    with pytest.raises(NameConflictError, match="'fs_read'"):
+        kit.add(ToolSet([make("s")], name="new"))
+    assert assembly(kit) == before and kit.sources == [early, late]
+    late._tools.pop()  # the clash is gone: the next change assembles everything
+    late.changed()
+    assert kit.names() == ["fs_read", "list_all", "more", "read"]
+    assert assembly(kit) == assembly(afresh(kit))
+    kit.register(make("r"))  # and changes are incremental again
+    assert kit.names()[-1] == "r" and assembly(kit) == assembly(afresh(kit))
+
+
+def test_a_toolkit_refusing_a_change_does_not_keep_the_others_from_hearing_of_it() -> None:
+    """A toolkit holding another as a source refuses its change for itself: the inner toolkit
+    keeps it (as a ToolSet whose ``add`` was refused keeps the tool), and the toolkits told
+    after the refusing one used to go on serving the inner one's tools as they were."""
+    inner = Toolkit(make("t"))
+    strict = Toolkit(make("u"), inner, on_conflict="error")
+    lenient = Toolkit(inner)
+    with pytest.raises(NameConflictError, match="'u'"):
+        inner.register(make("u"))
+    assert inner.names() == lenient.names() == ["t", "u"]
+    assert strict.names() == ["u", "t"]
+
+
+def test_a_toolkit_refused_as_it_is_made_no_longer_hears_the_toolkits_given() -> None:
+    """The toolkit ``Toolkit(...)`` refused (and nobody holds) went on re-assembling at every
+    change of a toolkit given to it, and raised its refusals into that toolkit's changes."""
+    inner = Toolkit(make("t"))
+    with pytest.raises(NameConflictError, match="'u'"):
+        Toolkit(inner, make("u"), make("u"), on_conflict="error")
+    inner.register(make("u"))
+    assert inner.names() == ["t", "u"]
+
+
+@pytest.mark.parametrize("defer_above", [None, 300])
+def test_refused_changes_leave_what_was_and_the_others_assemble_afresh(
+    defer_above: int | None,
+) -> None:
+    """Random changes to a refusing toolkit: a refused one leaves it showing what it showed
+    (``add`` and ``register`` leave no source or tool behind), an accepted one shows what a
+    toolkit assembled from scratch shows, and a source it refused is not heard. A refused
+    source change is often taken back, so that changes meet the toolkit both serving what its
+    sources list and serving its last good assembly."""
+    rng = random.Random(5)
+    made = iter(range(10**6))
+
+    def fresh() -> Tool:
+        number = next(made)
+        name = rng.choice(NAME_POOL) if rng.random() < 0.2 else f"only_{number}"
+        return make(name, f"{name} tool {number} " + "words " * rng.randrange(20))
+
+    sources = [ToolSet([make(f"first_{i}_{j}") for j in range(3)], name=f"s{i}") for i in range(3)]
+    kit = Toolkit(*sources, on_conflict="error", defer_above=defer_above, keep_active=["list_*"])
+    outer = Toolkit(kit)
+    outcomes = {"refused add": 0, "refused change": 0, "accepted": 0, "taken back": 0}
+
+    def attempt(label: object, change: Callable[[], None], source: ToolSet | None) -> bool:
+        """Make ``change`` (to ``source``, or through the toolkit: None) and check what the
+        toolkit shows after it; whether it was refused."""
+        member = source is None or source in kit.sources
+        before, listed = assembly(kit), [(s, list(s.tools())) for s in kit.sources]
+        try:
+            change()
+        except NameConflictError:
+            assert member, label  # a source it does not hold is not heard
+            assert assembly(kit) == before, label
+            if source is None:
+                assert [(s, list(s.tools())) for s in kit.sources] == listed, label
+            outcomes["refused add" if source is None else "refused change"] += 1
+            return True
+        else:
+            outcomes["accepted"] += member
+            assert assembly(kit) == (assembly(afresh(kit)) if member else before), label
+            return False
+        finally:
+            assert [(t.name, t.description) for t in outer.tools] == [
+                (t.name, t.description) for t in kit.tools
+            ], label
+
+    for step in range(250):
+        source = rng.choice(list(dict.fromkeys([*sources, *kit.sources])))
+        assert isinstance(source, ToolSet)
+        tools, kept = source._tools, list(source._tools)
+        action = rng.choice(
+            ["add", "insert", "remove", "drop", "swap", "reverse", "register", "source"]
+        )
+
+        def change(
+            action: str = action,
+            source: ToolSet = source,
+            tools: list[Tool] = tools,
+            step: int = step,
+        ) -> None:
+            if action == "add":
+                source.add(fresh())
+            elif action == "remove" and tools:
+                source.remove(rng.choice(tools).name)  # every tool of that name
+            elif action == "register":
+                kit.register(*(fresh() for _ in range(rng.randrange(1, 3))))
+            elif action == "source":
+                again = rng.random() < 0.2  # added twice: refused unless it lists nothing
+                if not again:
+                    sources.append(ToolSet([fresh(), fresh()], name=f"s{len(sources)}"))
+                kit.add(source if again else sources[-1])
+            else:
+                if action == "insert":
+                    tools.insert(rng.randrange(len(tools) + 1), fresh())
+                elif action == "drop" and tools:
+                    del tools[rng.randrange(len(tools))]
+                elif action == "swap" and tools:
+                    index = rng.randrange(len(tools))
+                    tools[index] = make(tools[index].name, f"{tools[index].name} again {step}")
+                elif action == "reverse":
+                    tools.reverse()
+                source.changed()
+
+        through_kit = action in ("register", "source")
+        refused = attempt((step, action, source.name), change, None if through_kit else source)
+        if refused and not through_kit and rng.random() < 0.7:
+
+            def take_back(source: ToolSet = source, kept: list[Tool] = kept) -> None:
+                source._tools = kept  # the server takes its change back
+                source.changed()
+
+            outcomes["taken back"] += 1
+            attempt((step, "taken back", source.name), take_back, source)
+    assert min(outcomes.values()) > 15, outcomes
+
+
 def test_a_budget_changed_at_run_time_is_weighed_afresh() -> None:
     from toolmesh.llm.deferred import estimate_tokens
 

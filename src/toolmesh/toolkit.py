@@ -3,8 +3,11 @@
 Assembly walks the sources in the order they were added. Every name is made legal for every
 model provider (``[A-Za-z0-9_-]``, at most 64 characters). When two tools want one name, the first
 keeps it and a ``ToolNameConflict`` warning names both sources, or the toolkit refuses with
-``NameConflictError`` when created with ``on_conflict="error"``. A tool stays reachable under its
-original name too, so an A2E client can call ``fs.read`` even though models see ``fs_read``.
+``NameConflictError`` when created with ``on_conflict="error"``. A refusal changes nothing: a
+refused ``add`` or ``register`` leaves the toolkit as it was, and after a refused source change
+it serves its last good assembly, assembling afresh at every later change (and refusing again)
+until the clash is gone. A tool stays reachable under its original name too, so an A2E client
+can call ``fs.read`` even though models see ``fs_read``.
 
 ``execute`` runs a call through the same pipeline every transport uses (policy, validation,
 deadline, events, state, audit).
@@ -150,6 +153,9 @@ class Toolkit(ToolResolver):
         self._offers: dict[int, _Offer] = {}  # by id(source)
         self._wanted: dict[str, int] = {}  # public name -> how many listed tools want it
         self._contested: set[str] = set()  # the names wanted more than once
+        # A source change was refused (or failed): the sources list what the toolkit does not
+        # serve, so every change assembles afresh until one assembles whole.
+        self._stale = False
         # The index is made, and its module imported, at the first search; changes wait for
         # it too: a host that never searches (most stdio servers) never pays for tokenizing
         # and stemming every tool, and bursts of changes (an MCP server's list_changed) are
@@ -177,39 +183,87 @@ class Toolkit(ToolResolver):
             from toolmesh.sources.tool_search import ToolSearchSource
 
             self.add(ToolSearchSource(self))
-        for item in _flattened(sources):
-            self.add(item)
+        items = _flattened(sources)
+        try:
+            for item in items:
+                self.add(item)
+        except BaseException:
+            # Refused: nobody holds this toolkit, so the toolkits given must not go on telling
+            # it of their changes (it would refuse them still, raising into their changes).
+            given = {id(item) for item in items if isinstance(item, Toolkit)}
+            for source in self._sources:
+                if isinstance(source, ToolkitSource) and id(source.toolkit) in given:
+                    source.unwatch()
+            raise
 
     # -- assembly --------------------------------------------------------------------------------
 
     def add(self, item: SourceLike | Sequence[SourceLike], *, prefix: str | None = None) -> Source:
         """Add a source (or a plugin, tool, function, toolkit, or a list of these)."""
-        source = as_source(item)
+        made = source = as_source(item)
         if prefix:
-            source = Prefixed(source, prefix)
-        self._sources.append(source)
-        source.subscribe(self._source_changed)
-        self._offers[id(source)] = _Offer()
-        self._append(source, source.tools())
+            source = Prefixed(made, prefix)
+        # A refusal comes before anything changed: the source is neither kept nor subscribed.
+        claims: tuple[Sequence[Tool], list[str]] | None = None
+        try:
+            if self._stale:  # what every source lists now, and this one too, or nothing
+                self._assemble([*self._sources, source])
+            else:
+                tools = source.tools()
+                claims = (tools, self._names_for(source, tools))
+        except BaseException:
+            if made is not item and isinstance(made, ToolkitSource):
+                made.unwatch()  # made here for a toolkit, which must not go on telling it
+            raise
+        source.subscribe(self._source_changed)  # before a watcher of this toolkit can raise
+        if claims is None:
+            self._after_change(None)
+        else:
+            self._sources.append(source)
+            self._offers[id(source)] = _Offer()
+            self._append(source, *claims)
         return source
 
     def register(self, *tools: Tool | Callable[..., Any]) -> list[Tool]:
         """Add tools (or functions) after everything already registered; first name wins."""
         made = [t if isinstance(t, Tool) else function_tool(t) for t in tools]
         last = self._sources[-1] if self._sources else None
-        if isinstance(last, ToolSet) and last.name == "registered":
-            last._tools.extend(made)  # appending at the end cannot displace an earlier tool
-            if self._sources.count(last) == 1:
-                self._append(last, made)
-            else:  # added again: its tools come first where it was first added
-                self._source_changed(last)
-        else:
+        if not (isinstance(last, ToolSet) and last.name == "registered"):
             self.add(ToolSet(made, name="registered"))
+        elif self._sources.count(last) == 1 and not self._stale:
+            publics = self._names_for(last, made)  # refused: not one of them is kept
+            last._tools.extend(made)  # appending at the end cannot displace an earlier tool
+            self._append(last, made, publics)
+        else:  # added again (its tools come first where it was first added), or stale
+            kept = len(last._tools)
+            last._tools.extend(made)
+            try:
+                self._assemble(self._sources)
+            except BaseException:
+                del last._tools[kept:]  # refused: a later register must not bring them back
+                raise
+            self._after_change(None)
         return made
 
-    def _append(self, source: Source, tools: Sequence[Tool]) -> None:
+    def _names_for(self, source: Source, tools: Sequence[Tool]) -> list[str]:
+        """The public names of ``tools``, to be claimed after all the others. With
+        ``on_conflict="error"`` the first that cannot be is refused here, before anything
+        changed (at the cost of these tools only)."""
+        publics = [sanitize_name(tool.name) for tool in tools]
+        if self.on_conflict == "error":
+            ahead: dict[str, Tool] = {}  # the earlier of these, by public name
+            for tool, public in zip(tools, publics, strict=True):
+                holder = self._entries.get(public)
+                if holder is None and public in ahead:
+                    holder = _Entry(ahead[public], source, ahead[public].name, ahead[public])
+                if holder is not None:
+                    self._conflict(holder, source, tool.name, public)
+                ahead[public] = tool
+        return publics
+
+    def _append(self, source: Source, tools: Sequence[Tool], publics: list[str]) -> None:
         """Claim the tools ``source`` lists after all the others (it is the last source)."""
-        publics = self._note(self._offers[id(source)], tools)
+        self._note(self._offers[id(source)], tools, publics)
         appended = []
         for tool, public in zip(tools, publics, strict=True):
             entry = self._claim(source, tool, public)
@@ -217,14 +271,12 @@ class Toolkit(ToolResolver):
                 appended.append(entry)
         self._after_change(appended)
 
-    def _note(self, offer: _Offer, tools: Sequence[Tool]) -> list[str]:
-        """Record that the source of ``offer`` lists ``tools`` too; their public names."""
-        publics = [sanitize_name(tool.name) for tool in tools]
+    def _note(self, offer: _Offer, tools: Sequence[Tool], publics: list[str]) -> None:
+        """Record that the source of ``offer`` lists ``tools`` too, under ``publics``."""
         offer.tools.extend(tools)
         offer.publics.update(zip(map(id, tools), publics, strict=True))
         for public in publics:
             self._want(public, 1)
-        return publics
 
     def _want(self, public: str, change: int) -> None:
         wanted = self._wanted.get(public, 0) + change
@@ -247,9 +299,17 @@ class Toolkit(ToolResolver):
 
     def _tell_watchers(self) -> None:
         """Tell the toolkits this one is a source of that its tools changed: they hold its
-        tools, and must not keep serving one it dropped, or as it was before it changed."""
+        tools, and must not keep serving one it dropped, or as it was before it changed. One
+        that refuses the change does not keep the others from hearing of it; its error is
+        raised once they have."""
+        failure: Exception | None = None
         for watcher in list(self._watchers):
-            watcher()
+            try:
+                watcher()
+            except Exception as exc:
+                failure = exc if failure is None else failure
+        if failure is not None:
+            raise failure
 
     def _claim(
         self,
@@ -297,23 +357,53 @@ class Toolkit(ToolResolver):
         later one)."""
         if self._change_in_place(source):
             return
+        try:
+            self._assemble(self._sources)
+        except BaseException:
+            # The change cannot be undone (it is the source's): the last good assembly is
+            # served, and every change is assembled afresh until one is not refused.
+            self._stale = True
+            raise
+        self._after_change(None)
+
+    def _assemble(self, sources: list[Source]) -> None:
+        """Assemble ``sources`` afresh (they become the toolkit's), keeping the entries of the
+        tools that did not change; ``_after_change`` is the caller's. Refused, or failing, the
+        toolkit is left as it was: the walk fills new tables, and only a whole one replaces the
+        old (what they were is kept by reference, so nothing is copied)."""
+        was = (self._entries, self._aliases, self._wanted, self._contested, self._offers)
+        unindexed = self._unindexed
         previous = self._entries
-        self._entries, self._aliases = {}, {}
-        self._wanted, self._contested = {}, set()
-        for each in self._sources:
-            offer = self._offers[id(each)] = _Offer()
-            publics = self._note(offer, each.tools())
-            for tool, public in zip(offer.tools, publics, strict=True):
-                self._claim(each, tool, public, previous)
+        self._entries, self._aliases, self._wanted, self._contested = {}, {}, {}, set()
+        self._offers, self._unindexed = {}, {}
+        try:
+            for each in sources:
+                offer = self._offers[id(each)] = _Offer()
+                tools = each.tools()
+                publics = [sanitize_name(tool.name) for tool in tools]
+                self._note(offer, tools, publics)
+                for tool, public in zip(offer.tools, publics, strict=True):
+                    self._claim(each, tool, public, previous)
+        except BaseException:
+            self._entries, self._aliases, self._wanted, self._contested, self._offers = was
+            self._unindexed = unindexed
+            raise
         for name in previous.keys() - self._entries.keys():
             self._unindexed[name] = None
-        self._after_change(None)
+        unindexed.update(self._unindexed)
+        self._unindexed = unindexed
+        self._sources = sources
+        self._stale = False
 
     def _change_in_place(self, source: Source) -> bool:
         """Apply a change of ``source`` at the cost of what it changed, when no other source
         has a say in it: no other tool wants a name it gained or lost (nothing to refuse or hand
         over), and the tools it kept are in the same order. False when it cannot be."""
-        if self._sources.count(source) > 1 or (self.on_conflict == "error" and self._contested):
+        if (
+            self._stale
+            or self._sources.count(source) > 1
+            or (self.on_conflict == "error" and self._contested)
+        ):
             return False  # a source added twice conflicts with itself; a refusal must recur
         offer = self._offers[id(source)]
         tools = list(source.tools())
@@ -825,9 +915,12 @@ class ToolkitSource(Source):
     def tools(self) -> Sequence[Tool]:
         return self.toolkit.tools
 
-    async def close(self) -> None:
+    def unwatch(self) -> None:
         with contextlib.suppress(ValueError):
             self.toolkit._watchers.remove(self.changed)
+
+    async def close(self) -> None:
+        self.unwatch()
         await self.toolkit.close()
 
 
