@@ -247,6 +247,64 @@ def http_server(side: str, audit: str) -> Any:
     return FloorHttpServer() if side == "floor" else C.Server("mcp_http")
 
 
+# The messages every load client sends, and the checks of their answers.
+HANDSHAKE = {"type": "handshake/req", "id": "hs", "agent_caps": ["tools"]}
+MCP_ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+MCP_INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+MCP_INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+
+
+def a2e_call(counter: int) -> dict[str, Any]:
+    return {
+        "type": "tool/call/req",
+        "id": f"c{counter}",
+        "tool_name": "echo",
+        "arguments": {"text": "hello"},
+    }
+
+
+def check_a2e(reply: dict[str, Any]) -> None:
+    if reply.get("type") != "tool/call/resp" or reply["data"]["data"] != "hello":
+        raise RuntimeError(reply)
+
+
+def mcp_call(counter: int) -> bytes:
+    message = {
+        "jsonrpc": "2.0",
+        "id": counter,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hello"}},
+    }
+    return json.dumps(message).encode()
+
+
+def mcp_session(status: int, head: dict[str, str], body: bytes) -> dict[str, str]:
+    """The headers of an MCP session's requests, from its initialize answer."""
+    if status != 200:
+        raise RuntimeError(f"initialize answered {status}: {body[:200]!r}")
+    return {
+        **MCP_ACCEPT,
+        "mcp-session-id": head["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+
+
+def check_mcp(body: bytes) -> None:
+    payloads = rawhttp.sse_payloads(body) if b"data:" in body else [json.loads(body)]
+    result = payloads[-1]["result"]
+    if result["content"][0]["text"] != "hello":
+        raise RuntimeError(result)
+
+
 async def raw_toolmesh_client(port: int, pool: int = 1) -> tuple[Any, Any]:
     """A sequential/concurrent `call()` on the raw client, plus a closer."""
     control = await rawhttp.Connection.open("127.0.0.1", port)
@@ -273,7 +331,7 @@ async def raw_toolmesh_client(port: int, pool: int = 1) -> tuple[Any, Any]:
             raise RuntimeError(status)
         return await future
 
-    await send(control, {"type": "handshake/req", "id": "hs", "agent_caps": ["tools"]})
+    await send(control, HANDSHAKE)
     conns = [control] + [await rawhttp.Connection.open("127.0.0.1", port) for _ in range(pool - 1)]
     free: asyncio.Queue[rawhttp.Connection] = asyncio.Queue()
     for conn in conns:
@@ -284,19 +342,10 @@ async def raw_toolmesh_client(port: int, pool: int = 1) -> tuple[Any, Any]:
         counter += 1
         conn = await free.get()
         try:
-            reply = await send(
-                conn,
-                {
-                    "type": "tool/call/req",
-                    "id": f"c{counter}",
-                    "tool_name": "echo",
-                    "arguments": {"text": "hello"},
-                },
-            )
+            reply = await send(conn, a2e_call(counter))
         finally:
             free.put_nowait(conn)
-        if reply["data"]["data"] != "hello":
-            raise RuntimeError(reply)
+        check_a2e(reply)
 
     async def close() -> None:
         pump_task.cancel()
@@ -309,28 +358,10 @@ async def raw_toolmesh_client(port: int, pool: int = 1) -> tuple[Any, Any]:
 
 async def raw_mcp_client(port: int, pool: int = 1) -> tuple[Any, Any]:
     """The same raw client speaking MCP streamable HTTP (2025-11-25 handshake, SSE answers)."""
-    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     first = await rawhttp.Connection.open("127.0.0.1", port)
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        },
-    }
-    status, head, body = await first.request("POST", "/mcp", base, json.dumps(init).encode())
-    if status != 200:
-        raise RuntimeError(f"initialize answered {status}: {body[:200]!r}")
-    headers = {
-        **base,
-        "mcp-session-id": head["mcp-session-id"],
-        "mcp-protocol-version": "2025-11-25",
-    }
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    await first.request("POST", "/mcp", headers, json.dumps(note).encode())
+    init = json.dumps(MCP_INIT).encode()
+    headers = mcp_session(*await first.request("POST", "/mcp", MCP_ACCEPT, init))
+    await first.request("POST", "/mcp", headers, MCP_INITIALIZED)
     conns = [first] + [await rawhttp.Connection.open("127.0.0.1", port) for _ in range(pool - 1)]
     free: asyncio.Queue[rawhttp.Connection] = asyncio.Queue()
     for conn in conns:
@@ -340,23 +371,12 @@ async def raw_mcp_client(port: int, pool: int = 1) -> tuple[Any, Any]:
     async def call() -> None:
         nonlocal counter
         counter += 1
-        message = {
-            "jsonrpc": "2.0",
-            "id": counter,
-            "method": "tools/call",
-            "params": {"name": "echo", "arguments": {"text": "hello"}},
-        }
         conn = await free.get()
         try:
-            _status, _head, body = await conn.request(
-                "POST", "/mcp", headers, json.dumps(message).encode()
-            )
+            _status, _head, body = await conn.request("POST", "/mcp", headers, mcp_call(counter))
         finally:
             free.put_nowait(conn)
-        payloads = rawhttp.sse_payloads(body) if b"data:" in body else [json.loads(body)]
-        result = payloads[-1]["result"]
-        if result["content"][0]["text"] != "hello":
-            raise RuntimeError(result)
+        check_mcp(body)
 
     async def close() -> None:
         for conn in conns:
@@ -384,20 +404,12 @@ def blocking_a2e_client(port: int) -> Any:
             if reply.get("req_id") == message["id"]:
                 return reply
 
-    send({"type": "handshake/req", "id": "hs", "agent_caps": ["tools"]})
+    send(HANDSHAKE)
 
     async def call() -> None:
         nonlocal counter
         counter += 1
-        message = {
-            "type": "tool/call/req",
-            "id": f"c{counter}",
-            "tool_name": "echo",
-            "arguments": {"text": "hello"},
-        }
-        reply = send(message)
-        if reply["data"]["data"] != "hello":
-            raise RuntimeError(reply)
+        check_a2e(send(a2e_call(counter)))
 
     def close() -> None:
         control.close()
@@ -408,44 +420,15 @@ def blocking_a2e_client(port: int) -> Any:
 
 def blocking_mcp_client(port: int) -> Any:
     """The same blocking client speaking MCP streamable HTTP (as raw_mcp_client does)."""
-    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     conn = rawhttp.BlockingConnection("127.0.0.1", port)
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        },
-    }
-    status, head, body = conn.request("POST", "/mcp", base, json.dumps(init).encode())
-    if status != 200:
-        raise RuntimeError(f"initialize answered {status}: {body[:200]!r}")
-    headers = {
-        **base,
-        "mcp-session-id": head["mcp-session-id"],
-        "mcp-protocol-version": "2025-11-25",
-    }
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    conn.request("POST", "/mcp", headers, json.dumps(note).encode())
+    headers = mcp_session(*conn.request("POST", "/mcp", MCP_ACCEPT, json.dumps(MCP_INIT).encode()))
+    conn.request("POST", "/mcp", headers, MCP_INITIALIZED)
     counter = 0
 
     async def call() -> None:
         nonlocal counter
         counter += 1
-        message = {
-            "jsonrpc": "2.0",
-            "id": counter,
-            "method": "tools/call",
-            "params": {"name": "echo", "arguments": {"text": "hello"}},
-        }
-        _status, _head, body = conn.request("POST", "/mcp", headers, json.dumps(message).encode())
-        payloads = rawhttp.sse_payloads(body) if b"data:" in body else [json.loads(body)]
-        result = payloads[-1]["result"]
-        if result["content"][0]["text"] != "hello":
-            raise RuntimeError(result)
+        check_mcp(conn.request("POST", "/mcp", headers, mcp_call(counter))[2])
 
     return call, conn.close
 
