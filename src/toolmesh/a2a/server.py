@@ -108,6 +108,7 @@ class A2AServer:
         self.board = TaskBoard(store or toolkit.store)
         self._stopping = False
         self._unsubscribe: Callable[[], None] | None = None
+        self._resyncing: asyncio.Task[None] | None = None  # looking up running tasks
         self._methods: dict[str, Callable[[JsonObject, Any, bool], Awaitable[Response]]] = {
             "SendMessage": self._send_message,
             "SendStreamingMessage": self._send_streaming_message,
@@ -136,7 +137,9 @@ class A2AServer:
         store = self.board.store
         await store.open()
         if store.shared and self._unsubscribe is None:  # hosts sharing one store (PostgreSQL)
-            self._unsubscribe = store.subscribe(CANCEL_TOPIC, self._cancel_here)
+            self._unsubscribe = store.subscribe(
+                CANCEL_TOPIC, self._cancel_here, resync=self._resync
+            )
 
     def _cancel_here(self, task_id: str) -> None:
         """Another host was asked to cancel a task: stop it if it runs here (and is not
@@ -146,12 +149,32 @@ class A2AServer:
         if running is not None:
             running.stop()
 
+    def _resync(self) -> None:
+        """Cancel notices may have been missed (the store's listener lost its connection and
+        has it again): the running tasks are looked up, and those ended meanwhile stopped.
+        Without this, one that writes nothing more ran on to its end, calling the model and
+        its tools for a task that was over."""
+        if self.board.running and (self._resyncing is None or self._resyncing.done()):
+            self._resyncing = asyncio.ensure_future(self._stop_ended())
+
+    async def _stop_ended(self) -> None:
+        for task_id, running in list(self.board.running.items()):
+            try:
+                record = await self.board.store.load_a2a_task(task_id)
+            except Exception:  # the store went away again: its next resync looks again
+                logger.warning("could not look up task %s after a reconnect", task_id)
+                return
+            if record is not None and record.state in wire.TERMINAL:
+                running.stop()
+
     async def close(self) -> None:
         """Stop the running tasks (recorded as failed: the server stopped)."""
         self._stopping = True
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self._resyncing is not None:
+            self._resyncing.cancel()
         jobs = [r.job for r in self.board.running.values() if r.job is not None]
         for job in jobs:
             job.cancel()
