@@ -758,6 +758,19 @@ def test_a_toolkit_refusing_a_change_does_not_keep_the_others_from_hearing_of_it
     assert strict.names() == ["u", "t"]
 
 
+def test_a_source_shared_by_toolkits_tells_all_of_them_when_one_refuses() -> None:
+    """One ToolSet in two toolkits: the first refuses the ToolSet's new tool, and the second,
+    told after it, went on serving the ToolSet as it was (``Source.changed`` stopped at the
+    first listener that raised)."""
+    shared = ToolSet([make("t")], name="shared")
+    strict = Toolkit(make("u"), shared, on_conflict="error")
+    lenient = Toolkit(shared)
+    with pytest.raises(NameConflictError, match="'u'"):
+        shared.add(make("u"))
+    assert lenient.names() == ["t", "u"]
+    assert strict.names() == ["u", "t"]  # its last good assembly
+
+
 def test_a_toolkit_refused_as_it_is_made_no_longer_hears_the_toolkits_given() -> None:
     """The toolkit ``Toolkit(...)`` refused (and nobody holds) went on re-assembling at every
     change of a toolkit given to it, and raised its refusals into that toolkit's changes."""

@@ -63,9 +63,17 @@ class Source(ABC):
         listeners.append(callback)
 
     def changed(self) -> None:
-        """Tell subscribers that ``tools()`` now answers differently."""
+        """Tell subscribers that ``tools()`` now answers differently. One that raises (a
+        toolkit refusing a name clash) does not keep the others from hearing of it: the first
+        error is raised once they all have."""
+        failure: Exception | None = None
         for callback in list(self.__dict__.get("_listeners", ())):
-            callback(self)
+            try:
+                callback(self)
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
 
 class ToolSet(Source):
