@@ -434,6 +434,42 @@ async def test_a_listing_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
                 await host.kit.close()
 
 
+async def test_get_task_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
+    postgres_url: str,
+) -> None:
+    """Host 2 cancels host 1's task and the notice to host 1 is lost: GetTask through host 1
+    showed the task working (its own copy) while the store said canceled."""
+    asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        runner.deaf = True
+        hosts = [
+            await serve(stub, audit=postgres_url, store=runner),
+            await serve(stub, audit=postgres_url),
+        ]
+        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
+        try:
+            waiting = asyncio.ensure_future(
+                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            )
+            assert await asyncio.to_thread(asked.wait, 30)
+            [task_id] = board.running
+            job = job_of(board, task_id)
+            canceled = (await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))["result"]
+            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
+            fetched = (await rpc(hosts[0].rpc, "GetTask", {"id": task_id}))["result"]
+            assert fetched["status"] == canceled["status"]
+            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
+            assert job.cancelled() and task_id not in board.running
+            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
+            assert created["status"] == canceled["status"], created["status"]
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
 async def test_a_resync_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
     postgres_url: str,
 ) -> None:

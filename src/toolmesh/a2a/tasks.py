@@ -11,8 +11,8 @@ Streaming listeners get every status and artifact update of a running task, in o
 A task's first recorded end is final (the store keeps it): when hosts sharing the store end a
 task together (one completes it, another cancels it), the one whose write came second takes the
 stored end as the task's, for its answer, its listeners and its caches. A host that finds an end
-stored for a task it still runs (a write refused, a listing) takes it as the cancel notice it
-missed, and stops the task.
+stored for a task it still runs (a write refused, a listing, a lookup) takes it as the cancel
+notice it missed, and stops the task.
 """
 
 from __future__ import annotations
@@ -146,9 +146,16 @@ class TaskBoard:
         self._cache_size = cache_size
 
     async def get(self, task_id: str) -> JsonObject | None:
-        """A task's current document (None when unknown)."""
+        """A task's current document (None when unknown). With a shared store a task running
+        here is looked up too: one another host ended (its cancel notice lost) is stopped, and
+        its stored end is the answer."""
         running = self.running.get(task_id)
         if running is not None:
+            if self.store.shared and not running.ending:
+                record = await self.store.load_a2a_task(task_id)
+                if record is not None and record.state in wire.TERMINAL:
+                    running.stop()
+                    return record.document
             return running.doc
         doc = self._recent.get(task_id)
         if doc is not None:
