@@ -384,6 +384,19 @@ NAME_POOL = ["read", "write", "fs.read", "fs_read", "a b", "a_b", "list_all", "h
 QUERIES = ["read", "write list", "hello tool"]
 
 
+def tool_maker(rng: random.Random, clashing: float) -> Callable[[], Tool]:
+    """New tools, each with a name of its own or, with probability ``clashing``, one of
+    ``NAME_POOL`` (which clash, also once made legal), and a description of some length."""
+    made = iter(range(10**6))
+
+    def fresh() -> Tool:
+        number = next(made)
+        name = rng.choice(NAME_POOL) if rng.random() < clashing else f"only_{number}"
+        return make(name, f"{name} tool {number} " + "words " * rng.randrange(20))
+
+    return fresh
+
+
 def assembly(kit: Toolkit) -> dict[str, object]:
     """What a toolkit shows of its assembly: names in order, holders, aliases, listing, search."""
     return {
@@ -414,12 +427,7 @@ def test_changes_assemble_as_a_fresh_toolkit_would(defer_above: int | None) -> N
     late: after each change the toolkit (and one that holds it as a source) shows what a toolkit
     assembled from scratch shows, deferral over the budget and search included."""
     rng = random.Random(8)
-    made = iter(range(10**6))
-
-    def fresh() -> Tool:
-        number = next(made)
-        name = rng.choice(NAME_POOL) if rng.random() < 0.5 else f"only_{number}"
-        return make(name, f"{name} tool {number} " + "words " * rng.randrange(20))
+    fresh = tool_maker(rng, 0.5)
 
     sources = [ToolSet([fresh() for _ in range(4)], name=f"s{i}") for i in range(3)]
     with warnings.catch_warnings():
@@ -791,12 +799,7 @@ def test_refused_changes_leave_what_was_and_the_others_assemble_afresh(
     source change is often taken back, so that changes meet the toolkit both serving what its
     sources list and serving its last good assembly."""
     rng = random.Random(5)
-    made = iter(range(10**6))
-
-    def fresh() -> Tool:
-        number = next(made)
-        name = rng.choice(NAME_POOL) if rng.random() < 0.2 else f"only_{number}"
-        return make(name, f"{name} tool {number} " + "words " * rng.randrange(20))
+    fresh = tool_maker(rng, 0.2)
 
     sources = [ToolSet([make(f"first_{i}_{j}") for j in range(3)], name=f"s{i}") for i in range(3)]
     kit = Toolkit(*sources, on_conflict="error", defer_above=defer_above, keep_active=["list_*"])
