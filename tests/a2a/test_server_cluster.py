@@ -1,5 +1,10 @@
 """Served agents on hosts sharing one PostgreSQL store: a task created on one host is visible
-and cancellable on another, and a conversation (its history, its tools' state) goes on on any."""
+and cancellable on another, and a conversation (its history, its tools' state) goes on on any;
+a task whose host died is failed through the next host that reads it.
+
+Time, where it matters (a host's heartbeats aging), is the stores' ``clock``: moved, not waited
+for. A host "dies" by no longer beating (its heartbeat task is cancelled, without its clean
+close): its process goes on, as a host cut off would."""
 
 from __future__ import annotations
 
@@ -35,10 +40,14 @@ from tests.a2a.test_server import (
     user_message,
 )
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
+from tests.fixtures.postgres import PostgresCluster
+from tests.store.test_postgres_mailbox import START, Clock
 from toolmesh import Limits, Output, create_client, create_toolkit, tool
+from toolmesh.a2a import server as a2a_server
+from toolmesh.a2a import tasks as a2a_tasks
 from toolmesh.a2a import wire
-from toolmesh.a2a.server import CANCEL_TOPIC
-from toolmesh.store import A2ATaskRecord
+from toolmesh.a2a.server import CANCEL_TOPIC, A2AServer
+from toolmesh.store import A2ATaskRecord, postgres
 from toolmesh.store.postgres import PostgresStore
 
 pytestmark = [pytest.mark.network_server]
@@ -174,14 +183,14 @@ class _Interposed(PostgresStore):
         super().__init__(url)
         self.lost = asyncio.Event()
 
-    async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
+    async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
         if record.state in wire.TERMINAL and self.before_end is not None:
             before_end, self.before_end = self.before_end, None
             await before_end(record)
         elif record.state not in wire.TERMINAL and self.before_write is not None:
             before_write, self.before_write = self.before_write, None
             await before_write(record)
-        return await super().save_a2a_task(record)
+        return await super().save_a2a_task_on(record, host_id)
 
     def dispatch(self, topic: str, payload: str) -> None:
         if self.deaf and topic == CANCEL_TOPIC:
@@ -548,3 +557,282 @@ async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url:
             for host in hosts:
                 await host.handle.stop()
                 await host.kit.close()
+
+
+# -- hosts that die ----------------------------------------------------------------------------
+
+
+def _a2a(host: Any) -> A2AServer:
+    """The A2A server of a served host (``serve``'s, or a ServeHandle)."""
+    server = getattr(host, "handle", host).a2a
+    assert isinstance(server, A2AServer)
+    return server
+
+
+async def _die(host: Any) -> None:
+    """``host`` stops beating, as a killed host would; nothing of its clean close runs (its
+    jobs go on in this process, unseen by the others: a host cut off)."""
+    heartbeat = _a2a(host)._heartbeat
+    assert heartbeat is not None, "a host sharing its store beats"
+    heartbeat.cancel()
+    await asyncio.gather(heartbeat, return_exceptions=True)
+
+
+async def _steady(clock: Clock, *alive: Any) -> None:
+    """Move the clock past the host timeout in heartbeat steps, each host of ``alive`` beating
+    at every step (as its heartbeat would): those have beaten steadily for the whole timeout,
+    and any other host's last beat is older than it."""
+    interval, timeout = a2a_server.HEARTBEAT_INTERVAL, postgres.HOST_TIMEOUT
+    for _ in range(int(timeout // interval) + 1):
+        clock.now += interval
+        for host in alive:
+            server = _a2a(host)
+            await server.board.store.host_alive(server.host_id)
+
+
+def _clocked(url: str, clock: Clock, store: type[PostgresStore] = PostgresStore) -> Any:
+    made = store(url)
+    made.clock = clock
+    return made
+
+
+def _stopped_text(status: dict[str, Any]) -> str:
+    assert status["state"] == "TASK_STATE_FAILED", status
+    return str(status["message"]["parts"][0]["text"])
+
+
+async def test_a_task_whose_host_died_is_failed_through_another_host(
+    postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    """Host 1 runs three tasks and dies. Through host 2, GetTask, SubscribeToTask and ListTasks
+    each find one of them working on a host that is gone, and record it failed (saying so):
+    before, each stayed working for ever. Host 1, still running them unseen, finds those ends
+    when it has its answers, and takes them. Hosts that stop cleanly leave no row behind."""
+    asked, release, answer = _held_model()
+    clock = Clock(START)
+    with StubLLM(answer) as stub:
+        stores = [_clocked(postgres_url, clock), _clocked(postgres_url, clock)]
+        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
+        try:
+            runner = _a2a(hosts[0])
+            # named after the id its calls audit, and new at every start
+            assert runner.host_id.startswith(hosts[0].handle.host.host_id + ".")
+            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
+            ids = [(await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]]
+            ids += [(await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]]
+            ids += [(await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]]
+            jobs = [job_of(runner.board, task_id) for task_id in ids]
+            assert await asyncio.to_thread(asked.wait, 30)
+            await _die(hosts[0])
+            await _steady(clock, hosts[1])
+
+            got = (await rpc(hosts[1].rpc, "GetTask", {"id": ids[0]}))["result"]
+            assert _stopped_text(got["status"]) == a2a_tasks.HOST_STOPPED
+            subscribe = await rpc(hosts[1].rpc, "SubscribeToTask", {"id": ids[1]})
+            assert subscribe.get("error", {}).get("code") == -32004, subscribe  # not running
+            listed = (await rpc(hosts[1].rpc, "ListTasks", {}))["result"]["tasks"]
+            assert {t["id"]: _stopped_text(t["status"]) for t in listed} == dict.fromkeys(
+                ids, a2a_tasks.HOST_STOPPED
+            )
+            ends = {}
+            for task_id in ids:
+                stored = await stores[1].load_a2a_task(task_id)
+                assert stored is not None and stored.state == "failed"
+                ends[task_id] = stored.document["status"]
+            assert ends[ids[0]] == got["status"]
+
+            release.set()  # host 1 has its answers; the ends stored stand
+            await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), 10)
+            for task_id in ids:
+                for host in hosts:
+                    fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
+                    assert fetched["status"] == ends[task_id] and "artifacts" not in fetched
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+    database = postgres_url.rsplit("/", 1)[1]
+    assert postgres_cluster.sql("SELECT count(*) FROM hosts", database) == "0"
+
+
+async def test_a_task_whose_host_lives_is_reported_as_stored(postgres_url: str) -> None:
+    """Host 1 runs a task and beats; host 2 has beaten long enough to judge, and reports the
+    task as stored (host 1 may be busy with it for a long time), through GetTask and
+    ListTasks. Host 1 ends it, and both report that end."""
+    asked, release, answer = _held_model()
+    clock = Clock(START)
+    with StubLLM(answer) as stub:
+        stores = [_clocked(postgres_url, clock), _clocked(postgres_url, clock)]
+        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
+        try:
+            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
+            task_id = (await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]
+            job = job_of(_a2a(hosts[0]).board, task_id)
+            assert await asyncio.to_thread(asked.wait, 30)
+            await _steady(clock, *hosts)
+            stored = await stores[1].load_a2a_task(task_id)
+            assert stored is not None and stored.state == "submitted"
+            got = (await rpc(hosts[1].rpc, "GetTask", {"id": task_id}))["result"]
+            assert got["status"] == stored.document["status"]
+            listed = (await rpc(hosts[1].rpc, "ListTasks", {}))["result"]["tasks"]
+            assert [t["status"] for t in listed] == [stored.document["status"]]
+            again = await stores[1].load_a2a_task(task_id)
+            assert again is not None and again.document == stored.document
+            release.set()
+            await asyncio.wait_for(asyncio.gather(job), 10)
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
+                assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
+async def test_a_dead_hosts_task_completed_as_another_host_fails_it_stays_completed(
+    postgres_url: str,
+) -> None:
+    """Host 2 finds host 1's task orphaned (host 1 stopped beating) and, before its write of
+    the failure, host 1 writes the task's answer: host 2's write is refused, and the answer
+    stands for both hosts. Before, host 2 had no end to write, and reported it working."""
+    _asked, release, answer = _held_model()
+    clock = Clock(START)
+    with StubLLM(answer) as stub:
+        settler = _clocked(postgres_url, clock, _Interposed)
+        stores = [_clocked(postgres_url, clock), settler]
+        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
+        try:
+            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
+            task_id = (await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]
+            job = job_of(_a2a(hosts[0]).board, task_id)
+            await _die(hosts[0])
+            await _steady(clock, hosts[1])
+
+            async def complete_first(record: A2ATaskRecord) -> None:
+                assert record.state == "failed"  # host 2 settles the task
+                release.set()
+                await asyncio.wait_for(asyncio.gather(job), 10)  # host 1's answer is stored
+
+            settler.before_end = complete_first
+            got = (await rpc(hosts[1].rpc, "GetTask", {"id": task_id}))["result"]
+            assert settler.before_end is None  # the race was run as arranged
+            assert got["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert got["artifacts"][0]["parts"] == [{"text": "done"}]
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
+                assert fetched["status"] == got["status"] and fetched["artifacts"]
+            stored = await settler.load_a2a_task(task_id)
+            assert stored is not None and stored.state == "completed"
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
+async def test_a_dead_hosts_answer_written_after_another_host_failed_it_gives_way(
+    postgres_url: str,
+) -> None:
+    """Host 1 stopped beating but runs on, unseen; it has its answer, and before it writes it
+    host 2 reads the task and records it failed. Host 1's write is refused: its waiting
+    creator and both hosts get the failure, not the answer. The first end recorded stands."""
+    asked, release, answer = _held_model()
+    clock = Clock(START)
+    with StubLLM(answer) as stub:
+        runner = _clocked(postgres_url, clock, _Interposed)
+        stores = [runner, _clocked(postgres_url, clock)]
+        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
+        settled: list[dict[str, Any]] = []
+
+        async def fail_first(record: A2ATaskRecord) -> None:
+            assert record.state == "completed"  # host 1 has the answer
+            settled.append((await rpc(hosts[1].rpc, "GetTask", {"id": record.task_id}))["result"])
+
+        try:
+            waiting = asyncio.ensure_future(
+                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            )
+            assert await asyncio.to_thread(asked.wait, 30)
+            [task_id] = _a2a(hosts[0]).board.running
+            await _die(hosts[0])
+            await _steady(clock, hosts[1])
+            runner.before_end = fail_first
+            release.set()
+            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
+            [failed] = settled
+            assert _stopped_text(failed["status"]) == a2a_tasks.HOST_STOPPED
+            assert created["status"] == failed["status"] and "artifacts" not in created
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
+                assert fetched["status"] == failed["status"] and "artifacts" not in fetched
+            stored = await runner.load_a2a_task(task_id)
+            assert stored is not None and stored.document["status"] == failed["status"]
+        finally:
+            release.set()
+            for host in hosts:
+                await host.handle.stop()
+                await host.kit.close()
+
+
+async def test_an_approval_held_by_a_dead_host_fails_and_a_question_waits(
+    postgres_url: str,
+) -> None:
+    """Host 1 dies with a task waiting for an approval (its answer could only reach host 1's
+    job) and another waiting for its caller's reply. Through host 2 the first is failed, naming
+    the call, and a reply to it refused; the second stays as it is, and a reply through host 2
+    goes on with it."""
+
+    def model(body: dict[str, Any], index: int) -> Answer:
+        last = body["messages"][-1]
+        if last.get("role") == "user" and "deploy" in str(last.get("content")):
+            return openai_calls(("c1", "deploy", {"target": "prod"}))
+        return openai_text("answered")
+
+    clock = Clock(START)
+    with StubLLM(model) as stub:
+        stores = [_clocked(postgres_url, clock), _clocked(postgres_url, clock)]
+        kits = [
+            await create_toolkit(
+                tools=[deploy], audit=postgres_url, limits=Limits(approval_timeout=20.0)
+            )
+            for _ in range(2)
+        ]
+        handles = [
+            await kit.serve(
+                client=create_client(stub.base_url, model="m"), a2a={"name": "ops", "store": s}
+            )
+            for kit, s in zip(kits, stores, strict=True)
+        ]
+        urls = [h.url + "/a2a" for h in handles]
+        try:
+            sent = await rpc(urls[0], "SendMessage", {"message": _wire_message("deploy prod")})
+            approving = sent["result"]["task"]
+            assert approving["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            status = {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": wire.timestamp()}
+            status["message"] = wire.message("agent", "which target?", context_id="ctx-q")
+            question = {"id": "t-asks", "contextId": "ctx-q", "status": status, "history": []}
+            record = A2ATaskRecord("t-asks", "ctx-q", "input-required", 1.0, question)
+            assert await stores[0].save_a2a_task_on(record, _a2a(handles[0]).host_id)
+            await _die(handles[0])
+            await _steady(clock, handles[1])
+
+            got = (await rpc(urls[1], "GetTask", {"id": approving["id"]}))["result"]
+            assert _stopped_text(got["status"]) == (
+                f"{a2a_tasks.HOST_STOPPED} (the call of 'deploy' was waiting for approval)"
+            )
+            reply = _wire_message("approve", taskId=approving["id"], contextId=got["contextId"])
+            refused = await rpc(urls[1], "SendMessage", {"message": reply})
+            assert "is failed" in refused.get("error", {}).get("message", ""), refused
+
+            waits = (await rpc(urls[1], "GetTask", {"id": "t-asks"}))["result"]
+            assert waits["status"] == status
+            reply = _wire_message("prod, please", taskId="t-asks", contextId="ctx-q")
+            resumed = (await rpc(urls[1], "SendMessage", {"message": reply}))["result"]["task"]
+            assert answer_of(resumed) == "answered"
+        finally:
+            for handle in handles:
+                await handle.stop()
+            for kit in kits:
+                await kit.close()

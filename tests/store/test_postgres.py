@@ -88,7 +88,14 @@ async def test_hosts_starting_together_migrate_once(
     applied = postgres_cluster.sql(
         "SELECT track || ':' || version FROM schema_version ORDER BY track, version", database
     )
-    assert applied.split() == ["cluster:1", "cluster:2", "cluster:3", "store:1", "store:2"]
+    assert applied.split() == [
+        "cluster:1",
+        "cluster:2",
+        "cluster:3",
+        "cluster:4",
+        "store:1",
+        "store:2",
+    ]
     for store in stores:
         await store.close()
 

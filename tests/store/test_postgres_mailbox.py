@@ -313,7 +313,7 @@ async def test_a_database_of_the_previous_schema_is_upgraded(
             "WHERE track = 'cluster'",
             database,
         )
-        assert applied == "1 2 3"
+        assert applied == "1 2 3 4"
         assert "claimed_at" in postgres_cluster.sql(columns, database).split()
         stamped = postgres_cluster.sql(
             "SELECT string_agg(coalesce(claim, '-') || ':' || (claimed_at IS NOT NULL)::text, "

@@ -76,6 +76,13 @@ OVERRIDE_KEY = "toolmesh/capability_override"
 CANCEL_TOPIC = "a2a.cancel"
 """The store signal that asks whichever host runs a task to cancel it."""
 
+HEARTBEAT_INTERVAL = 5.0
+"""Seconds between the heartbeats (``Store.host_alive``) of a server whose store is shared: the
+others take it as gone, and its unfinished tasks as never to be finished, 30 s after its last
+one (``toolmesh.store.postgres.HOST_TIMEOUT``). Six beats to a timeout: a beat or two delayed (a
+slow statement, a busy event loop, a short reconnect) never makes a live host look gone. A beat
+is one short statement on a pooled connection: a few hosts beating every 5 s cost nothing."""
+
 
 class A2AServer:
     """Serves one toolkit as one A2A agent; ``routes()`` mount it on an HTTP server."""
@@ -107,6 +114,7 @@ class A2AServer:
         self.allowed_origins = set(allowed_origins)
         self.board = TaskBoard(store or toolkit.store)
         self._stopping = False
+        self._heartbeat: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._resyncing: asyncio.Task[None] | None = None  # looking up running tasks
         self._methods: dict[str, Callable[[JsonObject, Any, bool], Awaitable[Response]]] = {
@@ -126,6 +134,12 @@ class A2AServer:
             "GetExtendedAgentCard": _no_extended_card,
         }
 
+    @property
+    def host_id(self) -> str:
+        """This server's id among the hosts sharing its store, from ``start`` on (none with a
+        store of its own): the tasks it writes name it, and it beats under it."""
+        return self.board.host_id
+
     def routes(self) -> list[BaseRoute]:
         return [
             Route(WELL_KNOWN_CARD, self._card, methods=["GET"]),
@@ -140,6 +154,22 @@ class A2AServer:
             self._unsubscribe = store.subscribe(
                 CANCEL_TOPIC, self._cancel_here, resync=self._resync
             )
+        if store.shared and self._heartbeat is None:
+            # The tasks this server writes name it, and it says it is alive before it serves
+            # and every few seconds after: once it stops, another host reading one of its
+            # unfinished tasks records it as failed (see TaskBoard._settle).
+            self.board.host_id = _own_host_id(self.toolkit.pipeline.host_id)
+            await store.host_alive(self.host_id)
+            self._heartbeat = asyncio.ensure_future(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        store = self.board.store
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            try:
+                await store.host_alive(self.host_id)
+            except Exception as exc:  # away beyond its reconnect_timeout: the next beat retries
+                logger.warning("could not tell the store that this host is alive: %s", exc)
 
     def _cancel_here(self, task_id: str) -> None:
         """Another host was asked to cancel a task: stop it if it runs here (and is not
@@ -168,7 +198,9 @@ class A2AServer:
                 running.stop()
 
     async def close(self) -> None:
-        """Stop the running tasks (recorded as failed: the server stopped)."""
+        """Stop the running tasks (recorded as failed: the server stopped); with a shared
+        store, then stop saying this host is alive (a task it could not end in time is failed by
+        the next host that reads it)."""
         self._stopping = True
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -180,6 +212,14 @@ class A2AServer:
             job.cancel()
         if jobs:
             await asyncio.wait(jobs, timeout=5.0)
+        if self._heartbeat is not None:  # alive while its tasks' ends were written; now gone
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self._heartbeat = None
+            try:
+                await self.board.store.host_gone(self.host_id)
+            except Exception as exc:  # its row ages out instead (HOST_TIMEOUT)
+                logger.warning("could not tell the store that this host stopped: %s", exc)
 
     # -- the card ----------------------------------------------------------------------------------
 
@@ -660,6 +700,15 @@ class A2AServer:
 
 _YES = frozenset({"approve", "approved", "yes", "y", "allow", "ok"})
 _NO = frozenset({"deny", "denied", "no", "n", "reject"})
+
+
+def _own_host_id(candidate: str) -> str:
+    """The id a server runs under among the hosts sharing its store: new at every start, after
+    its toolkit's host id (the one its calls are audited with) when it has one. A host started
+    again under a name it was given must not take the unfinished tasks of its earlier run for
+    its own, nor a toolkit served twice in one process the other server's."""
+    run = new_id()[:8]
+    return f"{candidate}.{run}" if candidate else run
 
 
 def _approval_answer(message: JsonObject) -> bool | None:

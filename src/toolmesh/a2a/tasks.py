@@ -3,10 +3,14 @@
 A task is kept as its A2A 1.0 JSON document. It is written to the store when it is created and
 when it reaches a final (or interrupted) state, so a restarted server still answers ``GetTask``
 for it; a task the store holds as running but that no longer runs here was cut short by a
-restart and is reported (and recorded) as failed. A task whose creator waits for its end (a
-blocking ``SendMessage`` on a store of this host alone) is first written when it ends or pauses:
-until then nobody else knows its id, and a listing of tasks writes any such task first.
-Streaming listeners get every status and artifact update of a running task, in order.
+restart and is reported (and recorded) as failed. With a store shared by hosts, each write
+records the host that made it (the one running the task): a task whose host is gone (it stopped
+saying it is alive, see ``A2AServer.start``) is reported and recorded as failed so too, through
+whichever host reads it; while its host lives it is reported as stored. A task whose creator
+waits for its end (a blocking ``SendMessage`` on a store of this host alone) is first written
+when it ends or pauses: until then nobody else knows its id, and a listing of tasks writes any
+such task first. Streaming listeners get every status and artifact update of a running task, in
+order.
 
 A task's first recorded end is final (the store keeps it): when hosts sharing the store end a
 task together (one completes it, another cancels it), the one whose write came second takes the
@@ -30,10 +34,11 @@ from toolmesh.llm.styles import ChatMessage
 from toolmesh.sources.skills import Skill
 from toolmesh.store.base import A2ATaskRecord, Store
 
-__all__ = ["RESTARTED", "RunningTask", "TaskBoard", "status_update"]
+__all__ = ["HOST_STOPPED", "RESTARTED", "RunningTask", "TaskBoard", "status_update"]
 
 JsonObject = dict[str, Any]
 RESTARTED = "the server restarted before the task finished"
+HOST_STOPPED = "the host running the task stopped before the task finished"
 CONTEXT_TASKS = 50  # earlier tasks of a context the model sees as conversation history
 
 
@@ -141,6 +146,9 @@ class TaskBoard:
 
     def __init__(self, store: Store, *, cache_size: int = 1024) -> None:
         self.store = store
+        self.host_id = ""
+        """This host's id among the hosts sharing the store (set by ``A2AServer.start``), which
+        it records with every task it writes; "": none recorded, nor any host judged gone."""
         self.running: dict[str, RunningTask] = {}
         self._recent: OrderedDict[str, JsonObject] = OrderedDict()
         self._cache_size = cache_size
@@ -166,28 +174,27 @@ class TaskBoard:
         return await self._settled(record.document)
 
     async def _settled(self, doc: JsonObject) -> JsonObject:
-        """A stored task as it stands: one left running by an earlier server is failed (not
-        with a shared store: another host may be running it)."""
+        [settled] = await self._settle([doc])
+        return settled
+
+    async def _settle(self, docs: list[JsonObject]) -> list[JsonObject]:
+        """Stored tasks that do not run here, as they stand: one that will never go on is failed
+        (recorded so, unless an end is stored first: that end stands). On a store of this host
+        alone, that is one left running by an earlier server; on a shared store, one whose host
+        is gone (while its host lives, another host may be running it)."""
+        unfinished = [n for n, doc in enumerate(docs) if _unfinished(doc)]
+        if not unfinished:
+            return docs
         if self.store.shared:
-            return doc
-        state = wire.task_state(doc)
-        approval = approval_of(doc) if state in wire.INTERRUPTED else None
-        if state not in wire.TERMINAL | wire.INTERRUPTED or approval is not None:
-            # An approval's answer went to the job that asked, which is gone with its server:
-            # a reply now could only start a new run, without the call it was meant for.
-            text = RESTARTED
-            if approval is not None:
-                tool = approval.get("toolName", "a tool")
-                text += f" (the call of {tool!r} was waiting for approval)"
-            doc["status"] = {
-                "state": wire.state_name("failed"),
-                "timestamp": wire.timestamp(),
-                "message": wire.message(
-                    "agent", text, context_id=doc.get("contextId", ""), task_id=doc["id"]
-                ),
-            }
-            return await self.save(doc)
-        return doc
+            ids = {str(docs[n]["id"]) for n in unfinished}
+            gone, text = await self.store.orphaned_a2a_tasks(ids, self.host_id), HOST_STOPPED
+        else:
+            gone, text = {str(docs[n]["id"]) for n in unfinished}, RESTARTED
+        settled = list(docs)
+        for n in unfinished:
+            if str(docs[n]["id"]) in gone:
+                settled[n] = await self.save(_failed(docs[n], text))
+        return settled
 
     async def save(self, doc: JsonObject) -> JsonObject:
         """Record ``doc``; the task as the store now holds it: ``doc`` itself, or the end the
@@ -200,7 +207,7 @@ class TaskBoard:
         task_id = doc["id"]
         state = wire.task_state(doc)
         record = A2ATaskRecord(task_id, doc.get("contextId", ""), state, _status_time(doc), doc)
-        written = await self.store.save_a2a_task(record)
+        written = await self.store.save_a2a_task_on(record, self.host_id)
         running = self.running.get(task_id)
         if running is not None and running.doc is doc:
             running.stored = True
@@ -239,7 +246,8 @@ class TaskBoard:
             limit=limit,
             offset=offset,
         )
-        docs = []
+        docs: list[JsonObject] = []
+        left: list[int] = []  # stored as going on, and not running here: settled below
         for record in records:
             running = self.running.get(record.task_id)
             if record.state in wire.TERMINAL:  # its end, which stands
@@ -249,7 +257,10 @@ class TaskBoard:
             elif running is not None:
                 docs.append(running.doc)
             else:
-                docs.append(await self._settled(record.document))
+                left.append(len(docs))
+                docs.append(record.document)
+        for n, doc in zip(left, await self._settle([docs[n] for n in left]), strict=True):
+            docs[n] = doc
         return docs, total
 
     async def conversation(self, context_id: str) -> list[ChatMessage]:
@@ -272,6 +283,32 @@ class TaskBoard:
     def forget(self, running: RunningTask) -> None:
         self.running.pop(running.id, None)
         self._remember(running.doc)
+
+
+def _unfinished(doc: JsonObject) -> bool:
+    """Whether a stored task would go on only in the job running it: one working (or about to),
+    or waiting for an approval (its answer goes to the job that asked). A task waiting for its
+    caller's input goes on through whichever host gets the reply."""
+    state = wire.task_state(doc)
+    if state in wire.INTERRUPTED:
+        return approval_of(doc) is not None
+    return state not in wire.TERMINAL
+
+
+def _failed(doc: JsonObject, text: str) -> JsonObject:
+    """``doc`` failed, with ``text`` as the agent's message (naming the approval it waited
+    for: a reply now could only start a new run, without the call it was meant for)."""
+    approval = approval_of(doc) if wire.task_state(doc) in wire.INTERRUPTED else None
+    if approval is not None:
+        text += f" (the call of {approval.get('toolName', 'a tool')!r} was waiting for approval)"
+    status = {
+        "state": wire.state_name("failed"),
+        "timestamp": wire.timestamp(),
+        "message": wire.message(
+            "agent", text, context_id=doc.get("contextId", ""), task_id=doc["id"]
+        ),
+    }
+    return {**doc, "status": status}
 
 
 def _status_time(doc: JsonObject) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +144,28 @@ class Store(ABC):
         """Tasks (of one context and/or in one state when given, updated after the epoch time
         ``updated_after`` when it is not 0), most recently updated first, and how many match in
         all."""
+
+    async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
+        """``save_a2a_task``, written by the host ``host_id`` (the host running the task, while
+        it goes on). A store shared by hosts records the host with the task, so the others can
+        tell when it is gone (``orphaned_a2a_tasks``); a store of one host needs not."""
+        return await self.save_a2a_task(record)
+
+    async def orphaned_a2a_tasks(self, task_ids: Collection[str], host_id: str) -> set[str]:
+        """Of ``task_ids``, the tasks whose host is gone as ``host_id`` can tell: last written
+        (``save_a2a_task_on``) by another host, which stopped saying it is alive
+        (``host_alive``). What such a task holds is all it will ever have, unless another host
+        ends it. A store of one host has none: the tasks not running are the earlier server's."""
+        return set()
+
+    # -- hosts sharing the store ---------------------------------------------------------------
+
+    async def host_alive(self, host_id: str) -> None:  # noqa: B027 - optional hook
+        """Record that the host ``host_id`` is alive: its heartbeat, every few seconds while it
+        serves (a store of one host keeps nothing)."""
+
+    async def host_gone(self, host_id: str) -> None:  # noqa: B027 - optional hook
+        """Forget the host ``host_id``: it stopped cleanly."""
 
     # -- signals between the hosts sharing the store -------------------------------------------
 

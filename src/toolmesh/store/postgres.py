@@ -19,6 +19,10 @@ Every host is a client of the same database, so:
   claimed by a host that died or went away reach the session through the next host to take,
   and a take returns only the rows it deleted while still holding their claim (recorded per
   take), so a message is never returned by two takes;
+- a host serving A2A tasks says it is alive every few seconds (``host_alive``) and records
+  itself with each task it writes (``save_a2a_task_on``); a task whose host stopped being seen
+  (``HOST_TIMEOUT``) is one that host will never finish, which any other host may settle
+  (``orphaned_a2a_tasks``);
 - ``shared = True`` tells the state manager to read documents through, never from a cache;
 - a lost connection (a restart, a failover) is retried for ``reconnect_timeout`` seconds, and
   the listener reconnects by itself, then asks subscribers to resync (signals may be lost);
@@ -34,7 +38,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -55,6 +59,8 @@ from toolmesh.store.base import (
 __all__ = [
     "CLAIM_TIMEOUT",
     "CLUSTER_MIGRATIONS",
+    "HOST_GAP",
+    "HOST_TIMEOUT",
     "MAX_WAITING_ROWS",
     "MIGRATIONS",
     "PostgresStore",
@@ -81,6 +87,21 @@ whose host died, lost the session's stream or gave up, and nobody would ever tak
 (``IDLE_SESSION_SECONDS``, 600 s). Expiring early is safe, only less tidy: a taker deletes
 only the rows it still holds, so a slow taker overtaken returns fewer rows, never a row
 another take returns."""
+HOST_TIMEOUT = 30.0
+"""Seconds after its last heartbeat (``host_alive``) at which a host counts as gone, and the
+tasks it was running as never to be finished. The A2A server beats every 5 s
+(``toolmesh.a2a.server.HEARTBEAT_INTERVAL``): 30 s is six beats, so a beat or two delayed (a
+slow statement, a busy event loop, a pool wait, a short reconnect) never makes a live host look
+gone, while a client polling a dead host's task learns of it within half a minute. It is the
+time a lost connection is retried for (``reconnect_timeout``) too: a host that has been unable
+to write for that long has given up on its tasks' writes anyway."""
+HOST_GAP = 15.0
+"""The longest gap between two heartbeats of one host that still counts as beating steadily.
+A host judges others gone only after beating steadily itself for ``HOST_TIMEOUT``: when the
+database was away (a restart, a failover), every host's heartbeat is late once it is back, and
+until the others have had the time to beat again none of them looks gone to anyone. 15 s is
+three beats: after a shorter gap, a live host's last beat is at most 5 + 15 + 5 s old (a beat
+before the gap, the gap, the next beat after it), inside ``HOST_TIMEOUT``."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -191,9 +212,28 @@ CLUSTER_MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        4,
+        # hosts: when each host serving A2A tasks was last seen (seen_at, the database server's
+        # clock) and since when it has been seen steadily (up_since: no gap over HOST_GAP), so
+        # a task whose host stopped is told from one whose host is busy with it.
+        # a2a_tasks.host_id: the host that wrote the task (it runs it, when the task goes on);
+        # host_at: the updated_at of that write. A host of the previous version rewrites a task
+        # without touching either, so a host is taken as the task's only while host_at is its
+        # updated_at; tasks written before this migration have none (reported as stored).
+        """
+        CREATE TABLE hosts (
+            host_id TEXT PRIMARY KEY,
+            seen_at DOUBLE PRECISION NOT NULL,
+            up_since DOUBLE PRECISION NOT NULL
+        );
+        ALTER TABLE a2a_tasks ADD COLUMN host_id TEXT, ADD COLUMN host_at DOUBLE PRECISION;
+        """,
+    ),
 ]
 """PostgreSQL-only tables for hosts that share HTTP sessions: messages waiting for the host that
-holds a session's stream, and which host waits for which approval."""
+holds a session's stream, and which host waits for which approval; which hosts are alive, and
+which host runs each A2A task."""
 
 _AUDIT_COLUMNS = (
     ("uid", "text"),
@@ -245,6 +285,43 @@ _DELETE_CLAIMED = (
     "RETURNING ids) "
     "SELECT ids FROM took UNION ALL "
     "SELECT ids FROM mailbox_takes WHERE taken_at = $3 AND take_id = $4"
+)
+
+# A heartbeat: host $1 seen now ($2: the time of the store's ``clock``; NULL: the database
+# server's, as for claims). Its steady run of beats goes on if its previous beat came within $3
+# (HOST_GAP), else it starts now (the host is new, or was away).
+_HOST_ALIVE = (
+    "WITH clock AS (SELECT COALESCE($2::float8, "
+    "extract(epoch FROM statement_timestamp())::float8) AS now) "
+    "INSERT INTO hosts (host_id, seen_at, up_since) SELECT $1, now, now FROM clock "
+    "ON CONFLICT (host_id) DO UPDATE SET seen_at = excluded.seen_at, up_since = CASE "
+    "WHEN hosts.seen_at >= excluded.seen_at - $3 THEN hosts.up_since "
+    "ELSE excluded.up_since END"
+)
+# Then the rows of the other hosts not seen for $3 (HOST_TIMEOUT) are forgotten: a host without
+# a row is as gone as one whose row is that old, and one coming back starts a new run either
+# way, so the table holds the hosts alive, however many died. A statement of its own, skipping
+# the rows others hold: it never waits, and a heartbeat locks only its own row (hosts coming
+# back together after an outage, each row stale, cannot deadlock).
+_FORGET_HOSTS = (
+    "WITH clock AS (SELECT COALESCE($2::float8, "
+    "extract(epoch FROM statement_timestamp())::float8) AS now) "
+    "DELETE FROM hosts WHERE host_id IN (SELECT host_id FROM hosts, clock "
+    "WHERE host_id <> $1 AND seen_at < clock.now - $3 FOR UPDATE OF hosts SKIP LOCKED)"
+)
+# Of the tasks $3, those whose recorded host (by a write it made: host_at) is not the reader
+# ($1) and has not been seen for $4 (HOST_TIMEOUT, a closed host's row is gone): none unless
+# the reader itself has been beating steadily (its last beat within $5, HOST_GAP) for $4, so
+# that after the database was away the others have had the time to beat again. $2: as above.
+_ORPHANED = (
+    "WITH clock AS (SELECT COALESCE($2::float8, "
+    "extract(epoch FROM statement_timestamp())::float8) AS now) "
+    "SELECT t.task_id FROM a2a_tasks t, clock "
+    "WHERE t.task_id = ANY($3::text[]) AND t.host_id <> $1 AND t.host_at = t.updated_at "
+    "AND EXISTS (SELECT 1 FROM hosts r WHERE r.host_id = $1 "
+    "AND r.seen_at >= clock.now - $5 AND r.up_since <= clock.now - $4) "
+    "AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.host_id = t.host_id "
+    "AND h.seen_at >= clock.now - $4)"
 )
 
 
@@ -307,8 +384,9 @@ class PostgresStore(Store):
         self._listener: asyncio.Task[None] | None = None
         self._open_lock: asyncio.Lock | None = None
         self.clock: Callable[[], float] | None = None
-        """The time mailbox claims are stamped and aged with (seconds since the epoch); None:
-        the database server's clock. Tests set it to move time without waiting."""
+        """The time mailbox claims and host heartbeats are stamped and aged with (seconds since
+        the epoch); None: the database server's clock. Tests set it to move time without
+        waiting."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({display_url(self.url)!r})"
@@ -593,16 +671,22 @@ class PostgresStore(Store):
     # -- A2A tasks -------------------------------------------------------------------------------
 
     async def save_a2a_task(self, record: A2ATaskRecord) -> bool:
+        return await self.save_a2a_task_on(record, "")
+
+    async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
         text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
         # One statement: the row is locked and its state checked as it stands, so of hosts
         # ending a task together only the first one's end is kept. A retry after a lost reply
-        # finds its own document there, and counts as written.
+        # finds its own document there, and counts as written. The writer is recorded with the
+        # time of its write (see CLUSTER_MIGRATIONS 4); "" records none.
         status = await self.run(
             lambda db: db.execute(
-                "INSERT INTO a2a_tasks (task_id, context_id, state, updated_at, document) "
-                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
+                "INSERT INTO a2a_tasks (task_id, context_id, state, updated_at, document, "
+                "host_id, host_at) VALUES ($1, $2, $3, $4, $5, NULLIF($7, ''), $4) "
+                "ON CONFLICT (task_id) DO UPDATE SET "
                 "context_id = excluded.context_id, state = excluded.state, "
-                "updated_at = excluded.updated_at, document = excluded.document "
+                "updated_at = excluded.updated_at, document = excluded.document, "
+                "host_id = excluded.host_id, host_at = excluded.host_at "
                 "WHERE a2a_tasks.state <> ALL($6::text[]) "
                 "OR a2a_tasks.document = excluded.document",
                 record.task_id,
@@ -611,9 +695,23 @@ class PostgresStore(Store):
                 record.updated_at,
                 text,
                 list(A2A_FINAL_STATES),
+                host_id,
             )
         )
         return bool(status == "INSERT 0 1")
+
+    async def orphaned_a2a_tasks(self, task_ids: Collection[str], host_id: str) -> set[str]:
+        """Of ``task_ids``, those last written by a host other than ``host_id`` that has not
+        been seen for ``HOST_TIMEOUT`` seconds (or that closed); none while ``host_id`` has not
+        been seen steadily for that long itself (it has just started, or the database was away:
+        the others' heartbeats are late too). Judged in one statement, on one clock."""
+        if not task_ids or not host_id:
+            return set()
+        now = None if self.clock is None else self.clock()
+        rows = await self.run(
+            lambda db: db.fetch(_ORPHANED, host_id, now, list(task_ids), HOST_TIMEOUT, HOST_GAP)
+        )
+        return {str(row["task_id"]) for row in rows}
 
     async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
         row = await self.run(
@@ -787,6 +885,22 @@ class PostgresStore(Store):
 
         status = await self.run(drop)
         return int(status.split()[-1])
+
+    # -- hosts alive ------------------------------------------------------------------------------
+
+    async def host_alive(self, host_id: str) -> None:
+        """Record that ``host_id`` is alive now (by the ``clock``): its heartbeat."""
+        now = None if self.clock is None else self.clock()
+
+        async def beat(db: Connection) -> None:
+            await db.execute(_HOST_ALIVE, host_id, now, HOST_GAP)
+            await db.execute(_FORGET_HOSTS, host_id, now, HOST_TIMEOUT)
+
+        await self.run(beat)
+
+    async def host_gone(self, host_id: str) -> None:
+        """Forget ``host_id`` (it stopped cleanly): its tasks left unfinished are orphans."""
+        await self.run(lambda db: db.execute("DELETE FROM hosts WHERE host_id = $1", host_id))
 
     async def approval_asked(self, approval_id: str, session_id: str, host_id: str) -> None:
         await self.run(
