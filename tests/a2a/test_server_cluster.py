@@ -9,6 +9,8 @@ close): its process goes on, as a host cut off would."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +29,7 @@ from a2a.types import (
 )
 
 from tests.a2a.test_server import (
+    Served,
     _conversation_model,
     _wire_message,
     answer_of,
@@ -47,10 +50,100 @@ from toolmesh.a2a import server as a2a_server
 from toolmesh.a2a import tasks as a2a_tasks
 from toolmesh.a2a import wire
 from toolmesh.a2a.server import CANCEL_TOPIC, A2AServer
+from toolmesh.a2a.tasks import TaskBoard
 from toolmesh.store import A2ATaskRecord, postgres
 from toolmesh.store.postgres import PostgresStore
 
 pytestmark = [pytest.mark.network_server]
+
+_Held = threading.Event | asyncio.Event  # what a job waits on, set before its host stops
+
+
+@contextlib.asynccontextmanager
+async def _stopping(hosts: list[Served], release: _Held | None) -> AsyncIterator[None]:
+    """Stop ``hosts`` (and close their toolkits) after the block, ``release`` set first."""
+    try:
+        yield
+    finally:
+        if release is not None:
+            release.set()  # before the stops: a stop waits for a job held
+        for host in hosts:
+            await host.handle.stop()
+            await host.kit.close()
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    stub: StubLLM, postgres_url: str, *stores: PostgresStore | None, release: _Held | None = None
+) -> AsyncIterator[list[Served]]:
+    """A host (``serve``'s) for each of ``stores`` (None: its own), stopped after."""
+    hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
+    async with _stopping(hosts, release):
+        yield hosts
+
+
+@contextlib.asynccontextmanager
+async def _serving_tools(
+    stub: StubLLM,
+    postgres_url: str,
+    tools: list[Any],
+    *a2a: Any,
+    release: _Held | None = None,
+    **kit_options: Any,
+) -> AsyncIterator[list[Served]]:
+    """A host of its own toolkit of ``tools`` for each option of ``a2a``, stopped after."""
+    kits = [await create_toolkit(tools=tools, audit=postgres_url, **kit_options) for _ in a2a]
+    handles = [
+        await kit.serve(client=create_client(stub.base_url, model="m"), a2a=options)
+        for kit, options in zip(kits, a2a, strict=True)
+    ]
+    hosts = [Served(kit, handle, stub) for kit, handle in zip(kits, handles, strict=True)]
+    async with _stopping(hosts, release):
+        yield hosts
+
+
+def _a2a(host: Any) -> A2AServer:
+    """The A2A server of a served host (``serve``'s, or a ServeHandle)."""
+    server = getattr(host, "handle", host).a2a
+    assert isinstance(server, A2AServer)
+    return server
+
+
+async def _started(host: Served) -> tuple[str, asyncio.Future[None]]:
+    """Send ``host`` a message answered as its task starts: the task's id, and its job."""
+    params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
+    task_id = (await rpc(host.rpc, "SendMessage", params))["result"]["task"]["id"]
+    return task_id, job_of(_a2a(host).board, task_id)
+
+
+async def _sent_held(
+    host: Served, asked: threading.Event, text: str = "hi"
+) -> tuple[asyncio.Future[dict[str, Any]], str]:
+    """Send ``host`` a message its creator waits on, until the model is asked: (wait, task id)."""
+    waiting = asyncio.ensure_future(rpc(host.rpc, "SendMessage", {"message": _wire_message(text)}))
+    assert await asyncio.to_thread(asked.wait, 30)
+    [task_id] = _a2a(host).board.running
+    return waiting, task_id
+
+
+@contextlib.asynccontextmanager
+async def _subscribed(
+    url: str, task_id: str, timeout: float
+) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+    """The events of a SubscribeToTask stream of ``task_id`` through ``url``, open in the block."""
+    subscribe = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask"}
+    subscribe["params"] = {"id": task_id}
+    async with (
+        httpx.AsyncClient(timeout=timeout) as http,
+        http.stream("POST", url, json=subscribe) as stream,
+    ):
+        yield _events(stream.aiter_lines())
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    async for line in lines:
+        if line.startswith("data:"):
+            yield json.loads(line[5:])["result"]
 
 
 async def test_a_task_is_seen_and_cancelled_through_another_host(postgres_url: str) -> None:
@@ -61,35 +154,31 @@ async def test_a_task_is_seen_and_cancelled_through_another_host(postgres_url: s
         return openai_text("too late")
 
     with StubLLM(slow) as stub:
-        hosts = [await serve(stub, audit=postgres_url), await serve(stub, audit=postgres_url)]
-        clients = [await a2a_client(h.handle.url, ClientConfig(streaming=False)) for h in hosts]
-        try:
-            request = SendMessageRequest(
-                message=user_message("take your time"),
-                configuration=SendMessageConfiguration(return_immediately=True),
-            )
-            [event] = [e async for e in clients[0].send_message(request)]
-            task_id = event.task.id
-            job = hosts[0].handle.a2a.board.running[task_id].job  # type: ignore[union-attr]
-            seen = await clients[1].get_task(GetTaskRequest(id=task_id))
-            assert seen.status.state in (
-                TaskState.TASK_STATE_SUBMITTED,
-                TaskState.TASK_STATE_WORKING,
-            )
-            cancelled = await clients[1].cancel_task(CancelTaskRequest(id=task_id))
-            assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
-            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
-            assert job is not None and job.done()  # the host running it stopped it
-            for client in clients:
-                fetched = await client.get_task(GetTaskRequest(id=task_id))
-                assert fetched.status.state == TaskState.TASK_STATE_CANCELED
-        finally:
-            release.set()
-            for client in clients:
-                await client.close()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
+        async with _serving(stub, postgres_url, None, None, release=release) as hosts:
+            clients = [await a2a_client(h.handle.url, ClientConfig(streaming=False)) for h in hosts]
+            try:
+                request = SendMessageRequest(
+                    message=user_message("take your time"),
+                    configuration=SendMessageConfiguration(return_immediately=True),
+                )
+                [event] = [e async for e in clients[0].send_message(request)]
+                task_id = event.task.id
+                job = hosts[0].handle.a2a.board.running[task_id].job  # type: ignore[union-attr]
+                seen = await clients[1].get_task(GetTaskRequest(id=task_id))
+                assert seen.status.state in (
+                    TaskState.TASK_STATE_SUBMITTED,
+                    TaskState.TASK_STATE_WORKING,
+                )
+                cancelled = await clients[1].cancel_task(CancelTaskRequest(id=task_id))
+                assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+                await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
+                assert job is not None and job.done()  # the host running it stopped it
+                for client in clients:
+                    fetched = await client.get_task(GetTaskRequest(id=task_id))
+                    assert fetched.status.state == TaskState.TASK_STATE_CANCELED
+            finally:
+                for client in clients:
+                    await client.close()
 
 
 async def test_another_host_goes_on_with_a_conversation_and_its_state(postgres_url: str) -> None:
@@ -110,17 +199,11 @@ async def test_another_host_goes_on_with_a_conversation_and_its_state(postgres_u
         return Output("noted", state_update=[{"op": "add", "path": f"/context/{word}", "value": 1}])
 
     with StubLLM(_conversation_model) as stub:
-        kits = [
-            await create_toolkit(tools=[slow_note, note, notes], audit=postgres_url)
-            for _ in range(2)
-        ]
-        handles = [
-            await k.serve(client=create_client(stub.base_url, model="m"), a2a="keeper")
-            for k in kits
-        ]
-        urls = [h.url + "/a2a" for h in handles]
-        boards = [h.a2a.board for h in handles]  # type: ignore[union-attr]
-        try:
+        tools = [slow_note, note, notes]
+        serving = _serving_tools(stub, postgres_url, tools, "keeper", "keeper", release=gate)
+        async with serving as hosts:
+            urls = [h.rpc for h in hosts]
+            boards = [_a2a(h).board for h in hosts]
             slow = await say(urls[0], "slow first", "ctx-x", returnImmediately=True)
             await entered.wait()
             assert answer_of(await say(urls[1], "note second", "ctx-x")) == "tool said noted"
@@ -147,16 +230,10 @@ async def test_another_host_goes_on_with_a_conversation_and_its_state(postgres_u
             await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
             await asyncio.wait_for(stopped.wait(), 10)
             assert answer_of(await say(urls[1], "notes", "ctx-y")) == "tool said none"
-            assert [k.state.cached(s) for k in kits for s in ("a2a:ctx-x", "a2a:ctx-y")] == [
+            assert [h.kit.state.cached(s) for h in hosts for s in ("a2a:ctx-x", "a2a:ctx-y")] == [
                 None
             ] * 4
-            rows = await kits[1].store.recent_audit(100)
-        finally:
-            gate.set()
-            for handle in handles:
-                await handle.stop()
-            for kit in kits:
-                await kit.close()
+            rows = await hosts[1].kit.store.recent_audit(100)
     calls = sorted((e.session_id, e.tool_name, e.error_code or "") for e in rows)
     assert calls == [
         ("a2a:ctx-x", "note", ""),
@@ -211,12 +288,6 @@ def _held_model() -> tuple[threading.Event, threading.Event, Callable[[Any, int]
     return asked, release, answer
 
 
-async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
-    async for line in lines:
-        if line.startswith("data:"):
-            yield json.loads(line[5:])["result"]
-
-
 async def test_a_cancel_written_after_the_task_completed_is_refused(postgres_url: str) -> None:
     """Host 2 loads a task to cancel it as host 1 completes it, and host 1's end is written
     first: the cancel answers -32002 (as for any finished task) and the task stays completed,
@@ -224,15 +295,8 @@ async def test_a_cancel_written_after_the_task_completed_is_refused(postgres_url
     _asked, release, answer = _held_model()
     with StubLLM(answer) as stub:
         canceler = _Interposed(postgres_url)
-        hosts = [
-            await serve(stub, audit=postgres_url),
-            await serve(stub, audit=postgres_url, store=canceler),
-        ]
-        try:
-            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
-            sent = await rpc(hosts[0].rpc, "SendMessage", params)
-            task_id = sent["result"]["task"]["id"]
-            job = job_of(hosts[0].handle.a2a.board, task_id)  # type: ignore[union-attr]
+        async with _serving(stub, postgres_url, None, canceler, release=release) as hosts:
+            task_id, job = await _started(hosts[0])
 
             async def complete_first(record: A2ATaskRecord) -> None:
                 assert record.state == "canceled"  # host 2 found the task running
@@ -249,11 +313,6 @@ async def test_a_cancel_written_after_the_task_completed_is_refused(postgres_url
                 assert fetched["artifacts"][0]["parts"] == [{"text": "done"}]
             stored = await canceler.load_a2a_task(task_id)
             assert stored is not None and stored.state == "completed"
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
 
 
 async def test_an_answer_written_after_the_task_was_canceled_gives_way(postgres_url: str) -> None:
@@ -264,34 +323,19 @@ async def test_an_answer_written_after_the_task_was_canceled_gives_way(postgres_
     asked, release, answer = _held_model()
     with StubLLM(answer) as stub:
         runner = _Interposed(postgres_url)
-        hosts = [
-            await serve(stub, audit=postgres_url, store=runner),
-            await serve(stub, audit=postgres_url),
-        ]
-        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
-        told_to_stop = asyncio.Event()
-        # called after host 1's own subscriber, which stops the task
-        runner.subscribe(CANCEL_TOPIC, lambda _task_id: told_to_stop.set())
-        cancels: list[dict[str, Any]] = []
+        async with _serving(stub, postgres_url, runner, None, release=release) as hosts:
+            told_to_stop = asyncio.Event()
+            # called after host 1's own subscriber, which stops the task
+            runner.subscribe(CANCEL_TOPIC, lambda _task_id: told_to_stop.set())
+            cancels: list[dict[str, Any]] = []
 
-        async def cancel_first(record: A2ATaskRecord) -> None:
-            assert record.state == "completed"  # host 1 has the answer
-            cancels.append(await rpc(hosts[1].rpc, "CancelTask", {"id": record.task_id}))
-            await asyncio.wait_for(told_to_stop.wait(), 10)  # host 1 has stopped the task too
+            async def cancel_first(record: A2ATaskRecord) -> None:
+                assert record.state == "completed"  # host 1 has the answer
+                cancels.append(await rpc(hosts[1].rpc, "CancelTask", {"id": record.task_id}))
+                await asyncio.wait_for(told_to_stop.wait(), 10)  # host 1 has stopped the task too
 
-        try:
-            waiting = asyncio.ensure_future(
-                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            )
-            assert await asyncio.to_thread(asked.wait, 30)
-            [task_id] = board.running
-            subscribe = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask"}
-            subscribe["params"] = {"id": task_id}
-            async with (
-                httpx.AsyncClient(timeout=10) as http,
-                http.stream("POST", hosts[0].rpc, json=subscribe) as stream,
-            ):
-                events = _events(stream.aiter_lines())
+            waiting, task_id = await _sent_held(hosts[0], asked)
+            async with _subscribed(hosts[0].rpc, task_id, 10) as events:
                 first = await anext(events)  # the task as it stands: the subscriber listens
                 assert first["task"]["status"]["state"] == "TASK_STATE_WORKING"
                 runner.before_end = cancel_first
@@ -309,11 +353,6 @@ async def test_an_answer_written_after_the_task_was_canceled_gives_way(postgres_
                 assert fetched["status"] == canceled["status"] and "artifacts" not in fetched
             stored = await runner.load_a2a_task(task_id)
             assert stored is not None and stored.state == "canceled"
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
 
 
 async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_is_lost(
@@ -338,34 +377,16 @@ async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_i
         runner = _Interposed(postgres_url)
         runner.deaf = True
         # The approval timeout only bounds a failure: nothing here waits for it.
-        kits = [
-            await create_toolkit(
-                tools=[deploy], audit=postgres_url, limits=Limits(approval_timeout=20.0)
-            )
-            for _ in range(2)
-        ]
+        limits = Limits(approval_timeout=20.0)
         a2a: list[Any] = [{"name": "ops", "store": runner}, "ops"]
-        handles = [
-            await k.serve(client=create_client(stub.base_url, model="m"), a2a=options)
-            for k, options in zip(kits, a2a, strict=True)
-        ]
-        urls = [h.url + "/a2a" for h in handles]
-        board = handles[0].a2a.board  # type: ignore[union-attr]
-        try:
-            waiting = asyncio.ensure_future(
-                rpc(urls[0], "SendMessage", {"message": _wire_message("deploy prod")})
-            )
-            assert await asyncio.to_thread(asked.wait, 30)
-            [task_id] = board.running
+        serving = _serving_tools(stub, postgres_url, [deploy], *a2a, release=release, limits=limits)
+        async with serving as hosts:
+            urls = [h.rpc for h in hosts]
+            board = _a2a(hosts[0]).board
+            waiting, task_id = await _sent_held(hosts[0], asked, "deploy prod")
             running = board.running[task_id]
             job = job_of(board, task_id)
-            subscribe = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask"}
-            subscribe["params"] = {"id": task_id}
-            async with (
-                httpx.AsyncClient(timeout=30) as http,
-                http.stream("POST", urls[0], json=subscribe) as stream,
-            ):
-                events = _events(stream.aiter_lines())
+            async with _subscribed(urls[0], task_id, 30) as events:
                 first = await anext(events)  # the subscriber listens
                 assert first["task"]["status"]["state"] == "TASK_STATE_WORKING"
                 canceled = (await rpc(urls[1], "CancelTask", {"id": task_id}))["result"]
@@ -390,16 +411,49 @@ async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_i
             refused = await rpc(urls[0], "SendMessage", {"message": reply})  # nothing waits
             assert "is canceled" in refused.get("error", {}).get("message", ""), refused
             assert len(stub.requests) == 1  # the model was not asked again
-            rows = await kits[0].store.recent_audit(10)
-        finally:
-            release.set()
-            for handle in handles:
-                await handle.stop()
-            for kit in kits:
-                await kit.close()
+            rows = await hosts[0].kit.store.recent_audit(10)
     assert [(e.tool_name, e.decision, e.error_code) for e in rows] == [
         ("deploy", "approval:cancelled", "cancelled")  # never asked, nor run
     ]
+
+
+@dataclasses.dataclass
+class _Unheard:
+    """What ``_canceled_unheard`` arranged: host 1's task, canceled through host 2 unheard."""
+
+    hosts: list[Served]
+    runner: _Interposed  # host 1's store, deaf to the cancel's notice
+    task_id: str
+    job: asyncio.Future[None]
+    waiting: asyncio.Future[dict[str, Any]]  # the creator's SendMessage through host 1
+    canceled: dict[str, Any]  # the task, as the cancel through host 2 answered it
+
+    @property
+    def board(self) -> TaskBoard:
+        """Host 1's tasks."""
+        return _a2a(self.hosts[0]).board
+
+    async def check_stopped(self) -> None:
+        """Check that host 1 stopped the task, and answered its creator with the cancel."""
+        await asyncio.wait_for(asyncio.gather(self.job, return_exceptions=True), 10)
+        assert self.job.cancelled() and self.task_id not in self.board.running
+        created = (await asyncio.wait_for(self.waiting, 30))["result"]["task"]
+        assert created["status"] == self.canceled["status"], created["status"]
+
+
+@contextlib.asynccontextmanager
+async def _canceled_unheard(postgres_url: str) -> AsyncIterator[_Unheard]:
+    """Host 1 runs a held task its creator waits on; host 2 cancels it; host 1 is not told."""
+    asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        runner.deaf = True
+        async with _serving(stub, postgres_url, runner, None, release=release) as hosts:
+            waiting, task_id = await _sent_held(hosts[0], asked)
+            job = job_of(_a2a(hosts[0]).board, task_id)
+            canceled = (await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))["result"]
+            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
+            yield _Unheard(hosts, runner, task_id, job, waiting, canceled)
 
 
 async def test_a_listing_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
@@ -409,38 +463,14 @@ async def test_a_listing_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
     reads the cancel in the store: the task is listed canceled, and host 1 stops it as the
     notice would have. The listing showed the task working (host 1 wrote it again first, a
     write refused unseen) and the task ran on, until its answer gave way to the cancel."""
-    asked, release, answer = _held_model()
-    with StubLLM(answer) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
-        hosts = [
-            await serve(stub, audit=postgres_url, store=runner),
-            await serve(stub, audit=postgres_url),
-        ]
-        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
-        try:
-            waiting = asyncio.ensure_future(
-                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            )
-            assert await asyncio.to_thread(asked.wait, 30)
-            [task_id] = board.running
-            job = job_of(board, task_id)
-            canceled = (await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))["result"]
-            assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
-            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
-            listed = (await rpc(hosts[0].rpc, "ListTasks", {}))["result"]
-            assert [t["status"] for t in listed["tasks"]] == [canceled["status"]]
-            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
-            assert created["status"] == canceled["status"], created["status"]
-            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
-            assert job.cancelled() and task_id not in board.running
-            fetched = (await rpc(hosts[0].rpc, "GetTask", {"id": task_id}))["result"]
-            assert fetched["status"] == canceled["status"]
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
+    async with _canceled_unheard(postgres_url) as unheard:
+        canceled, host = unheard.canceled, unheard.hosts[0]
+        assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+        listed = (await rpc(host.rpc, "ListTasks", {}))["result"]
+        assert [t["status"] for t in listed["tasks"]] == [canceled["status"]]
+        await unheard.check_stopped()
+        fetched = (await rpc(host.rpc, "GetTask", {"id": unheard.task_id}))["result"]
+        assert fetched["status"] == canceled["status"]
 
 
 async def test_get_task_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
@@ -448,35 +478,11 @@ async def test_get_task_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
 ) -> None:
     """Host 2 cancels host 1's task and the notice to host 1 is lost: GetTask through host 1
     showed the task working (its own copy) while the store said canceled."""
-    asked, release, answer = _held_model()
-    with StubLLM(answer) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
-        hosts = [
-            await serve(stub, audit=postgres_url, store=runner),
-            await serve(stub, audit=postgres_url),
-        ]
-        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
-        try:
-            waiting = asyncio.ensure_future(
-                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            )
-            assert await asyncio.to_thread(asked.wait, 30)
-            [task_id] = board.running
-            job = job_of(board, task_id)
-            canceled = (await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))["result"]
-            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
-            fetched = (await rpc(hosts[0].rpc, "GetTask", {"id": task_id}))["result"]
-            assert fetched["status"] == canceled["status"]
-            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
-            assert job.cancelled() and task_id not in board.running
-            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
-            assert created["status"] == canceled["status"], created["status"]
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
+    async with _canceled_unheard(postgres_url) as unheard:
+        host = unheard.hosts[0]
+        fetched = (await rpc(host.rpc, "GetTask", {"id": unheard.task_id}))["result"]
+        assert fetched["status"] == unheard.canceled["status"]
+        await unheard.check_stopped()
 
 
 async def test_a_resync_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
@@ -485,35 +491,10 @@ async def test_a_resync_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
     """Host 2 cancels host 1's task while host 1's listener is away (the notice is lost), and
     host 1's task writes nothing more. When the listener is back the store asks for a resync:
     host 1 looks its running tasks up and stops the one that ended. It ran on to its answer."""
-    asked, release, answer = _held_model()
-    with StubLLM(answer) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
-        hosts = [
-            await serve(stub, audit=postgres_url, store=runner),
-            await serve(stub, audit=postgres_url),
-        ]
-        board = hosts[0].handle.a2a.board  # type: ignore[union-attr]
-        try:
-            waiting = asyncio.ensure_future(
-                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            )
-            assert await asyncio.to_thread(asked.wait, 30)
-            [task_id] = board.running
-            job = job_of(board, task_id)
-            canceled = (await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))["result"]
-            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
-            assert not job.done()
-            runner.resync()  # as the store does once its listener has reconnected
-            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
-            assert job.cancelled() and task_id not in board.running
-            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
-            assert created["status"] == canceled["status"], created["status"]
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
+    async with _canceled_unheard(postgres_url) as unheard:
+        assert not unheard.job.done()
+        unheard.runner.resync()  # as the store does once its listener has reconnected
+        await unheard.check_stopped()
 
 
 async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url: str) -> None:
@@ -525,11 +506,7 @@ async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url:
     release.set()
     with StubLLM(answer) as stub:
         runner = _Interposed(postgres_url)
-        hosts = [
-            await serve(stub, audit=postgres_url, store=runner),
-            await serve(stub, audit=postgres_url),
-        ]
-        try:
+        async with _serving(stub, postgres_url, runner, None) as hosts:
             status = {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": wire.timestamp()}
             doc = {"id": "t-waits", "contextId": "ctx-w", "status": status, "history": []}
             record = A2ATaskRecord("t-waits", "ctx-w", "input-required", 1.0, doc)
@@ -553,20 +530,9 @@ async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url:
             for host in hosts:
                 fetched = (await rpc(host.rpc, "GetTask", {"id": "t-waits"}))["result"]
                 assert fetched["status"] == canceled["status"]
-        finally:
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
 
 
 # -- hosts that die ----------------------------------------------------------------------------
-
-
-def _a2a(host: Any) -> A2AServer:
-    """The A2A server of a served host (``serve``'s, or a ServeHandle)."""
-    server = getattr(host, "handle", host).a2a
-    assert isinstance(server, A2AServer)
-    return server
 
 
 async def _die(host: Any) -> None:
@@ -612,16 +578,13 @@ async def test_a_task_whose_host_died_is_failed_through_another_host(
     clock = Clock(START)
     with StubLLM(answer) as stub:
         stores = [_clocked(postgres_url, clock), _clocked(postgres_url, clock)]
-        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
-        try:
+        async with _serving(stub, postgres_url, *stores, release=release) as hosts:
             runner = _a2a(hosts[0])
             # named after the id its calls audit, and new at every start
             assert runner.host_id.startswith(hosts[0].handle.host.host_id + ".")
-            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
-            ids = [(await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]]
-            ids += [(await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]]
-            ids += [(await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]]
-            jobs = [job_of(runner.board, task_id) for task_id in ids]
+            started = [await _started(hosts[0]) for _ in range(3)]
+            ids = [task_id for task_id, _job in started]
+            jobs = [job for _task_id, job in started]
             assert await asyncio.to_thread(asked.wait, 30)
             await _die(hosts[0])
             await _steady(clock, hosts[1])
@@ -647,11 +610,6 @@ async def test_a_task_whose_host_died_is_failed_through_another_host(
                 for host in hosts:
                     fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
                     assert fetched["status"] == ends[task_id] and "artifacts" not in fetched
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
     database = postgres_url.rsplit("/", 1)[1]
     assert postgres_cluster.sql("SELECT count(*) FROM hosts", database) == "0"
 
@@ -664,11 +622,8 @@ async def test_a_task_whose_host_lives_is_reported_as_stored(postgres_url: str) 
     clock = Clock(START)
     with StubLLM(answer) as stub:
         stores = [_clocked(postgres_url, clock), _clocked(postgres_url, clock)]
-        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
-        try:
-            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
-            task_id = (await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]
-            job = job_of(_a2a(hosts[0]).board, task_id)
+        async with _serving(stub, postgres_url, *stores, release=release) as hosts:
+            task_id, job = await _started(hosts[0])
             assert await asyncio.to_thread(asked.wait, 30)
             await _steady(clock, *hosts)
             stored = await stores[1].load_a2a_task(task_id)
@@ -684,11 +639,6 @@ async def test_a_task_whose_host_lives_is_reported_as_stored(postgres_url: str) 
             for host in hosts:
                 fetched = (await rpc(host.rpc, "GetTask", {"id": task_id}))["result"]
                 assert fetched["status"]["state"] == "TASK_STATE_COMPLETED"
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
 
 
 async def test_a_dead_hosts_task_completed_as_another_host_fails_it_stays_completed(
@@ -702,11 +652,8 @@ async def test_a_dead_hosts_task_completed_as_another_host_fails_it_stays_comple
     with StubLLM(answer) as stub:
         settler = _clocked(postgres_url, clock, _Interposed)
         stores = [_clocked(postgres_url, clock), settler]
-        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
-        try:
-            params = {"message": _wire_message("hi"), "configuration": {"returnImmediately": True}}
-            task_id = (await rpc(hosts[0].rpc, "SendMessage", params))["result"]["task"]["id"]
-            job = job_of(_a2a(hosts[0]).board, task_id)
+        async with _serving(stub, postgres_url, *stores, release=release) as hosts:
+            task_id, job = await _started(hosts[0])
             await _die(hosts[0])
             await _steady(clock, hosts[1])
 
@@ -725,11 +672,6 @@ async def test_a_dead_hosts_task_completed_as_another_host_fails_it_stays_comple
                 assert fetched["status"] == got["status"] and fetched["artifacts"]
             stored = await settler.load_a2a_task(task_id)
             assert stored is not None and stored.state == "completed"
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
 
 
 async def test_a_dead_hosts_answer_written_after_another_host_failed_it_gives_way(
@@ -743,19 +685,15 @@ async def test_a_dead_hosts_answer_written_after_another_host_failed_it_gives_wa
     with StubLLM(answer) as stub:
         runner = _clocked(postgres_url, clock, _Interposed)
         stores = [runner, _clocked(postgres_url, clock)]
-        hosts = [await serve(stub, audit=postgres_url, store=store) for store in stores]
-        settled: list[dict[str, Any]] = []
+        async with _serving(stub, postgres_url, *stores, release=release) as hosts:
+            settled: list[dict[str, Any]] = []
 
-        async def fail_first(record: A2ATaskRecord) -> None:
-            assert record.state == "completed"  # host 1 has the answer
-            settled.append((await rpc(hosts[1].rpc, "GetTask", {"id": record.task_id}))["result"])
+            async def fail_first(record: A2ATaskRecord) -> None:
+                assert record.state == "completed"  # host 1 has the answer
+                got = await rpc(hosts[1].rpc, "GetTask", {"id": record.task_id})
+                settled.append(got["result"])
 
-        try:
-            waiting = asyncio.ensure_future(
-                rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            )
-            assert await asyncio.to_thread(asked.wait, 30)
-            [task_id] = _a2a(hosts[0]).board.running
+            waiting, task_id = await _sent_held(hosts[0], asked)
             await _die(hosts[0])
             await _steady(clock, hosts[1])
             runner.before_end = fail_first
@@ -769,11 +707,6 @@ async def test_a_dead_hosts_answer_written_after_another_host_failed_it_gives_wa
                 assert fetched["status"] == failed["status"] and "artifacts" not in fetched
             stored = await runner.load_a2a_task(task_id)
             assert stored is not None and stored.document["status"] == failed["status"]
-        finally:
-            release.set()
-            for host in hosts:
-                await host.handle.stop()
-                await host.kit.close()
 
 
 async def test_an_approval_held_by_a_dead_host_fails_and_a_question_waits(
@@ -793,20 +726,10 @@ async def test_an_approval_held_by_a_dead_host_fails_and_a_question_waits(
     clock = Clock(START)
     with StubLLM(model) as stub:
         stores = [_clocked(postgres_url, clock), _clocked(postgres_url, clock)]
-        kits = [
-            await create_toolkit(
-                tools=[deploy], audit=postgres_url, limits=Limits(approval_timeout=20.0)
-            )
-            for _ in range(2)
-        ]
-        handles = [
-            await kit.serve(
-                client=create_client(stub.base_url, model="m"), a2a={"name": "ops", "store": s}
-            )
-            for kit, s in zip(kits, stores, strict=True)
-        ]
-        urls = [h.url + "/a2a" for h in handles]
-        try:
+        a2a = [{"name": "ops", "store": s} for s in stores]
+        limits = Limits(approval_timeout=20.0)
+        async with _serving_tools(stub, postgres_url, [deploy], *a2a, limits=limits) as hosts:
+            urls = [h.rpc for h in hosts]
             sent = await rpc(urls[0], "SendMessage", {"message": _wire_message("deploy prod")})
             approving = sent["result"]["task"]
             assert approving["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
@@ -814,9 +737,9 @@ async def test_an_approval_held_by_a_dead_host_fails_and_a_question_waits(
             status["message"] = wire.message("agent", "which target?", context_id="ctx-q")
             question = {"id": "t-asks", "contextId": "ctx-q", "status": status, "history": []}
             record = A2ATaskRecord("t-asks", "ctx-q", "input-required", 1.0, question)
-            assert await stores[0].save_a2a_task_on(record, _a2a(handles[0]).host_id)
-            await _die(handles[0])
-            await _steady(clock, handles[1])
+            assert await stores[0].save_a2a_task_on(record, _a2a(hosts[0]).host_id)
+            await _die(hosts[0])
+            await _steady(clock, hosts[1])
 
             got = (await rpc(urls[1], "GetTask", {"id": approving["id"]}))["result"]
             assert _stopped_text(got["status"]) == (
@@ -831,8 +754,3 @@ async def test_an_approval_held_by_a_dead_host_fails_and_a_question_waits(
             reply = _wire_message("prod, please", taskId="t-asks", contextId="ctx-q")
             resumed = (await rpc(urls[1], "SendMessage", {"message": reply}))["result"]["task"]
             assert answer_of(resumed) == "answered"
-        finally:
-            for handle in handles:
-                await handle.stop()
-            for kit in kits:
-                await kit.close()
