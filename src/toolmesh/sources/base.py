@@ -71,7 +71,7 @@ class Source(ABC):
             try:
                 callback(self)
             except Exception as exc:
-                failure = failure or exc
+                failure = exc if failure is None else failure
         if failure is not None:
             raise failure
 
