@@ -789,6 +789,29 @@ def test_a_toolkit_refused_as_it_is_made_no_longer_hears_the_toolkits_given() ->
     assert inner.names() == ["t", "u"]
 
 
+def test_a_toolkit_refused_as_it_is_made_no_longer_hears_the_sources_given() -> None:
+    """Only the toolkits given were let go of: a ToolSet (an MCP server, any source) given to
+    the refused toolkit still told it of every change, and its refusals were raised into that
+    source's changes, though the toolkit that does hold the source took the change."""
+    shared, other = ToolSet([make("a")], name="shared"), ToolSet([make("b")], name="other")
+    with pytest.raises(NameConflictError, match="'a'"):
+        Toolkit(shared, other, make("a"), on_conflict="error")
+    kit = Toolkit(shared, Prefixed(other, "o"), on_conflict="error")
+    shared.add(make("b"))  # the refused toolkit (shared, other) would refuse it
+    assert kit.names() == ["a", "b", "o_b"]
+    assert shared.__dict__["_listeners"] == [kit._source_changed]
+
+
+async def test_create_toolkit_refused_no_longer_hears_the_sources_given() -> None:
+    """``create_toolkit`` refusing a clash left the toolkits (and sources) given telling the
+    toolkit it had begun, which refused them still: ``inner.register`` raised its refusal."""
+    inner = Toolkit(make("t"))
+    with pytest.raises(NameConflictError, match="'u'"):
+        await create_toolkit(tools=[inner, make("u"), make("u")], on_conflict="error")
+    inner.register(make("u"))
+    assert inner.names() == ["t", "u"] and inner._watchers == []
+
+
 @pytest.mark.parametrize("defer_above", [None, 300])
 def test_refused_changes_leave_what_was_and_the_others_assemble_afresh(
     defer_above: int | None,

@@ -177,8 +177,8 @@ def split_words(text: str) -> list[str]:
 
 def tokenize(text: str) -> list[str]:
     """Terms of ``text``: words split on punctuation and camelCase, lower-cased and stemmed,
-    without stop words, then the words camelCase split joined, each two neighbours and the whole
-    run ("GitHubApp": "git", "hub", "app", "github", "hubapp", "githubapp")."""
+    without stop words, then the words camelCase split joined, each two and three neighbours and
+    the whole run ("GitHubApp": "git", "hub", "app", "github", "hubapp", "githubapp")."""
     words, joined = _analyse(text)
     return words + joined
 

@@ -188,13 +188,18 @@ class Toolkit(ToolResolver):
             for item in items:
                 self.add(item)
         except BaseException:
-            # Refused: nobody holds this toolkit, so the toolkits given must not go on telling
-            # it of their changes (it would refuse them still, raising into their changes).
-            given = {id(item) for item in items if isinstance(item, Toolkit)}
-            for source in self._sources:
-                if isinstance(source, ToolkitSource) and id(source.toolkit) in given:
-                    source.unwatch()
+            self._let_go(items)
             raise
+
+    def _let_go(self, given: Sequence[Any]) -> None:
+        """Refused as it was made: nobody holds this toolkit, so the sources it has must not
+        go on telling it of their changes (it would refuse them still, raising into their
+        changes), nor the toolkits given (``given``) keep a source of it."""
+        toolkits = {id(item) for item in given if isinstance(item, Toolkit)}
+        for source in self._sources:
+            source.unsubscribe(self._source_changed)
+            if isinstance(source, ToolkitSource) and id(source.toolkit) in toolkits:
+                source.unwatch()
 
     # -- assembly --------------------------------------------------------------------------------
 
@@ -1070,42 +1075,46 @@ async def create_toolkit(
             limits=limits,
         )
 
-    for item in tools:
-        toolkit.add(item)
+    try:
+        for item in tools:
+            toolkit.add(item)
 
-    if builtins:  # files, shell, HTTP, code: confined to `workspace` (default ./workspace)
-        from toolmesh.sources.builtins import builtin_source
+        if builtins:  # files, shell, HTTP, code: confined to `workspace` (default ./workspace)
+            from toolmesh.sources.builtins import builtin_source
 
-        toolkit.add(builtin_source(builtins, workspace=workspace))
+            toolkit.add(builtin_source(builtins, workspace=workspace))
 
-    if skills_dir is not None:
-        from toolmesh.sources.skills import SkillsSource
+        if skills_dir is not None:
+            from toolmesh.sources.skills import SkillsSource
 
-        toolkit.add(SkillsSource(skills_dir))
+            toolkit.add(SkillsSource(skills_dir))
 
-    if mcp:  # MCP servers (toolmesh.toml or the mcpServers JSON shape)
-        from toolmesh.mcp.config import mcp_configs
-        from toolmesh.mcp.source import mcp_source
+        if mcp:  # MCP servers (toolmesh.toml or the mcpServers JSON shape)
+            from toolmesh.mcp.config import mcp_configs
+            from toolmesh.mcp.source import mcp_source
 
-        for server in mcp_configs(mcp):
-            toolkit.add(mcp_source(server))
+            for server in mcp_configs(mcp):
+                toolkit.add(mcp_source(server))
 
-    if agents:  # remote A2A agents: Agent, card URL, or an `agents` config table
-        from toolmesh.a2a import AgentSource, parse_agents_config
-        from toolmesh.a2a.remote import Agent, agent
+        if agents:  # remote A2A agents: Agent, card URL, or an `agents` config table
+            from toolmesh.a2a import AgentSource, parse_agents_config
+            from toolmesh.a2a.remote import Agent, agent
 
-        listed: list[Any] = (
-            parse_agents_config(agents) if isinstance(agents, Mapping) else list(agents)
-        )
-        for entry in listed:
-            if not isinstance(entry, Agent | str):
-                raise ConfigError(f"agents= takes agent(...) or card URLs, not {entry!r}")
-            toolkit.add(AgentSource(agent(entry) if isinstance(entry, str) else entry))
+            listed: list[Any] = (
+                parse_agents_config(agents) if isinstance(agents, Mapping) else list(agents)
+            )
+            for entry in listed:
+                if not isinstance(entry, Agent | str):
+                    raise ConfigError(f"agents= takes agent(...) or card URLs, not {entry!r}")
+                toolkit.add(AgentSource(agent(entry) if isinstance(entry, str) else entry))
 
-    if workspace is not None and not builtins:
-        raise ConfigError(
-            "create_toolkit(workspace=...) confines the built-in tools; enable builtins"
-        )
+        if workspace is not None and not builtins:
+            raise ConfigError(
+                "create_toolkit(workspace=...) confines the built-in tools; enable builtins"
+            )
+    except BaseException:  # refused (a name clash), or a source not made: as Toolkit(...)
+        toolkit._let_go(tools)
+        raise
 
     try:
         return await toolkit.start()

@@ -111,6 +111,17 @@ async def test_max_turns_stops_a_model_that_keeps_calling() -> None:
     assert len(llm.requests) == 3 and len(result.tool_calls) == 3
 
 
+async def test_a_run_ended_by_max_turns_answers_the_models_last_text() -> None:
+    """The text of the model's last step, not what its last tool call returned (the loop over
+    the turn's results, cut to share ``max_turn_result_chars``, reused the name ``text``)."""
+    answer = openai_calls(("c", "add", {"a": 20, "b": 22}))
+    answer.body["choices"][0]["message"]["content"] = "adding"
+    with StubLLM(scripted(answer)) as llm:
+        client = create_client(llm.base_url, model="m")
+        result = await client.run("loop", toolkit=Toolkit(add), max_turns=2)
+    assert result.stop_reason == "max_turns" and result.text == "adding"
+
+
 async def test_bad_arguments_and_unknown_tools_go_back_to_the_model() -> None:
     broken = Answer(
         {

@@ -205,9 +205,9 @@ class _Loop:
                 self.emit(RunEvent("tool_call", self.turn, call=call))
             results = await asyncio.gather(*(self.call(c) for c in calls))
             texts = _within(list(map(_for_model, results)), self.turn_result_chars)
-            for call, result, text in zip(calls, results, texts, strict=True):
+            for call, result, sent in zip(calls, results, texts, strict=True):
                 done.append((call, result))
-                messages.append(ChatMessage("tool", text, [], call.id, is_error=result.is_error))
+                messages.append(ChatMessage("tool", sent, [], call.id, is_error=result.is_error))
                 self.emit(RunEvent("tool_result", self.turn, call=call, tool_result=result))
         return self._result(text, messages, "max_turns", done)
 

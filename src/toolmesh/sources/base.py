@@ -62,6 +62,12 @@ class Source(ABC):
         listeners: list[Callable[[Source], None]] = self.__dict__.setdefault("_listeners", [])
         listeners.append(callback)
 
+    def unsubscribe(self, callback: Callable[[Source], None]) -> None:
+        """Stop calling ``callback`` (once, as it was subscribed once); none such: nothing."""
+        listeners: list[Callable[[Source], None]] = self.__dict__.get("_listeners", [])
+        if callback in listeners:
+            listeners.remove(callback)
+
     def changed(self) -> None:
         """Tell subscribers that ``tools()`` now answers differently. One that raises (a
         toolkit refusing a name clash) does not keep the others from hearing of it: the first
