@@ -108,9 +108,19 @@ async def serve_toolkit(
     server = HttpServer(
         host, bind, auth_token=auth_token, allowed_origins=allowed_origins, extra_routes=routes
     )
-    if agent_server is not None:
-        await agent_server.start()
-    await server.start()
+    try:
+        if agent_server is not None:
+            await agent_server.start()
+        await server.start()
+    except BaseException:
+        # Not served (the port is taken, the store cannot open): what started stops, or a
+        # shared store's heartbeat and cancel subscription would outlive the attempt.
+        if agent_server is not None:
+            await agent_server.close()
+        await host.close()
+        if owned is not None:
+            await owned.close()
+        raise
     return ServeHandle(server, host, agent_server, owned)
 
 
@@ -132,7 +142,7 @@ def _a2a_server(
     elif isinstance(options, str):
         settings = {"name": options}
     elif isinstance(options, Mapping):
-        settings = dict(options)
+        settings = {"name": toolkit.name, **options}  # named as a2a=True names it, by default
     else:
         raise ConfigError(f"a2a= must be a mapping, a name or True, not {options!r}")
     unknown = sorted(set(settings) - _A2A_OPTIONS)

@@ -485,6 +485,23 @@ async def test_serve_settings_are_checked(llm: StubLLM) -> None:
         await kit.close()
 
 
+async def test_serve_settings_without_a_name_name_the_agent_after_the_toolkit(
+    llm: StubLLM,
+) -> None:
+    # a2a={...} without "name" raised TypeError (A2AServer's missing argument)
+    kit = await create_toolkit(skills_dir=SKILLS, name="desk-tools")
+    handle = await kit.serve(
+        client=create_client(llm.base_url, model="m"), a2a={"description": "Helps."}
+    )
+    try:
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(handle.url + "/.well-known/agent-card.json")).json()
+        assert (card["name"], card["description"]) == ("desk-tools", "Helps.")
+    finally:
+        await handle.stop()
+        await kit.close()
+
+
 async def test_one_port_serves_a2e_a2a_and_mcp(llm: StubLLM) -> None:
     from mcp import Client
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -45,7 +46,7 @@ from tests.a2a.test_server import (
 from tests.fixtures.llm_stub import Answer, StubLLM, openai_calls, openai_text
 from tests.fixtures.postgres import PostgresCluster
 from tests.store.test_postgres_mailbox import START, Clock
-from toolmesh import Limits, Output, create_client, create_toolkit, tool
+from toolmesh import ConfigError, Limits, Output, create_client, create_toolkit, tool
 from toolmesh.a2a import server as a2a_server
 from toolmesh.a2a import tasks as a2a_tasks
 from toolmesh.a2a import wire
@@ -417,6 +418,48 @@ async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_i
     ]
 
 
+async def test_an_approval_answered_after_the_task_was_canceled_elsewhere_is_refused(
+    postgres_url: str,
+) -> None:
+    """Host 1's task waits for an approval; host 2 cancels it and the notice to host 1 is
+    lost. An "approve" through host 1 then finds the cancel in the store: it is refused, host 1
+    stops the task, and the call is never run. Before, host 1 took the answer: the approved
+    call ran (a deploy to prod) for a task that was canceled, and the reply was answered as if
+    the task went on."""
+
+    def model(body: dict[str, Any], index: int) -> Answer:
+        if index == 0:
+            return openai_calls(("c1", "deploy", {"target": "prod"}))
+        return openai_text("deployed")
+
+    with StubLLM(model) as stub:
+        runner = _Interposed(postgres_url)
+        runner.deaf = True
+        limits = Limits(approval_timeout=20.0)
+        a2a: list[Any] = [{"name": "ops", "store": runner}, "ops"]
+        async with _serving_tools(stub, postgres_url, [deploy], *a2a, limits=limits) as hosts:
+            urls = [h.rpc for h in hosts]
+            board = _a2a(hosts[0]).board
+            sent = await rpc(urls[0], "SendMessage", {"message": _wire_message("deploy prod")})
+            task = sent["result"]["task"]
+            assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            job = job_of(board, task["id"])
+            canceled = (await rpc(urls[1], "CancelTask", {"id": task["id"]}))["result"]
+            assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+            await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
+            reply = _wire_message("approve", taskId=task["id"], contextId=task["contextId"])
+            refused = await rpc(urls[0], "SendMessage", {"message": reply})
+            assert "is canceled" in refused.get("error", {}).get("message", ""), refused
+            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
+            assert job.cancelled() and task["id"] not in board.running
+            assert len(stub.requests) == 1  # the model was not asked again
+            for url in urls:
+                fetched = (await rpc(url, "GetTask", {"id": task["id"]}))["result"]
+                assert fetched["status"] == canceled["status"]
+            rows = await hosts[0].kit.store.recent_audit(10)
+    assert [(e.tool_name, e.success) for e in rows] == [("deploy", False)]  # never run
+
+
 @dataclasses.dataclass
 class _Unheard:
     """What ``_canceled_unheard`` arranged: host 1's task, canceled through host 2 unheard."""
@@ -495,6 +538,39 @@ async def test_a_resync_stops_a_task_canceled_elsewhere_if_the_notice_is_lost(
         assert not unheard.job.done()
         unheard.runner.resync()  # as the store does once its listener has reconnected
         await unheard.check_stopped()
+
+
+async def test_a_resync_asked_while_one_runs_looks_again(postgres_url: str) -> None:
+    """Host 1's listener reconnects and its resync reads its running task, still going on;
+    then the listener drops and reconnects again, and host 2's cancel of the task is lost in
+    between. The second resync, asked while the first still ran, looks again and stops the
+    task. Before, it was dropped (one resync at a time): the task ran on to its answer."""
+    asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        runner.deaf = True
+        async with _serving(stub, postgres_url, runner, None, release=release) as hosts:
+            waiting, task_id = await _sent_held(hosts[0], asked)
+            job = job_of(_a2a(hosts[0]).board, task_id)
+            load = runner.load_a2a_task
+            cancels: list[dict[str, Any]] = []
+
+            async def cancel_after_read(read_id: str) -> A2ATaskRecord | None:
+                record = await load(read_id)  # the first resync reads the task as it runs
+                runner.load_a2a_task = load  # type: ignore[method-assign]
+                assert record is not None and record.state not in wire.TERMINAL
+                cancels.append(await rpc(hosts[1].rpc, "CancelTask", {"id": task_id}))
+                await asyncio.wait_for(runner.lost.wait(), 10)  # host 1 was not told
+                runner.resync()  # the listener was lost and is back again
+                return record
+
+            runner.load_a2a_task = cancel_after_read  # type: ignore[method-assign]
+            runner.resync()
+            await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
+            assert job.cancelled()
+            [cancel] = cancels
+            created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
+            assert created["status"] == cancel["result"]["status"]
 
 
 async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url: str) -> None:
@@ -754,3 +830,24 @@ async def test_an_approval_held_by_a_dead_host_fails_and_a_question_waits(
             reply = _wire_message("prod, please", taskId="t-asks", contextId="ctx-q")
             resumed = (await rpc(urls[1], "SendMessage", {"message": reply}))["result"]["task"]
             assert answer_of(resumed) == "answered"
+
+
+async def test_a_serve_that_cannot_listen_leaves_no_heartbeat_behind(postgres_url: str) -> None:
+    """The A2A server starts (its heartbeat, its cancel subscription) before the port is bound:
+    a port already taken failed the serve and left both running for the life of the process."""
+    store = PostgresStore(postgres_url)
+    kit = await create_toolkit(tools=[note])
+    try:
+        with StubLLM(lambda body, index: openai_text("hi")) as stub, socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            client = create_client(stub.base_url, model="m")
+            with pytest.raises(ConfigError, match="cannot listen"):
+                await kit.serve(f"127.0.0.1:{port}", client=client, a2a={"name": "desk", "store": store})
+        beating = [t for t in asyncio.all_tasks() if "_keep_alive" in repr(t.get_coro())]
+        assert beating == []
+        assert store._subscribers().get(CANCEL_TOPIC, []) == []
+    finally:
+        await kit.close()
+        await store.close()

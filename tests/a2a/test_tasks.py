@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,50 @@ async def test_a_running_task_whose_write_finds_an_end_is_stopped(tmp_path: Path
     await asyncio.wait_for(ending.job, 10)  # not cancelled: it would raise here
     assert told == ["canceled"]  # the end that stands, which it tells
     await store.close()
+
+
+class _Away(PostgresStore):
+    """A shared store whose task lookups and host judgements fail (the server unreachable
+    beyond ``reconnect_timeout``) while ``away`` is set; listings still answer."""
+
+    away = False
+
+    async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
+        if self.away:
+            raise ConnectionRefusedError("the database is away")
+        return await super().load_a2a_task(task_id)
+
+    async def orphaned_a2a_tasks(self, task_ids: Collection[str], host_id: str) -> set[str]:
+        if self.away:
+            raise ConnectionRefusedError("the database is away")
+        return await super().orphaned_a2a_tasks(task_ids, host_id)
+
+
+@pytest.mark.network_server
+async def test_a_lookup_the_store_fails_tells_the_task_as_known(postgres_url: str) -> None:
+    """With a shared store, the checks a lookup adds (is a task running here ended elsewhere,
+    is a stored task's host gone) fail with the store: the task is told as this host knows it
+    (its running copy, or as stored), as before those checks. Before, GetTask of a task
+    running here, and a listing, failed with an internal error."""
+    store = _Away(postgres_url)
+    await store.open()
+    board = TaskBoard(store)
+    board.host_id = "me"
+    try:
+        working = {"id": "r", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
+        running = board.running["r"] = RunningTask(working, "go")
+        running.job = asyncio.get_running_loop().create_future()
+        elsewhere = {"id": "s", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}
+        record = A2ATaskRecord("s", "c", "working", 1.0, elsewhere)
+        assert await store.save_a2a_task_on(record, "other")
+        store.away = True
+        assert await board.get("r") is working
+        assert not running.job.done()
+        docs, total = await board.page(
+            context_id="c", state="", updated_after=0.0, limit=10, offset=0
+        )
+        assert total == 2 and sorted(d["id"] for d in docs) == ["r", "s"]
+        assert [d for d in docs if d["id"] == "s"] == [elsewhere]
+        running.job.cancel()
+    finally:
+        await store.close()

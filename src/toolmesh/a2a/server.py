@@ -117,6 +117,7 @@ class A2AServer:
         self._heartbeat: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._resyncing: asyncio.Task[None] | None = None  # looking up running tasks
+        self._resync_again = False  # a resync was asked while one ran
         self._methods: dict[str, Callable[[JsonObject, Any, bool], Awaitable[Response]]] = {
             "SendMessage": self._send_message,
             "SendStreamingMessage": self._send_streaming_message,
@@ -184,18 +185,28 @@ class A2AServer:
         has it again): the running tasks are looked up, and those ended meanwhile stopped.
         Without this, one that writes nothing more ran on to its end, calling the model and
         its tools for a task that was over."""
-        if self.board.running and (self._resyncing is None or self._resyncing.done()):
-            self._resyncing = asyncio.ensure_future(self._stop_ended())
+        if not self.board.running:
+            return
+        if self._resyncing is not None and not self._resyncing.done():
+            # The one running may have read some tasks before notices were lost again: it
+            # looks them all up again once done.
+            self._resync_again = True
+            return
+        self._resyncing = asyncio.ensure_future(self._stop_ended())
 
     async def _stop_ended(self) -> None:
-        for task_id, running in list(self.board.running.items()):
-            try:
-                record = await self.board.store.load_a2a_task(task_id)
-            except Exception:  # the store went away again: its next resync looks again
-                logger.warning("could not look up task %s after a reconnect", task_id)
+        while True:
+            self._resync_again = False
+            for task_id, running in list(self.board.running.items()):
+                try:
+                    record = await self.board.store.load_a2a_task(task_id)
+                except Exception:  # the store went away again: its next resync looks again
+                    logger.warning("could not look up task %s after a reconnect", task_id)
+                    return
+                if record is not None and record.state in wire.TERMINAL:
+                    running.stop()
+            if not self._resync_again:
                 return
-            if record is not None and record.state in wire.TERMINAL:
-                running.stop()
 
     async def close(self) -> None:
         """Stop the running tasks (recorded as failed: the server stopped); with a shared
@@ -430,6 +441,7 @@ class A2AServer:
         if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
             raise wire.RpcError(wire.INVALID_PARAMS, "params.message with parts is required")
         wire.check_message(message)
+        await self._check_not_ended(message)
         waiting = self._waiting_for_approval(message)
         if waiting is not None:
             if listen:
@@ -630,6 +642,17 @@ class A2AServer:
             running.approval = None
             if running.state == "input-required":
                 running.set_status("working")
+
+    async def _check_not_ended(self, message: JsonObject) -> None:
+        """With a shared store, a reply to an approval a task running here waits for is
+        refused when the store holds an end of the task (canceled through another host, whose
+        notice did not reach this one): the task is stopped, and the call is not run."""
+        running = self.board.running.get(str(message.get("taskId") or ""))
+        if not self.board.store.shared or running is None or running.approval is None:
+            return
+        doc = await self.board.get(running.id)  # stops the task when it ended elsewhere
+        if doc is not None and wire.task_state(doc) in wire.TERMINAL:
+            raise _ended_already(running.id, wire.task_state(doc))
 
     def _waiting_for_approval(self, message: JsonObject) -> RunningTask | None:
         """The running task this message answers an approval of, with the answer given."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from toolmesh.store.base import A2ATaskRecord, Store
 
 __all__ = ["HOST_STOPPED", "RESTARTED", "RunningTask", "TaskBoard", "status_update"]
 
+logger = logging.getLogger("toolmesh.a2a.tasks")
 JsonObject = dict[str, Any]
 RESTARTED = "the server restarted before the task finished"
 HOST_STOPPED = "the host running the task stopped before the task finished"
@@ -160,7 +162,11 @@ class TaskBoard:
         running = self.running.get(task_id)
         if running is not None:
             if self.store.shared and not running.ending:
-                record = await self.store.load_a2a_task(task_id)
+                try:
+                    record = await self.store.load_a2a_task(task_id)
+                except Exception as exc:  # the store is away: this host's copy, as before
+                    logger.warning("could not look task %s up in the store: %s", task_id, exc)
+                    return running.doc
                 if record is not None and record.state in wire.TERMINAL:
                     running.stop()
                     return record.document
@@ -187,7 +193,11 @@ class TaskBoard:
             return docs
         if self.store.shared:
             ids = {str(docs[n]["id"]) for n in unfinished}
-            gone, text = await self.store.orphaned_a2a_tasks(ids, self.host_id), HOST_STOPPED
+            try:
+                gone, text = await self.store.orphaned_a2a_tasks(ids, self.host_id), HOST_STOPPED
+            except Exception as exc:  # the store is away: as stored (judged at the next read)
+                logger.warning("could not tell whether tasks' hosts are alive: %s", exc)
+                return docs
         else:
             gone, text = {str(docs[n]["id"]) for n in unfinished}, RESTARTED
         settled = list(docs)
