@@ -248,8 +248,9 @@ async def test_another_host_goes_on_with_a_conversation_and_its_state(postgres_u
 
 class _Interposed(PostgresStore):
     """A host's task store that awaits ``before_end(record)`` (once) before it writes a task's
-    end, and ``before_write(record)`` (once) before it writes a task that goes on: what another
-    host does there happens between this host's decision and its write. With ``deaf`` set, the
+    end, and ``before_write(record)`` (once) before it writes a task that goes on (a reply's
+    resumption of a task too, a compare-and-set): what another host does there happens between
+    this host's decision and its write. With ``deaf`` set, the
     signals on ``CANCEL_TOPIC`` that reach this host are lost (its LISTEN connection was down
     as they came), and ``lost`` is set by each."""
 
@@ -262,13 +263,22 @@ class _Interposed(PostgresStore):
         self.lost = asyncio.Event()
 
     async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
+        await self._interpose(record)
+        return await super().save_a2a_task_on(record, host_id)
+
+    async def replace_a2a_task_on(
+        self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
+    ) -> bool:
+        await self._interpose(record)
+        return await super().replace_a2a_task_on(record, host_id, expected)
+
+    async def _interpose(self, record: A2ATaskRecord) -> None:
         if record.state in wire.TERMINAL and self.before_end is not None:
             before_end, self.before_end = self.before_end, None
             await before_end(record)
         elif record.state not in wire.TERMINAL and self.before_write is not None:
             before_write, self.before_write = self.before_write, None
             await before_write(record)
-        return await super().save_a2a_task_on(record, host_id)
 
     def dispatch(self, topic: str, payload: str) -> None:
         if self.deaf and topic == CANCEL_TOPIC:
@@ -608,6 +618,59 @@ async def test_a_reply_to_a_task_canceled_as_it_resumes_is_refused(postgres_url:
                 assert fetched["status"] == canceled["status"]
 
 
+async def test_two_replies_resuming_a_task_through_two_hosts_run_it_once(
+    postgres_url: str,
+) -> None:
+    """Two replies to a task waiting for its caller's input come through host 1 and host 2 at
+    once (a client retrying through a load balancer), host 2's written between host 1's reading
+    the task and its writing it: host 2 resumes the task, and host 1's resumption (a
+    compare-and-set against the task as it read it) is refused with -32600, having run nothing.
+    The model is asked once, with host 2's reply, and the task ends once, with its answer.
+    Before, both wrote the task as going on and both ran it."""
+    asked, release, answer = _held_model()
+    with StubLLM(answer) as stub:
+        runner = _Interposed(postgres_url)
+        async with _serving(stub, postgres_url, runner, None, release=release) as hosts:
+            status = {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": wire.timestamp()}
+            doc = {"id": "t-asks", "contextId": "ctx-r", "status": status, "history": []}
+            record = A2ATaskRecord("t-asks", "ctx-r", "input-required", 1.0, doc)
+            assert await runner.save_a2a_task(record)
+            later: list[dict[str, Any]] = []
+
+            def sent(text: str) -> dict[str, Any]:
+                reply = _wire_message(text, taskId="t-asks", contextId="ctx-r")
+                return {"message": reply, "configuration": {"returnImmediately": True}}
+
+            async def resumed_elsewhere_first(record: A2ATaskRecord) -> None:
+                assert record.state == "input-required"  # host 1 read the task waiting
+                later.append(await rpc(hosts[1].rpc, "SendMessage", sent("second try")))
+
+            runner.before_write = resumed_elsewhere_first
+            refused = await rpc(hosts[0].rpc, "SendMessage", sent("first try"))
+            assert runner.before_write is None  # the race was run as arranged
+            [going] = later
+            assert going["result"]["task"]["id"] == "t-asks", going
+            assert refused.get("error", {}).get("code") == -32600, refused
+            assert "is being resumed through another request" in refused["error"]["message"]
+            assert _a2a(hosts[0]).board.running == {}  # nothing runs for it on host 1
+            assert await asyncio.to_thread(asked.wait, 30)  # host 2's run asks the model
+            release.set()
+            await asyncio.wait_for(asyncio.gather(job_of(_a2a(hosts[1]).board, "t-asks")), 10)
+            [request] = stub.requests  # asked once
+            prompts = [m["content"] for m in request.body["messages"] if m["role"] == "user"]
+            assert prompts[-1:] == ["second try"]
+            stored = await runner.load_a2a_task("t-asks")
+            assert stored is not None and stored.state == "completed"
+            told = [
+                wire.text_of(m["parts"]) for m in stored.document["history"] if not wire.is_agent(m)
+            ]
+            assert told == ["second try"]  # host 1's reply is not the task's
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": "t-asks"}))["result"]
+                assert fetched["status"] == stored.document["status"]
+                assert [a["parts"] for a in fetched["artifacts"]] == [[{"text": "done"}]]
+
+
 # -- hosts that die ----------------------------------------------------------------------------
 
 
@@ -844,7 +907,9 @@ async def test_a_serve_that_cannot_listen_leaves_no_heartbeat_behind(postgres_ur
             port = taken.getsockname()[1]
             client = create_client(stub.base_url, model="m")
             with pytest.raises(ConfigError, match="cannot listen"):
-                await kit.serve(f"127.0.0.1:{port}", client=client, a2a={"name": "desk", "store": store})
+                await kit.serve(
+                    f"127.0.0.1:{port}", client=client, a2a={"name": "desk", "store": store}
+                )
         beating = [t for t in asyncio.all_tasks() if "_keep_alive" in repr(t.get_coro())]
         assert beating == []
         assert store._subscribers().get(CANCEL_TOPIC, []) == []

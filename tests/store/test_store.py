@@ -278,3 +278,31 @@ async def test_a_host_on_the_store_audits_each_call_once(make_store: StoreFactor
     entries = await reader.recent_audit()
     assert [(e.tool_name, e.agent_id, e.success) for e in entries] == [("remember", "tester", True)]
     await reader.close()
+
+
+async def test_a2a_task_replace_is_a_compare_and_set(two_hosts: tuple[Store, Store]) -> None:
+    """Two hosts read a task waiting for input and both replace it (each resuming it with its
+    reply): the first write is made; the second's expectation is stale, and it is refused and
+    changes nothing. The write made again counts as written (a retry after a lost reply); an
+    unknown task, or an ended one (even as expected), is not written."""
+    first, second = two_hosts
+    assert await first.save_a2a_task(_task("t", "input-required", "a question"))
+    read_first, read_second = await first.load_a2a_task("t"), await second.load_a2a_task("t")
+    assert read_first is not None and read_second is not None
+    resumed = _task("t", "input-required", "the first reply")
+    assert await first.replace_a2a_task_on(resumed, "h1", read_first)
+    assert await first.replace_a2a_task_on(resumed, "h1", read_first)  # its own write, again
+    stale = _task("t", "input-required", "the second reply")
+    assert not await second.replace_a2a_task_on(stale, "h2", read_second)
+    kept = await second.load_a2a_task("t")
+    assert kept is not None and kept.document == resumed.document
+    records, total = await second.list_a2a_tasks()
+    assert [r.document for r in records] == [resumed.document] and total == 1
+    assert not await second.replace_a2a_task_on(_task("u", "working"), "h2", read_second)
+    assert await second.load_a2a_task("u") is None
+    assert await first.save_a2a_task(_task("t", "completed", "the end"))
+    ended = await first.load_a2a_task("t")
+    assert ended is not None
+    assert not await second.replace_a2a_task_on(_task("t", "working"), "h2", ended)
+    kept = await first.load_a2a_task("t")
+    assert kept is not None and kept.document == ended.document

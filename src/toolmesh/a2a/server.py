@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -487,10 +488,21 @@ class A2AServer:
     async def _save_unstarted(self, running: RunningTask) -> None:
         """Write a task ``_start`` has not started (nor registered) yet. The interrupted task a
         message resumes may have been ended through another host since it was read: that end
-        stands, and the message is refused as it would have been had it come after it."""
-        stored = await self.board.save(running.doc)
+        stands, and the message is refused as it would have been had it come after it. Or
+        another reply may have resumed it since (through another host, at the same moment):
+        its write is a compare-and-set against the task as it was read, so only one of them
+        goes on, and the other is refused, having run nothing."""
+        stored = await self.board.save(running.doc, expected=running.resumes)
         if stored is not running.doc:
-            raise _ended_already(running.id, wire.task_state(stored))
+            state = wire.task_state(stored)
+            if state in wire.TERMINAL:
+                raise _ended_already(running.id, state)
+            raise wire.RpcError(
+                wire.INVALID_REQUEST,
+                f"task {running.id!r} is being resumed through another request; get the task "
+                "(GetTask) to follow it, and reply once it asks for input again",
+            )
+        running.resumes = None
         running.stored = True  # (not yet in the board's running tasks, whose flag save sets)
 
     async def _task_for(self, message: JsonObject, prompt: str) -> RunningTask:
@@ -511,7 +523,12 @@ class A2AServer:
                     f"task {task_id!r} waits for an approval on the host that runs it; send "
                     "the reply there",
                 )
-            running = RunningTask(doc, prompt, history=_chat(doc.get("history") or []))
+            # The task as read is what its write expects to replace (see _save_unstarted): it
+            # goes on as a copy, so it stays as read (a cached copy is not changed either).
+            running = RunningTask(
+                copy.deepcopy(doc), prompt, history=_chat(doc.get("history") or [])
+            )
+            running.resumes = doc
         else:
             context_id = message.get("contextId")
             if isinstance(context_id, str) and context_id:

@@ -61,6 +61,7 @@ class RunningTask:
     capabilities: CapabilitySet | None = None  # the client's override, when the policy allows
     stored: bool = False  # written to the store at least once
     ending: str = ""  # the final state being recorded (``doc`` shows it once it is stored)
+    resumes: JsonObject | None = None  # the interrupted task a reply resumes, as it was read
     _settle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
@@ -206,9 +207,12 @@ class TaskBoard:
                 settled[n] = await self.save(_failed(docs[n], text))
         return settled
 
-    async def save(self, doc: JsonObject) -> JsonObject:
+    async def save(self, doc: JsonObject, *, expected: JsonObject | None = None) -> JsonObject:
         """Record ``doc``; the task as the store now holds it: ``doc`` itself, or the end the
-        store already had (another host ended the task first), which stands instead.
+        store already had (another host ended the task first), which stands instead. With
+        ``expected`` (the task as it was read), ``doc`` is written only while the store still
+        holds that (a compare-and-set: how a reply resumes an interrupted task); otherwise
+        the task as the store holds it is returned: an end, or another reply's resumption.
 
         A task running here that the store holds as ended was ended through another host (a
         cancel whose notice did not reach this host): its job is stopped, as the notice would
@@ -217,7 +221,17 @@ class TaskBoard:
         task_id = doc["id"]
         state = wire.task_state(doc)
         record = A2ATaskRecord(task_id, doc.get("contextId", ""), state, _status_time(doc), doc)
-        written = await self.store.save_a2a_task_on(record, self.host_id)
+        if expected is None:
+            written = await self.store.save_a2a_task_on(record, self.host_id)
+        else:
+            was = A2ATaskRecord(
+                task_id,
+                expected.get("contextId", ""),
+                wire.task_state(expected),
+                _status_time(expected),
+                expected,
+            )
+            written = await self.store.replace_a2a_task_on(record, self.host_id, was)
         running = self.running.get(task_id)
         if running is not None and running.doc is doc:
             running.stored = True

@@ -151,6 +151,24 @@ class Store(ABC):
         tell when it is gone (``orphaned_a2a_tasks``); a store of one host needs not."""
         return await self.save_a2a_task(record)
 
+    async def replace_a2a_task_on(
+        self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
+    ) -> bool:
+        """``save_a2a_task_on`` as a compare-and-set: ``record`` is written only while the
+        stored task is still ``expected`` (its document unchanged since it was read), and
+        True returned; False, nothing written, when another writer changed it first (or it is
+        unknown, or ended: a final state is kept, as by ``save_a2a_task``). Writing
+        ``record``'s document again counts as written (a retry after a lost reply finds its own
+        write). How a reply resumes an interrupted task: of replies that come through hosts at
+        once, one goes on.
+
+        This default reads, then writes: enough for a store of one host, which the server
+        does not write in between; a store shared by hosts makes it one atomic write."""
+        stored = await self.load_a2a_task(record.task_id)
+        if stored is None or stored.document not in (expected.document, record.document):
+            return False
+        return await self.save_a2a_task_on(record, host_id)
+
     async def orphaned_a2a_tasks(self, task_ids: Collection[str], host_id: str) -> set[str]:
         """Of ``task_ids``, the tasks whose host is gone as ``host_id`` can tell: last written
         (``save_a2a_task_on``) by another host, which stopped saying it is alive

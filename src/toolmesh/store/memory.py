@@ -69,6 +69,19 @@ class MemoryStore(Store):
         self._tasks[record.task_id] = _copy_task(record)
         return True
 
+    async def replace_a2a_task_on(
+        self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
+    ) -> bool:
+        # No await between the comparison and the write: atomic on the event loop
+        stored = self._tasks.get(record.task_id)
+        if stored is None or (
+            stored.document != record.document
+            and (stored.state in A2A_FINAL_STATES or stored.document != expected.document)
+        ):
+            return False
+        self._tasks[record.task_id] = _copy_task(record)
+        return True
+
     async def load_a2a_task(self, task_id: str) -> A2ATaskRecord | None:
         record = self._tasks.get(task_id)
         return None if record is None else _copy_task(record)

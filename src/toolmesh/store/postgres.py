@@ -700,6 +700,33 @@ class PostgresStore(Store):
         )
         return bool(status == "INSERT 0 1")
 
+    async def replace_a2a_task_on(
+        self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
+    ) -> bool:
+        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
+        was = json.dumps(expected.document, ensure_ascii=False, separators=(",", ":"))
+        # One statement: the row is locked and its document compared as it stands (JSONB
+        # equality, whatever the key order), so of writers resuming a task together only the
+        # first one's write is made; the others find another document there. A retry after a
+        # lost reply finds its own document, and counts as written.
+        status = await self.run(
+            lambda db: db.execute(
+                "UPDATE a2a_tasks SET context_id = $2, state = $3, updated_at = $4, "
+                "document = $5::jsonb, host_id = NULLIF($6, ''), host_at = $4 "
+                "WHERE task_id = $1 AND (document = $7::jsonb AND state <> ALL($8::text[]) "
+                "OR document = $5::jsonb)",
+                record.task_id,
+                record.context_id,
+                record.state,
+                record.updated_at,
+                text,
+                host_id,
+                was,
+                list(A2A_FINAL_STATES),
+            )
+        )
+        return bool(status == "UPDATE 1")
+
     async def orphaned_a2a_tasks(self, task_ids: Collection[str], host_id: str) -> set[str]:
         """Of ``task_ids``, those last written by a host other than ``host_id`` that has not
         been seen for ``HOST_TIMEOUT`` seconds (or that closed); none while ``host_id`` has not

@@ -71,6 +71,14 @@ _SAVE_A2A_TASK = (
     "OR a2a_tasks.document = excluded.document"
 )
 
+# A compare-and-set (see Store.replace_a2a_task_on): the task is replaced only while its stored
+# document is still the one expected (or already the one written: a retry finds its own write)
+_REPLACE_A2A_TASK = (
+    "UPDATE a2a_tasks SET context_id = ?, state = ?, updated_at = ?, document = ? "  # noqa: S608 - placeholders
+    "WHERE task_id = ? AND (document = ? AND state NOT IN "
+    f"({', '.join('?' for _ in A2A_FINAL_STATES)}) OR document = ?)"
+)
+
 MIGRATIONS: list[tuple[int, str]] = [
     (
         1,
@@ -321,6 +329,29 @@ class SqliteStore(Store):
                     record.updated_at,
                     text,
                     *A2A_FINAL_STATES,
+                ),
+            )
+        return cursor.rowcount == 1
+
+    async def replace_a2a_task_on(
+        self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
+    ) -> bool:
+        # The stored text is to_json of the document; so is the expectation's (a document
+        # read back, json.loads of that text, serializes to the same text again)
+        text = to_json(record.document).decode()
+        with self._lock:
+            self.commit()
+            cursor = self.connection().execute(
+                _REPLACE_A2A_TASK,
+                (
+                    record.context_id,
+                    record.state,
+                    record.updated_at,
+                    text,
+                    record.task_id,
+                    to_json(expected.document).decode(),
+                    *A2A_FINAL_STATES,
+                    text,
                 ),
             )
         return cursor.rowcount == 1
