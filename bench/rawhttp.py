@@ -15,6 +15,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 
+def request_bytes(host: str, method: str, path: str, headers: dict[str, str], body: bytes) -> bytes:
+    """One HTTP/1.1 request as it goes on the wire (a POST always says its length)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
 class Connection:
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
@@ -31,11 +40,7 @@ class Connection:
         return cls(reader, writer, f"{host}:{port}")
 
     def _send(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if body or method == "POST":
-            lines.append(f"Content-Length: {len(body)}")
-        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        self.writer.write(request_bytes(self.host, method, path, headers, body))
 
     async def _head(self) -> tuple[int, dict[str, str]]:
         status_line = await self.reader.readline()
@@ -127,11 +132,7 @@ class BlockingConnection:
         self.buffer += data
 
     def _send(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if body or method == "POST":
-            lines.append(f"Content-Length: {len(body)}")
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        self.sock.sendall(request_bytes(self.host, method, path, headers, body))
 
     def _head(self) -> tuple[int, dict[str, str]]:
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:

@@ -219,6 +219,8 @@ class A2AServer:
             self._unsubscribe = None
         if self._resyncing is not None:
             self._resyncing.cancel()
+            await asyncio.gather(self._resyncing, return_exceptions=True)
+            self._resyncing = None
         jobs = [r.job for r in self.board.running.values() if r.job is not None]
         for job in jobs:
             job.cancel()

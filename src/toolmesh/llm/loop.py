@@ -109,8 +109,8 @@ async def run(
         if seconds is not None and not (isinstance(seconds, int | float) and 0 < seconds < inf):
             raise ConfigError(f"{name} must be a number of seconds above 0, not {seconds!r}")
     kit = _toolkit_of(toolkit, tools)
-    loop = _Loop(client, kit, session or (kit.session if kit else None), on_event, tool_timeout)
-    loop.turn_result_chars = max_turn_result_chars
+    session = session or (kit.session if kit else None)
+    loop = _Loop(client, kit, session, on_event, tool_timeout, max_turn_result_chars)
     instructions = client.system if system is None else system
     if kit is not None and skills_prompt:
         catalogue = kit.skills_prompt()
@@ -150,6 +150,7 @@ class _Loop:
         session: Session | None,
         on_event: Callable[[RunEvent], None] | None,
         tool_timeout: float | None,
+        turn_result_chars: int | None,
     ) -> None:
         self.client = client
         self.toolkit = toolkit
@@ -161,7 +162,7 @@ class _Loop:
         self.usage = Usage()
         self.retries = 0
         self.turn = 0
-        self.turn_result_chars: int | None = TURN_RESULT_CHARS
+        self.turn_result_chars = turn_result_chars
         self.deadline: float | None = None
 
     def emit(self, event: RunEvent) -> None:

@@ -325,6 +325,11 @@ _ORPHANED = (
 )
 
 
+def _task_text(document: Any) -> str:
+    """An A2A task's document as its JSONB column is written."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
 def display_url(url: str) -> str:
     """``url`` with its password hidden, for logs and banners."""
     parts = urlsplit(url)
@@ -674,7 +679,7 @@ class PostgresStore(Store):
         return await self.save_a2a_task_on(record, "")
 
     async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
-        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
+        text = _task_text(record.document)
         # One statement: the row is locked and its state checked as it stands, so of hosts
         # ending a task together only the first one's end is kept. A retry after a lost reply
         # finds its own document there, and counts as written. The writer is recorded with the
@@ -703,8 +708,7 @@ class PostgresStore(Store):
     async def replace_a2a_task_on(
         self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
     ) -> bool:
-        text = json.dumps(record.document, ensure_ascii=False, separators=(",", ":"))
-        was = json.dumps(expected.document, ensure_ascii=False, separators=(",", ":"))
+        text, was = _task_text(record.document), _task_text(expected.document)
         # One statement: the row is locked and its document compared as it stands (JSONB
         # equality, whatever the key order), so of writers resuming a task together only the
         # first one's write is made; the others find another document there. A retry after a
