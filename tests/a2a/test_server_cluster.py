@@ -252,7 +252,7 @@ class _Interposed(PostgresStore):
     resumption of a task too, a compare-and-set): what another host does there happens between
     this host's decision and its write. With ``deaf`` set, the
     signals on ``CANCEL_TOPIC`` that reach this host are lost (its LISTEN connection was down
-    as they came), and ``lost`` is set by each."""
+    as they came), and ``lost`` is set by each. ``end_written`` is set once a task's end is."""
 
     before_end: Callable[[A2ATaskRecord], Awaitable[None]] | None = None
     before_write: Callable[[A2ATaskRecord], Awaitable[None]] | None = None
@@ -261,10 +261,14 @@ class _Interposed(PostgresStore):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.lost = asyncio.Event()
+        self.end_written = asyncio.Event()
 
     async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
         await self._interpose(record)
-        return await super().save_a2a_task_on(record, host_id)
+        written = await super().save_a2a_task_on(record, host_id)
+        if record.state in wire.TERMINAL:
+            self.end_written.set()
+        return written
 
     async def replace_a2a_task_on(
         self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
@@ -285,6 +289,71 @@ class _Interposed(PostgresStore):
             self.lost.set()
             return
         super().dispatch(topic, payload)
+
+
+async def _away(record: A2ATaskRecord) -> None:
+    raise ConnectionError("the store is away (beyond its reconnect_timeout)")
+
+
+async def test_an_end_the_store_could_not_take_is_recorded_once_it_can(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host 1 completes a task while its store is away: it answers with the end, and records
+    it once the store is back. Before, the store held the task as working for ever, and host 2,
+    seeing host 1 beat, reported it so."""
+    monkeypatch.setattr(a2a_server, "END_RETRY_INTERVAL", 0.01)
+    with StubLLM(lambda body, i: openai_text("done")) as stub:
+        runner = _Interposed(postgres_url)
+        runner.before_end = _away
+        async with _serving(stub, postgres_url, runner, None) as hosts:
+            sent = await rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            task = sent["result"]["task"]
+            assert answer_of(task) == "done"
+            assert runner.before_end is None  # its first write failed
+            await asyncio.wait_for(runner.end_written.wait(), 10)
+            assert _a2a(hosts[0]).board.unwritten == {}
+            for host in hosts:
+                fetched = (await rpc(host.rpc, "GetTask", {"id": task["id"]}))["result"]
+                assert answer_of(fetched) == "done"
+
+
+async def test_an_end_not_recorded_yet_is_before_a_listing(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An end host 1 could not record is recorded before host 1 lists tasks from the store:
+    the listing has it, as GetTask through host 1 does, not the task as working."""
+    monkeypatch.setattr(a2a_server, "END_RETRY_INTERVAL", 3600.0)  # only the listing writes
+    with StubLLM(lambda body, i: openai_text("done")) as stub:
+        runner = _Interposed(postgres_url)
+        runner.before_end = _away
+        async with _serving(stub, postgres_url, runner) as hosts:
+            sent = await rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            task_id = sent["result"]["task"]["id"]
+            stored = await runner.load_a2a_task(task_id)
+            assert stored is not None and stored.state not in wire.TERMINAL
+            listed = (await rpc(hosts[0].rpc, "ListTasks", {}))["result"]["tasks"]
+            assert [t["status"]["state"] for t in listed] == ["TASK_STATE_COMPLETED"]
+            stored = await runner.load_a2a_task(task_id)
+            assert stored is not None and stored.state == "completed"
+
+
+async def test_an_end_not_recorded_yet_is_as_the_server_stops(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server stopping makes one last attempt at the ends it could not record."""
+    monkeypatch.setattr(a2a_server, "END_RETRY_INTERVAL", 3600.0)  # only the stop writes
+    with StubLLM(lambda body, i: openai_text("done")) as stub:
+        runner = _Interposed(postgres_url)
+        runner.before_end = _away
+        async with _serving(stub, postgres_url, runner) as hosts:
+            sent = await rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            task_id = sent["result"]["task"]["id"]
+            assert not runner.end_written.is_set()
+        reader = PostgresStore(postgres_url)
+        await reader.open()
+        stored = await reader.load_a2a_task(task_id)
+        await reader.close()
+        assert stored is not None and stored.state == "completed"
 
 
 def _held_model() -> tuple[threading.Event, threading.Event, Callable[[Any, int], Answer]]:

@@ -84,6 +84,11 @@ one (``toolmesh.store.postgres.HOST_TIMEOUT``). Six beats to a timeout: a beat o
 slow statement, a busy event loop, a short reconnect) never makes a live host look gone. A beat
 is one short statement on a pooled connection: a few hosts beating every 5 s cost nothing."""
 
+END_RETRY_INTERVAL = 5.0
+"""Seconds between attempts to record the ends that could not be written as their tasks ended
+(the store away beyond its ``reconnect_timeout``): until one is, the store holds the task as
+working, and, while this host beats, the other hosts report it so."""
+
 
 class A2AServer:
     """Serves one toolkit as one A2A agent; ``routes()`` mount it on an HTTP server."""
@@ -119,6 +124,7 @@ class A2AServer:
         self._unsubscribe: Callable[[], None] | None = None
         self._resyncing: asyncio.Task[None] | None = None  # looking up running tasks
         self._resync_again = False  # a resync was asked while one ran
+        self._rewriting: asyncio.Task[None] | None = None  # recording ends written in vain
         self._methods: dict[str, Callable[[JsonObject, Any, bool], Awaitable[Response]]] = {
             "SendMessage": self._send_message,
             "SendStreamingMessage": self._send_streaming_message,
@@ -226,6 +232,7 @@ class A2AServer:
             job.cancel()
         if jobs:
             await asyncio.wait(jobs, timeout=5.0)
+        await self._last_rewrite()
         if self._heartbeat is not None:  # alive while its tasks' ends were written; now gone
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
@@ -701,8 +708,8 @@ class A2AServer:
         cancel through it): that end is the task's, and is what they all get instead."""
         end, updates = _end_of(running, state, text, answer)
         running.ending = state
-        saving = asyncio.ensure_future(self.board.save(end))
-        stored = end  # what is told when the end could not be recorded
+        saving = asyncio.ensure_future(self._record_end(end))
+        stored = end
         try:
             try:
                 stored = await asyncio.shield(saving)
@@ -722,6 +729,57 @@ class A2AServer:
             ):
                 self.toolkit.state.forget(_session_of_context(str(running.doc["contextId"])))
             running.publish({})  # the end of every listener's stream
+
+    async def _record_end(self, end: JsonObject) -> JsonObject:
+        """Record a task's end; the task as the store holds it then. One that cannot be
+        recorded (the store away beyond its ``reconnect_timeout``) is told as it is, and
+        written again every ``END_RETRY_INTERVAL`` until it is: else the store would hold the
+        task as working for ever, and, this host being alive, every host would report it so."""
+        try:
+            return await self.board.save(end)
+        except Exception as exc:
+            logger.warning(
+                "could not record the end of A2A task %s (tried again every %s s): %s",
+                end["id"],
+                END_RETRY_INTERVAL,
+                exc,
+            )
+            self.board.unwritten[str(end["id"])] = end
+            if self._rewriting is None or self._rewriting.done():
+                self._rewriting = asyncio.ensure_future(self._rewrite_ends())
+            return end
+
+    async def _rewrite_ends(self) -> None:
+        while self.board.unwritten:
+            await asyncio.sleep(END_RETRY_INTERVAL)
+            try:
+                await self.board.store_unwritten()
+            except Exception as exc:
+                logger.warning(
+                    "could not record the ends of %d A2A tasks yet: %s",
+                    len(self.board.unwritten),
+                    exc,
+                )
+
+    async def _last_rewrite(self) -> None:
+        """As the server stops, one last attempt at the ends not recorded yet (bounded: the
+        store may still be away). Those left are failed by whoever reads them next: the next
+        host to judge this one gone, or this store's next server."""
+        if self._rewriting is not None:
+            self._rewriting.cancel()
+            await asyncio.gather(self._rewriting, return_exceptions=True)
+            self._rewriting = None
+        if not self.board.unwritten:
+            return
+        try:
+            await asyncio.wait_for(self.board.store_unwritten(), 5.0)
+        except Exception as exc:
+            logger.warning(
+                "the ends of %d A2A tasks were never recorded (%s): they will be read as "
+                "failed, the server having stopped",
+                len(self.board.unwritten),
+                str(exc) or "timed out",
+            )
 
     def _system(self, skill: Skill | None) -> str:
         base = (

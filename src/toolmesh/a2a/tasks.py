@@ -153,6 +153,9 @@ class TaskBoard:
         """This host's id among the hosts sharing the store (set by ``A2AServer.start``), which
         it records with every task it writes; "": none recorded, nor any host judged gone."""
         self.running: dict[str, RunningTask] = {}
+        self.unwritten: dict[str, JsonObject] = {}
+        """Ends of tasks that could not be recorded as they ended, by task id (written again
+        by the server until they are; this host answers with them meanwhile)."""
         self._recent: OrderedDict[str, JsonObject] = OrderedDict()
         self._cache_size = cache_size
 
@@ -172,7 +175,7 @@ class TaskBoard:
                     running.stop()
                     return record.document
             return running.doc
-        doc = self._recent.get(task_id)
+        doc = self.unwritten.get(task_id) or self._recent.get(task_id)
         if doc is not None:
             return doc
         record = await self.store.load_a2a_task(task_id)
@@ -235,6 +238,8 @@ class TaskBoard:
         running = self.running.get(task_id)
         if running is not None and running.doc is doc:
             running.stored = True
+        if self.unwritten.get(task_id) is doc:
+            del self.unwritten[task_id]
         if not written:
             kept = await self.store.load_a2a_task(task_id)
             if kept is None:  # it refused the write for a task it holds: tasks are never deleted
@@ -249,9 +254,17 @@ class TaskBoard:
         return doc
 
     async def store_running(self) -> None:
-        """Write the running tasks not written yet, before the store is read for a listing."""
+        """Write the running tasks not written yet, and the ends not recorded yet, before the
+        store is read for a listing."""
         for running in [r for r in self.running.values() if not r.stored]:
             await self.save(running.doc)
+        await self.store_unwritten()
+
+    async def store_unwritten(self) -> None:
+        """Record the ends that could not be as their tasks ended (raises while the store is
+        away: those left are tried again)."""
+        for doc in list(self.unwritten.values()):
+            await self.save(doc)
 
     def _remember(self, doc: JsonObject) -> None:
         self._recent[doc["id"]] = doc
