@@ -295,6 +295,22 @@ async def _away(record: A2ATaskRecord) -> None:
     raise ConnectionError("the store is away (beyond its reconnect_timeout)")
 
 
+@contextlib.asynccontextmanager
+async def _ended_unrecorded(
+    postgres_url: str, hosts: int = 1
+) -> AsyncIterator[tuple[list[Served], _Interposed, dict[str, Any]]]:
+    """``hosts`` hosts, the first of which completed a task whose end its store did not take
+    (away): (the hosts, its store, the task as the first answered it)."""
+    with StubLLM(lambda body, i: openai_text("done")) as stub:
+        runner = _Interposed(postgres_url)
+        runner.before_end = _away
+        stores = [runner, *[None] * (hosts - 1)]
+        async with _serving(stub, postgres_url, *stores) as served:
+            sent = await rpc(served[0].rpc, "SendMessage", {"message": _wire_message("hi")})
+            assert runner.before_end is None  # its first write failed
+            yield served, runner, sent["result"]["task"]
+
+
 async def test_an_end_the_store_could_not_take_is_recorded_once_it_can(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,19 +318,13 @@ async def test_an_end_the_store_could_not_take_is_recorded_once_it_can(
     it once the store is back. Before, the store held the task as working for ever, and host 2,
     seeing host 1 beat, reported it so."""
     monkeypatch.setattr(a2a_server, "END_RETRY_INTERVAL", 0.01)
-    with StubLLM(lambda body, i: openai_text("done")) as stub:
-        runner = _Interposed(postgres_url)
-        runner.before_end = _away
-        async with _serving(stub, postgres_url, runner, None) as hosts:
-            sent = await rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            task = sent["result"]["task"]
-            assert answer_of(task) == "done"
-            assert runner.before_end is None  # its first write failed
-            await asyncio.wait_for(runner.end_written.wait(), 10)
-            assert _a2a(hosts[0]).board.unwritten == {}
-            for host in hosts:
-                fetched = (await rpc(host.rpc, "GetTask", {"id": task["id"]}))["result"]
-                assert answer_of(fetched) == "done"
+    async with _ended_unrecorded(postgres_url, hosts=2) as (hosts, runner, task):
+        assert answer_of(task) == "done"
+        await asyncio.wait_for(runner.end_written.wait(), 10)
+        assert _a2a(hosts[0]).board.unwritten == {}
+        for host in hosts:
+            fetched = (await rpc(host.rpc, "GetTask", {"id": task["id"]}))["result"]
+            assert answer_of(fetched) == "done"
 
 
 async def test_an_end_not_recorded_yet_is_before_a_listing(
@@ -323,18 +333,13 @@ async def test_an_end_not_recorded_yet_is_before_a_listing(
     """An end host 1 could not record is recorded before host 1 lists tasks from the store:
     the listing has it, as GetTask through host 1 does, not the task as working."""
     monkeypatch.setattr(a2a_server, "END_RETRY_INTERVAL", 3600.0)  # only the listing writes
-    with StubLLM(lambda body, i: openai_text("done")) as stub:
-        runner = _Interposed(postgres_url)
-        runner.before_end = _away
-        async with _serving(stub, postgres_url, runner) as hosts:
-            sent = await rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            task_id = sent["result"]["task"]["id"]
-            stored = await runner.load_a2a_task(task_id)
-            assert stored is not None and stored.state not in wire.TERMINAL
-            listed = (await rpc(hosts[0].rpc, "ListTasks", {}))["result"]["tasks"]
-            assert [t["status"]["state"] for t in listed] == ["TASK_STATE_COMPLETED"]
-            stored = await runner.load_a2a_task(task_id)
-            assert stored is not None and stored.state == "completed"
+    async with _ended_unrecorded(postgres_url) as (hosts, runner, task):
+        stored = await runner.load_a2a_task(task["id"])
+        assert stored is not None and stored.state not in wire.TERMINAL
+        listed = (await rpc(hosts[0].rpc, "ListTasks", {}))["result"]["tasks"]
+        assert [t["status"]["state"] for t in listed] == ["TASK_STATE_COMPLETED"]
+        stored = await runner.load_a2a_task(task["id"])
+        assert stored is not None and stored.state == "completed"
 
 
 async def test_an_end_not_recorded_yet_is_as_the_server_stops(
@@ -342,18 +347,13 @@ async def test_an_end_not_recorded_yet_is_as_the_server_stops(
 ) -> None:
     """A server stopping makes one last attempt at the ends it could not record."""
     monkeypatch.setattr(a2a_server, "END_RETRY_INTERVAL", 3600.0)  # only the stop writes
-    with StubLLM(lambda body, i: openai_text("done")) as stub:
-        runner = _Interposed(postgres_url)
-        runner.before_end = _away
-        async with _serving(stub, postgres_url, runner) as hosts:
-            sent = await rpc(hosts[0].rpc, "SendMessage", {"message": _wire_message("hi")})
-            task_id = sent["result"]["task"]["id"]
-            assert not runner.end_written.is_set()
-        reader = PostgresStore(postgres_url)
-        await reader.open()
-        stored = await reader.load_a2a_task(task_id)
-        await reader.close()
-        assert stored is not None and stored.state == "completed"
+    async with _ended_unrecorded(postgres_url) as (_hosts, runner, task):
+        assert not runner.end_written.is_set()
+    reader = PostgresStore(postgres_url)
+    await reader.open()
+    stored = await reader.load_a2a_task(task["id"])
+    await reader.close()
+    assert stored is not None and stored.state == "completed"
 
 
 def _held_model() -> tuple[threading.Event, threading.Event, Callable[[Any, int], Answer]]:
