@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp_types import ElicitResult
 
 from tests.conftest import APPROVAL_TIMEOUT, REPO
@@ -29,7 +30,9 @@ Answer = Callable[[Any, Any], Any]
 
 
 @contextlib.asynccontextmanager
-async def serving(variant: str, audit: Path, on_elicit: Answer) -> AsyncIterator[Client]:
+async def serving(
+    variant: str, audit: Path, on_elicit: Answer, policy: str = "locked"
+) -> AsyncIterator[Client]:
     transport, mode = variant.split("-")
     if transport == "stdio":
         args = [
@@ -41,6 +44,8 @@ async def serving(variant: str, audit: Path, on_elicit: Answer) -> AsyncIterator
             str(audit),
             "--capability",
             "demo",
+            "--capability-policy",
+            policy,
         ]
         args += [
             "--tools",
@@ -53,7 +58,11 @@ async def serving(variant: str, audit: Path, on_elicit: Answer) -> AsyncIterator
             yield client
         return
     host = Host(
-        *TOOLS, audit=audit, capabilities=["demo"], limits=Limits(approval_timeout=APPROVAL_TIMEOUT)
+        *TOOLS,
+        audit=audit,
+        capabilities=["demo"],
+        capability_policy=policy,  # type: ignore[arg-type]
+        limits=Limits(approval_timeout=APPROVAL_TIMEOUT),
     )
     server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
     url = await server.start()
@@ -205,3 +214,125 @@ async def test_a_sealed_approval_runs_one_call_only(variant: str, tmp_path: Path
             "deploy", {"env": "prod"}, input_responses=approve, request_state=state
         )
         assert again.is_error and "used already" in text_of(again)
+
+
+EXTEND_SECRET = {"toolmesh/capability_override": {"strategy": "extend", "capabilities": ["secret"]}}
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+async def _no_approval(context: Any, params: Any) -> ElicitResult:
+    raise AssertionError("no approval is asked for here")
+
+
+@pytest.mark.parametrize("variant", ["stdio-auto", "http-auto"])
+@pytest.mark.parametrize("policy", ["locked", "extensible"])
+async def test_a_2026_override_holds_for_its_request_alone(
+    variant: str, policy: str, tmp_path: Path
+) -> None:
+    # Over stdio the override used to be kept for the connection, and only the connection's
+    # first request settled its session: one on a later request was ignored (no error from a
+    # locked host either).
+    async with serving(variant, tmp_path / "a.db", _no_approval, policy) as client:
+        assert client.protocol_version == "2026-07-28"
+        plain = await client.call_tool("secret", {})
+        assert plain.is_error and "requires capability 'secret::read'" in text_of(plain)
+        if policy == "locked":
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("secret", {}, meta=EXTEND_SECRET)
+            assert refused.value.code == -32600 and "locked" in str(refused.value)
+            with pytest.raises(MCPError) as refused:
+                await client.list_tools(meta=EXTEND_SECRET, cache_mode="bypass")
+            assert refused.value.code == -32600 and "locked" in str(refused.value)
+        else:
+            extended = await client.call_tool("secret", {}, meta=EXTEND_SECRET)
+            assert not extended.is_error and text_of(extended) == "classified"
+            listing = await client.list_tools(meta=EXTEND_SECRET, cache_mode="bypass")
+            assert "secret" in {t.name for t in listing.tools}
+        again = await client.call_tool("secret", {})  # the next request holds the host's set
+        assert again.is_error and "requires capability 'secret::read'" in text_of(again)
+        listing = await client.list_tools(cache_mode="bypass")
+        assert "secret" not in {t.name for t in listing.tools}
+
+
+async def _raw_stdio(tmp_path: Path, policy: str) -> asyncio.subprocess.Process:
+    """`toolmesh serve --mcp-stdio` of the demo tools holding `demo`, spoken to in JSON lines."""
+    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
+    command += ["--tools", "tests.fixtures.demo_tools:TOOLS", "--capability", "demo"]
+    command += ["--capability-policy", policy]
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        cwd=REPO,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def _exchange(
+    process: asyncio.subprocess.Process, request_id: int, method: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    assert process.stdin is not None and process.stdout is not None
+    request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    process.stdin.write(json.dumps(request).encode() + b"\n")
+    answer = dict(json.loads(await asyncio.wait_for(process.stdout.readline(), 30)))
+    assert answer["id"] == request_id, answer
+    return answer
+
+
+def _call_secret(meta: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "secret", "arguments": {}, "_meta": meta}
+
+
+@pytest.mark.parametrize("policy", ["locked", "extensible"])
+async def test_a_2026_override_on_the_first_request_does_not_stick(
+    policy: str, tmp_path: Path
+) -> None:
+    # The first request settled the connection's session with its override: an extensible
+    # host extended every later request, a locked one refused every later request.
+    process = await _raw_stdio(tmp_path, policy)
+    try:
+        first = await _exchange(
+            process, 1, "tools/call", _call_secret({**ENVELOPE, **EXTEND_SECRET})
+        )
+        if policy == "locked":
+            assert first["error"]["code"] == -32600 and "locked" in first["error"]["message"]
+        else:
+            assert first["result"]["content"][0]["text"] == "classified"
+        plain = await _exchange(process, 2, "tools/call", _call_secret(ENVELOPE))
+        assert plain["result"]["isError"] is True
+        assert "requires capability 'secret::read'" in plain["result"]["content"][0]["text"]
+        listing = await _exchange(process, 3, "tools/list", {"_meta": ENVELOPE})
+        assert "secret" not in {t["name"] for t in listing["result"]["tools"]}
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 30)
+    assert process.returncode == 0
+
+
+@pytest.mark.parametrize("policy", ["locked", "extensible"])
+async def test_a_2025_override_holds_for_the_connection(policy: str, tmp_path: Path) -> None:
+    # The initialize-time override is the connection's; a refused one is not kept for the
+    # client's next initialize.
+    process = await _raw_stdio(tmp_path, policy)
+    hello = {"protocolVersion": "2025-11-25", "clientInfo": {"name": "raw", "version": "1"}}
+    asking = {**hello, "capabilities": {"experimental": EXTEND_SECRET}}
+    try:
+        opened = await _exchange(process, 1, "initialize", asking)
+        if policy == "locked":
+            assert opened["error"]["code"] == -32600 and "locked" in opened["error"]["message"]
+            retried = await _exchange(process, 2, "initialize", {**hello, "capabilities": {}})
+            assert retried["result"]["protocolVersion"] == "2025-11-25"
+        expected = "classified" if policy == "extensible" else "requires capability 'secret::read'"
+        for request_id in (3, 4):
+            called = await _exchange(process, request_id, "tools/call", _call_secret({}))
+            assert expected in called["result"]["content"][0]["text"]
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 30)
+    assert process.returncode == 0

@@ -365,6 +365,27 @@ async def test_malformed_tool_entries_do_not_fail_the_whole_server() -> None:
     assert live_children() == before
 
 
+@pytest.mark.parametrize("kind", ["blank_names", "blank_names_and_a_bad_schema"])
+async def test_an_entry_with_a_blank_name_is_left_out(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The SDK accepts a name "" (it is a string): it was listed as "raw_", and calling that
+    # sent "" upstream. Both ways through the mending: a listing the SDK takes whole, and one
+    # it refuses for another entry.
+    caplog.set_level(logging.WARNING, logger="toolmesh.mcp")
+    async with await started(raw_server(kind)) as toolkit:
+        source = toolkit.sources[0]
+        assert source.status.state == "connected", source.status.reason
+        mended = ["raw_no_schema"] if kind.endswith("bad_schema") else []
+        assert toolkit.names() == ["raw_good", *mended]
+        reason = source.status.reason
+        assert "tool #0: left out (name: empty); tool #1: left out (name: empty)" in reason
+        called = await toolkit.execute("raw_", {})
+        assert called.error_code == "unknown_tool"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"MCP server 'raw': {reason}" in warnings
+
+
 async def test_a_malformed_call_result_is_a_short_tool_error() -> None:
     async with await started(raw_server("calls")) as toolkit:
         result = await toolkit.execute("raw_video", {})

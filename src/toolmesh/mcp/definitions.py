@@ -80,7 +80,7 @@ def usable_tool_entries(result: Mapping[str, Any], *, version: str) -> tuple[lis
     The SDK rejects a whole listing for one malformed tool; here a bad field is dropped instead
     (a bad input schema becomes the empty object schema: the server validates its own
     arguments) and only an entry without a usable name is left out."""
-    if not _listing_errors(result, version):
+    if not _listing_errors(result, version) and all(map(_named, result["tools"])):
         return list(result["tools"]), []  # the usual case: one check of the whole listing
     kept: list[Any] = []
     problems: list[str] = []
@@ -98,6 +98,8 @@ def _repaired_entry(
 ) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(entry, Mapping):
         return None, f"left out (not an object but {type(entry).__name__})"
+    if isinstance(entry.get("name"), str) and not _named(entry):
+        return None, "left out (name: empty)"  # the SDK takes it: a call would name no tool
     fixed = dict(entry)
     dropped: list[str] = []
     for _ in range(len(entry) + 1):
@@ -146,9 +148,14 @@ def _add_entry_errors(errors: dict[str, str], exc: ValidationError) -> None:
             errors.setdefault(str(where[2]), str(error["msg"]))
 
 
+def _named(entry: Mapping[str, Any]) -> bool:
+    """Whether an entry has a name a call can use: a string, and not blank."""
+    name = entry.get("name")
+    return isinstance(name, str) and bool(name.strip())
+
+
 def _label(entry: Any, index: int) -> str:
-    name = entry.get("name") if isinstance(entry, Mapping) else None
-    return repr(name) if isinstance(name, str) else f"#{index}"
+    return repr(entry["name"]) if isinstance(entry, Mapping) and _named(entry) else f"#{index}"
 
 
 def mcp_tool_entry(tool: Tool) -> dict[str, Any]:

@@ -11,7 +11,9 @@ official SDK answers them:
   tool-list changes travel on ``subscriptions/listen`` streams.
 
 Every ``tools/call`` goes through the host's pipeline (capabilities, validation, deadline,
-events, audit with transport "mcp") under a ``Session`` holding the host's capability set.
+events, audit with transport "mcp") under a ``Session`` holding the host's capability set, or
+the set a capability override asked for: at ``initialize`` for the whole connection (2025), in
+one request's ``_meta`` for that request alone (2026-07-28).
 Failures a model should read (denied, invalid arguments, timeouts, tool errors) are results
 with ``isError``; an unknown tool is a JSON-RPC error (-32602), as the spec asks. Progress
 events become ``notifications/progress`` when the request gave a ``progressToken``;
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import json
 import logging
 import os
@@ -237,7 +240,9 @@ class MCPPeer:
         self._asks: dict[str, asyncio.Future[Any]] = {}  # our requests to the client
         self._ask_seq = 0
         self._elicitation = False  # the client declared it can answer elicitation/create
-        self._override: Any = None  # a capability override asked for (toolmesh extension)
+        # the capability override asked for at initialize (2025; toolmesh extension): it holds
+        # for the whole connection. A 2026-07-28 request's own override holds for it alone.
+        self._override: Any = None
 
     # -- entry point -------------------------------------------------------------------------------
 
@@ -304,9 +309,7 @@ class MCPPeer:
         headers: Mapping[str, str] | None,
     ) -> bytes | None:
         self._settle_era(method, params, headers)
-        meta = params.get("_meta")
-        if self.era == "modern" and isinstance(meta, dict) and OVERRIDE_KEY in meta:
-            self._override = meta[OVERRIDE_KEY]
+        held = self._requested_capabilities(params)
         if method == "initialize":
             return self._initialize(request_id, params)
         if method == "ping":
@@ -316,12 +319,12 @@ class MCPPeer:
                 INVALID_REQUEST, "send initialize (and notifications/initialized) first"
             )
         if method == "tools/call":
-            return await self._call(request_id, params, notify or self.send)
+            return await self._call(request_id, params, notify or self.send, held)
         if method == "tools/list":
             cursor = params.get("cursor")
             if cursor not in (None, ""):  # the listing is one page: no cursor was ever given out
                 raise _RpcError(INVALID_PARAMS, f"unknown cursor {str(cursor)[:64]!r}")
-            return self._list(request_id)
+            return self._list(request_id, held)
         if method == "server/discover":
             return self._discover(request_id)
         if method == "subscriptions/listen" and self.era == "modern":
@@ -377,11 +380,12 @@ class MCPPeer:
         if isinstance(info, dict):
             self.client_info = info
         capabilities = params.get("capabilities")
-        if isinstance(capabilities, dict):
-            self._elicitation = isinstance(capabilities.get("elicitation"), dict)
-            experimental = capabilities.get("experimental")
-            if isinstance(experimental, dict) and OVERRIDE_KEY in experimental:
-                self._override = experimental[OVERRIDE_KEY]
+        if not isinstance(capabilities, dict):
+            capabilities = {}
+        self._elicitation = isinstance(capabilities.get("elicitation"), dict)
+        experimental = capabilities.get("experimental")
+        # this initialize's own override: a refused one must not stick to the client's retry
+        self._override = experimental.get(OVERRIDE_KEY) if isinstance(experimental, dict) else None
         self.session  # noqa: B018 - settle the capability set now: a refusal answers initialize
         self.initialized = True  # notifications/initialized is optional in practice
         result: dict[str, Any] = {
@@ -442,7 +446,7 @@ class MCPPeer:
             host = self.service.host
             agent = self.client_info.get("name") if isinstance(self.client_info, dict) else None
             self._session = Session(
-                capabilities=self._capabilities(),
+                capabilities=self._adjusted(self._override),
                 agent_id=str(agent or "mcp-client"),
                 id=self.http_session or secret_id(),
                 max_parallel=host.max_parallel,
@@ -467,15 +471,19 @@ class MCPPeer:
             )
         )
 
-    def _list(self, request_id: Any) -> bytes:
-        tools = self.service.listing_json(self.session.capabilities, self.loaded)
+    def _list(self, request_id: Any, held: CapabilitySet | None) -> bytes:
+        tools = self.service.listing_json(self._session_for(held).capabilities, self.loaded)
         if self.era == "modern":
             tail = ',"ttlMs":0,"cacheScope":"private","resultType":"complete"'
             return self._result(request_id, '{"tools":' + tools + tail + "}", stamped=False)
         return self._result(request_id, '{"tools":' + tools + "}")
 
     async def _call(
-        self, request_id: Any, params: dict[str, Any], notify: Send | None
+        self,
+        request_id: Any,
+        params: dict[str, Any],
+        notify: Send | None,
+        held: CapabilitySet | None,
     ) -> bytes | None:
         name = params.get("name")
         if not isinstance(name, str) or not name:
@@ -486,7 +494,7 @@ class MCPPeer:
         if not isinstance(arguments, dict):
             raise _RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
         if name == self.service._search_name and name not in self.service.host.toolkit:
-            return await self._searched(request_id, name, arguments)
+            return await self._searched(request_id, name, arguments, self._session_for(held))
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         on_event = _progress_sender(token, notify) if token is not None and notify else None
@@ -511,7 +519,7 @@ class MCPPeer:
         session.active_calls += 1
         self._counted.add(task)
         try:
-            result = await self.service.host.pipeline.call(session, spec, on_event)
+            result = await self.service.host.pipeline.call(self._session_for(held), spec, on_event)
         except ElicitationNeeded as pending:  # 2026-07-28: the client retries with its answer
             return self._result(request_id, json.dumps(pending.result))
         except asyncio.CancelledError:
@@ -544,13 +552,30 @@ class MCPPeer:
 
     # -- capabilities and approvals (docs/policy.md) --------------------------------------------
 
-    def _capabilities(self) -> CapabilitySet:
-        """The host's set, adjusted by the client's override when the host's policy allows."""
+    def _requested_capabilities(self, params: dict[str, Any]) -> CapabilitySet | None:
+        """The set a 2026-07-28 request asks for in its ``_meta`` (None: it asks for none).
+
+        It holds for that request alone, and a refusal (a locked host) answers that request
+        alone: the era keeps no state between requests, so neither may an override."""
+        meta = params.get("_meta")
+        if self.era != "modern" or not isinstance(meta, dict) or OVERRIDE_KEY not in meta:
+            return None
+        return self._adjusted(meta[OVERRIDE_KEY])
+
+    def _session_for(self, held: CapabilitySet | None) -> Session:
+        """The session one request runs under: the conversation's own, or a copy of it (same
+        id, agent, approver and state) holding the set that request asked for."""
+        session = self.session
+        if held is None or held is session.capabilities:
+            return session
+        return dataclasses.replace(session, capabilities=held)
+
+    def _adjusted(self, asked: Any) -> CapabilitySet:
+        """The host's set, adjusted by an override when the host's policy allows."""
         from toolmesh.capabilities import session_capabilities
         from toolmesh.errors import CapabilityError
 
         host = self.service.host
-        asked = self._override
         if asked is None:
             return host.capabilities
         if not isinstance(asked, dict) or not isinstance(asked.get("capabilities", []), list):
@@ -618,7 +643,9 @@ class MCPPeer:
         else:
             future.set_result(message.get("result"))
 
-    async def _searched(self, request_id: Any, name: str, arguments: dict[str, Any]) -> bytes:
+    async def _searched(
+        self, request_id: Any, name: str, arguments: dict[str, Any], session: Session
+    ) -> bytes:
         """``search_tools``, answered here and audited like every call."""
         started = time.perf_counter()
         try:
@@ -626,20 +653,20 @@ class MCPPeer:
         except ArgumentError as exc:
             outcome = _refused_search(name, str(exc))
         else:
-            outcome = self._search(name, arguments)
+            outcome = self._search(name, arguments, session.capabilities)
         outcome.duration_ms = int((time.perf_counter() - started) * 1000)
         spec = CallSpec(tool_name=name, arguments=arguments, req_id=str(request_id))
-        await self.service.host.pipeline.record(self.session, spec, outcome, source="mcp-server")
+        await self.service.host.pipeline.record(session, spec, outcome, source="mcp-server")
         wire = mcp_call_result(outcome, modern=self.era == "modern")
         return self._result(request_id, json.dumps(wire, ensure_ascii=False))
 
-    def _search(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    def _search(self, name: str, arguments: dict[str, Any], held: CapabilitySet) -> ToolResult:
         query: str = arguments["query"]
         if not query.strip():
             return _refused_search(name, "search_tools needs a non-empty 'query'")
         found = self.service.host.toolkit.search(
             query,
-            capabilities=self.session.capabilities,
+            capabilities=held,
             limit=arguments.get("limit", _SEARCH_LIMIT),
         )
         entries = [mcp_tool_entry(tool) for tool in found]

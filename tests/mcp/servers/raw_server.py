@@ -2,6 +2,8 @@
 for what the SDK's own server API would never send. Run as a script:
 
 python raw_server.py malformed   # tools/list with malformed entries
+python raw_server.py blank_names # tools/list with names "" and "  " (the SDK accepts them)
+python raw_server.py blank_names_and_a_bad_schema  # the same and an entry the SDK refuses
 python raw_server.py calls      # a clean listing, odd call results and progress values
 python raw_server.py cursor      # tools/list answers with nextCursor "" (meaning: no more)
 python raw_server.py answers     # a banner on stdout, then calls answered with broken envelopes
@@ -51,6 +53,11 @@ def listing() -> dict[str, Any]:
                 {"name": "pair", "inputSchema": OBJECT, "outputSchema": PAIR},
             ]
         }
+    if MODE.startswith("blank_names"):
+        tools = [{"name": n, "inputSchema": OBJECT} for n in ("", " \t", "good")]
+        if MODE.endswith("bad_schema"):
+            tools.append({"name": "no_schema"})  # no inputSchema: the SDK refuses the listing
+        return {"tools": tools}
     if MODE == "answers":
         names = ("text_result", "bad_error", "no_version", "good")
         return {"tools": [{"name": n, "inputSchema": OBJECT} for n in names]}
