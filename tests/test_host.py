@@ -306,3 +306,21 @@ def _sleeper() -> Any:
         return "woke"
 
     return sleeper
+
+
+@pytest.mark.parametrize(
+    ("settings", "refused"),
+    [
+        ({"max_parallel": "3"}, "max_parallel must be an integer, not '3'"),
+        ({"max_parallel": 2.5}, "max_parallel must be an integer, not 2.5"),
+        ({"max_parallel": True}, "max_parallel must be an integer, not True"),
+        ({"max_parallel": 0}, "max_parallel must be at least 1, not 0"),
+        ({"max_message_bytes": "1mb"}, "max_message_bytes must be an integer, not '1mb'"),
+        ({"max_message_bytes": -1}, "max_message_bytes must be at least 1, not -1"),
+    ],
+)
+def test_host_count_settings_of_the_wrong_kind_are_config_errors(
+    settings: dict[str, Any], refused: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{refused}$"):
+        Host(echo, **settings)

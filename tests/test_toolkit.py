@@ -1015,3 +1015,50 @@ def test_a_wrapper_asks_its_filter_again_when_its_source_changes() -> None:
     filtered.deny = []
     inner.add(make("more"))
     assert kit.names() == ["read", "write", "list", "more"]
+
+
+@tool
+def _greet(who: str = "you") -> str:
+    return f"hi {who}"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        pytest.param(lambda: Toolkit(_greet), id="toolkit"),
+        pytest.param(lambda: _greet, id="@tool function"),
+        pytest.param(lambda: [_greet], id="list"),
+        pytest.param(lambda: ToolSet([_greet]), id="source"),
+    ],
+)
+async def test_wrappers_take_whatever_toolkit_add_takes(given: Callable[[], object]) -> None:
+    kit = Toolkit(
+        Prefixed(given(), "p"),  # type: ignore[arg-type]
+        Filtered(given(), deny=["nothing"]),  # type: ignore[arg-type]
+        Renamed(given(), {"_greet": "hello"}),  # type: ignore[arg-type]
+    )
+    assert kit.names() == ["p__greet", "_greet", "hello"]
+    assert (await kit.execute("p__greet", {"who": "me"})).data == "hi me"
+
+
+def test_a_wrapper_of_something_unservable_names_itself_and_what_it_needs() -> None:
+    with pytest.raises(ConfigError, match=r"^Prefixed: cannot serve 5: expected a ToolPlugin"):
+        Prefixed(5, "p")  # type: ignore[arg-type]
+
+
+def test_a_conflict_between_sources_of_one_name_tells_them_apart_by_place() -> None:
+    """Two ``@tool`` functions named "a" are both source 'tool:a': the message says which one
+    (by the place it was added) keeps the name."""
+
+    def a_tool(description: str) -> Tool:
+        return tool(lambda: description, name="a", description=description)
+
+    with pytest.warns(ToolNameConflict) as caught:
+        Toolkit(a_tool("first"), make("b"), a_tool("second"), a_tool("third"))
+    assert [str(w.message) for w in caught] == [
+        f"tool name 'a' is taken: 'a' from source #{n} 'tool:a' is ignored; "
+        "'a' from source #1 'tool:a' keeps it"
+        for n in (3, 4)
+    ]
+    with pytest.raises(NameConflictError, match="from source #2 'tool:a' is ignored"):
+        Toolkit(a_tool("first"), a_tool("second"), on_conflict="error")

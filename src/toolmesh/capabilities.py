@@ -12,9 +12,10 @@ exactly that set and asking for anything else is refused; under ``extensible`` a
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from toolmesh.errors import CapabilityError, ConfigError
 
@@ -25,6 +26,7 @@ __all__ = [
     "check_tag",
     "satisfies",
     "session_capabilities",
+    "string_list",
 ]
 
 CapabilityPolicy = Literal["locked", "extensible"]
@@ -48,6 +50,25 @@ def check_tag(tag: str, *, where: str = "capability") -> str:
     return tag
 
 
+def string_list(value: str | Iterable[str], *, where: str, paths: bool = False) -> list[str]:
+    """The strings given to a parameter that takes several (tags, capabilities, name patterns,
+    origins, with ``paths`` folders too): the public API's one rule is that a lone str is one
+    item, never the sequence of its characters. With ``paths`` an ``os.PathLike`` is taken as
+    its text. Anything else is a ConfigError naming ``where``."""
+    given: Any = value
+    if isinstance(given, str) or (paths and isinstance(given, os.PathLike)):
+        given = [given]
+    try:
+        items: list[Any] | None = list(given)
+    except TypeError:
+        items = None
+    if paths and items:
+        items = [os.fspath(item) if isinstance(item, os.PathLike) else item for item in items]
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise ConfigError(f"{where} must be a string or a list of strings, not {value!r}")
+    return items
+
+
 def satisfies(held: Iterable[str], required: str) -> bool:
     """Whether holding ``held`` grants the single tag ``required`` (whole-segment prefix)."""
     for tag in held:
@@ -63,8 +84,9 @@ class CapabilitySet:
 
     __slots__ = ("_grants", "tags")
 
-    def __init__(self, tags: Iterable[str] = (ALL,)) -> None:
-        self.tags: frozenset[str] = frozenset(check_tag(t) for t in tags)
+    def __init__(self, tags: str | Iterable[str] = (ALL,)) -> None:
+        held = string_list(tags, where="capabilities")
+        self.tags: frozenset[str] = frozenset(check_tag(t) for t in held)
         self._grants: dict[str, bool] = {}
 
     @property

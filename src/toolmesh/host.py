@@ -82,6 +82,14 @@ SUPPORTED_A2E_CAPS = frozenset({"tools"})
 _CLOSED_BEFORE_ANSWER = "the connection closed before the approval was answered"
 
 
+def _check_count(setting: str, value: object) -> None:
+    """A count setting must be an int of at least 1 ("3" or 2.5 would fail at the first call)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{setting} must be an integer, not {value!r}")
+    if value < 1:
+        raise ConfigError(f"{setting} must be at least 1, not {value!r}")
+
+
 class Host:
     """Serves sources (plugins, toolkits, @tool functions) to agents over any transport."""
 
@@ -102,8 +110,8 @@ class Host:
     ) -> None:
         if audit is not None and store is not None:
             raise ConfigError("give either audit= (a SQLite path) or store=, not both")
-        if max_parallel < 1:
-            raise ConfigError("max_parallel must be at least 1")
+        _check_count("max_parallel", max_parallel)
+        _check_count("max_message_bytes", max_message_bytes)
         if len(sources) == 1 and isinstance(sources[0], Toolkit):
             self.toolkit = sources[0]
             self._owns_toolkit = bool(owns_toolkit)

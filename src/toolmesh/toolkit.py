@@ -2,12 +2,13 @@
 
 Assembly walks the sources in the order they were added. Every name is made legal for every
 model provider (``[A-Za-z0-9_-]``, at most 64 characters). When two tools want one name, the first
-keeps it and a ``ToolNameConflict`` warning names both sources, or the toolkit refuses with
-``NameConflictError`` when created with ``on_conflict="error"``. A refusal changes nothing: a
-refused ``add`` or ``register`` leaves the toolkit as it was, and after a refused source change
-it serves its last good assembly, assembling afresh at every later change (and refusing again)
-until the clash is gone. A tool stays reachable under its original name too, so an A2E client
-can call ``fs.read`` even though models see ``fs_read``.
+keeps it and a ``ToolNameConflict`` warning names both sources (by place too, ``#2``, when they
+share a name), or the toolkit refuses with ``NameConflictError`` when created with
+``on_conflict="error"``. A refusal changes nothing: a refused ``add`` or ``register`` leaves the
+toolkit as it was, and after a refused source change it serves its last good assembly,
+assembling afresh at every later change (and refusing again) until the clash is gone. A tool
+stays reachable under its original name too, so an A2E client can call ``fs.read`` even though
+models see ``fs_read``.
 
 ``execute`` runs a call through the same pipeline every transport uses (policy, validation,
 deadline, events, state, audit).
@@ -32,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet
+from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet, string_list
 from toolmesh.errors import ConfigError, NameConflictError, ProtocolError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
@@ -141,7 +142,9 @@ class Toolkit(ToolResolver):
         self.capabilities = CapabilitySet([ALL] if capabilities is None else capabilities)
         self.capability_policy: CapabilityPolicy = capability_policy
         self.store = open_store(store)
-        self.state = StateManager(self.store, allowed_prefixes=state_paths)
+        self.state = StateManager(
+            self.store, allowed_prefixes=string_list(state_paths, where="state_paths")
+        )
         self.pipeline = Pipeline(
             self, store=self.store, state=self.state, limits=limits, hooks=hooks
         )
@@ -166,7 +169,7 @@ class Toolkit(ToolResolver):
             self._index_made = _create_index(search)  # an index given, or a wrong mode: raises
         self._unindexed: dict[str, ToolDefinition | None] = {}
         self.defer_above = defer_above
-        self.keep_active = tuple(keep_active)
+        self.keep_active = tuple(string_list(keep_active, where="keep_active"))
         self._over_budget: dict[str, tuple[Tool, Tool]] = {}  # name -> (as given, deferred)
         self._token_costs: dict[int, tuple[Tool, int]] = {}
         self._budget_used = 0  # tokens of the tools the budget keeps listed
@@ -342,18 +345,33 @@ class Toolkit(ToolResolver):
 
     def _conflict(self, holder: _Entry, source: Source, original: str, public: str) -> None:
         renamed = f" (made legal as {public!r})" if original != public else ""
+        loser, keeper = self._told_apart(source, holder.source)
         message = (
-            f"tool name {public!r} is taken: {original!r}{renamed} from source "
-            f"{source.name!r} is ignored; {holder.original!r} from source "
-            f"{holder.source.name!r} keeps it"
+            f"tool name {public!r} is taken: {original!r}{renamed} from source {loser} is "
+            f"ignored; {holder.original!r} from source {keeper} keeps it"
         )
         if self.on_conflict == "error":
             raise NameConflictError(message)
-        key = (public, holder.source.name, source.name)
+        key = (public, keeper, loser)
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message)
             warnings.warn(message, ToolNameConflict, stacklevel=4)
+
+    def _told_apart(self, source: Source, other: Source) -> tuple[str, str]:
+        """The two sources as a conflict names them: by name, and when two sources have one
+        name (two ``@tool`` functions named "a" are both "tool:a") by place too, ``#2``."""
+        if source is other or source.name != other.name:
+            return repr(source.name), repr(other.name)
+        return f"#{self._place(source)} {source.name!r}", f"#{self._place(other)} {other.name!r}"
+
+    def _place(self, source: Source) -> int:
+        """Where ``source`` is among the sources, counted from 1; one being added (not among
+        them yet) comes after them all."""
+        for place, each in enumerate(self._sources, 1):
+            if each is source:
+                return place
+        return len(self._sources) + 1
 
     def _source_changed(self, source: Source) -> None:
         """Re-assemble after a source changed its tools: only where it changed when no other
@@ -578,6 +596,7 @@ class Toolkit(ToolResolver):
     ) -> list[ToolDefinition]:
         """The listing a session sees: tools it may call, filtered by kind and tags (AND)."""
         held = capabilities or self.capabilities
+        tags = string_list(tags, where="tags")
         key = (self._version, held, kind, tuple(tags), include_deferred)
         listing = self._listings.get(key)
         if listing is None:
@@ -621,6 +640,7 @@ class Toolkit(ToolResolver):
         if limit is not None and limit <= 0:
             return []  # whoever ranks them: `tools[:-1]` would be nearly all
         held = capabilities or self.capabilities
+        tags = string_list(tags, where="tags")
 
         def accept(name: str) -> bool:
             entry = self._entries.get(name)  # a source's own search may have changed its tools
@@ -832,7 +852,7 @@ class Toolkit(ToolResolver):
             a2a=a2a,
             mcp=mcp,
             auth_token=auth_token,
-            allowed_origins=allowed_origins,
+            allowed_origins=string_list(allowed_origins, where="allowed_origins"),
             max_parallel=max_parallel,
             max_message_bytes=max_message_bytes,
         )

@@ -20,7 +20,7 @@ from openai.types.responses import FunctionToolParam
 
 from tests.llm.catalogue import CATALOGUE, FREE_FORM, RECURSIVE, add, count_nodes, metadata
 from tests.llm.checks import assert_openai_strict, check_typed_dict, walk_keys
-from toolmesh import SchemaError, ToolDefinition, Toolkit
+from toolmesh import SchemaError, ToolDefinition, Toolkit, tool
 from toolmesh.llm import (
     gemini_schema,
     openai_strict_schema,
@@ -431,3 +431,18 @@ def test_a_discriminated_union_travels_to_every_provider() -> None:
     parsed = parse_tool_call(call, [adopt])
     assert parsed.arguments == {"pet": {"kind": "cat", "name": None}}
     adopt.validate(parsed.arguments)
+
+
+def test_strict_refuses_an_object_whose_other_keys_are_typed_even_at_the_root() -> None:
+    """``**kwargs: str`` at the root: closing the object would take the extra arguments away,
+    so the tool is sent non-strict (and ``strict=True`` names why it cannot be)."""
+
+    @tool
+    def kw(a: int, **kwargs: str) -> str:
+        return a * "x"
+
+    (entry,) = to_openai([kw])
+    assert entry["function"]["strict"] is False
+    assert entry["function"]["parameters"]["additionalProperties"] == {"type": "string"}
+    with pytest.raises(SchemaError, match=r"'kw' cannot be strict: \$: an object with free-form"):
+        to_openai([kw], strict=True)

@@ -857,3 +857,77 @@ async def test_a_tool_raising_argument_error_is_invalid_arguments() -> None:
         assert result.error_code == ToolErrorCode.INVALID_ARGUMENTS, name
         assert result.error == "invalid argument at $.day: no bookings on Sundays"
         assert result.metadata == {"path": "$.day"}
+
+
+async def test_kwargs_annotation_types_the_extra_arguments() -> None:
+    """``**kwargs: str`` says what every argument beyond the named ones holds: the schema's
+    ``additionalProperties``, checked (at the argument's path) before the function runs."""
+
+    @tool
+    def kw(a: int, **kwargs: str) -> str:
+        return repr({k: type(v).__name__ for k, v in kwargs.items()})
+
+    assert kw.input_schema["additionalProperties"] == {"type": "string"}
+    assert kw.definition.input_schema == kw.input_schema  # travels beside the parameters
+    kit = Toolkit(kw)
+    wrong = await kit.execute("kw", {"a": 1, "z": 5})
+    assert wrong.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert wrong.metadata["path"] == "$.z"
+    assert (await kit.execute("kw", {"a": 1, "z": "5"})).data == "{'z': 'str'}"
+
+
+async def test_kwargs_values_become_their_annotation() -> None:
+    class Item(BaseModel):
+        size: int
+
+        @field_validator("size")
+        @classmethod
+        def positive(cls, value: int) -> int:
+            if value < 0:
+                raise ValueError("size must not be negative")
+            return value
+
+    @tool
+    def counts(label: str = "", **counts: int) -> str:
+        return repr(counts)
+
+    @tool
+    def items(**items: Item) -> str:
+        return repr(items)
+
+    kit = Toolkit(counts, items)
+    assert (await kit.execute("counts", {"label": "x", "n": 2.0})).data == "{'n': 2}"
+    assert (await kit.execute("items", {"a": {"size": 1}})).data == "{'a': Item(size=1)}"
+    refused = await kit.execute("items", {"a": {"size": -1}})
+    assert refused.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert refused.metadata["path"] == "$.a.size"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"name": 123}, "name must be a non-empty string, not 123"),
+        ({"name": ""}, "name must be a non-empty string, not ''"),
+        ({"name": "  "}, "name must be a non-empty string, not '  '"),
+        ({"description": 5}, "description must be a string, not 5"),
+        ({"version": 2}, "version=2 is refused"),
+        ({"tags": 5}, "tags must be a string or a list of strings, not 5"),
+        ({"capabilities": ["fs", 1]}, r"capabilities must be .*, not \['fs', 1\]"),
+    ],
+)
+def test_tool_settings_of_the_wrong_kind_are_config_errors(
+    options: dict[str, Any], named: str
+) -> None:
+    def f(a: int = 0) -> int:
+        return a
+
+    with pytest.raises(ConfigError, match=named):
+        tool(f, **options)
+
+
+def test_a_blank_description_means_the_docstrings() -> None:
+    def f(a: int = 0) -> int:
+        """Adds nothing."""
+        return a
+
+    assert tool(f, description="").definition.description == "Adds nothing."

@@ -259,9 +259,12 @@ class _StrictConverter:
     ) -> None:
         properties = schema.get("properties")
         extra = schema.get("additionalProperties")
-        if not properties and extra is not False and path:  # the root: a tool without arguments
-            raise SchemaError(
-                f"{_path_text(path)}: an object with free-form keys (a dict) cannot be strict"
+        # Closing an object that says what its other keys hold (``**kwargs: str``, at the root
+        # too) would take them away: strict mode has no open objects.
+        if isinstance(extra, Mapping) or (not properties and extra is not False and path):
+            raise SchemaError(  # (the root without properties: a tool without arguments)
+                f"{_path_text(path)}: an object with free-form keys (a dict, **kwargs) cannot "
+                "be strict"
             )
         required = set(schema.get("required") or ())
         converted: JsonSchema = {}

@@ -10,10 +10,12 @@ makes a fresh value per call). Partials and callable instances are read through 
 they call.
 
 A parameter annotated ``ToolContext`` (or named ``ctx``) receives the call's context and is left
-out of the schema. Async functions are awaited; plain functions run on a worker thread so they
-cannot block the event loop. The items of a generator (drawn on a worker thread) or of an async
-generator become a list. Return values become results: str as is, models and dicts as JSON
-data, ``Output`` and ``ToolResult`` passed through; an exception becomes an error result.
+out of the schema. ``**kwargs`` takes the arguments beyond the named ones, each of the type it
+is annotated with (the schema's ``additionalProperties``; unannotated or ``Any``: any value).
+Async functions are awaited; plain functions run on a worker thread so they cannot block the
+event loop. The items of a generator (drawn on a worker thread) or of an async generator become
+a list. Return values become results: str as is, models and dicts as JSON data, ``Output`` and
+``ToolResult`` passed through; an exception becomes an error result.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import typing_extensions
 from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from toolmesh.capabilities import check_tag
+from toolmesh.capabilities import check_tag, string_list
 from toolmesh.errors import ArgumentError, ConfigError, SchemaError
 from toolmesh.models import ToolDefinition, ToolParameter
 from toolmesh.schema import child_path, def_ref, parameters_to_schema, schema_to_parameters
@@ -149,34 +151,59 @@ def _build(fn: Callable[..., Any], **options: Any) -> FunctionTool:
     target = _unwrap(fn)
     plan = _plan(target, options["namespace"])
     doc = _docstring(target)
-    tool_name = options["name"] or getattr(target, "__name__", None)
+    tool_name = _given_text(options["name"], "name") or getattr(target, "__name__", None)
     if not tool_name or tool_name == "<lambda>":
         raise ConfigError("a lambda or unnamed callable needs tool(fn, name=...)")
+    where = f"tool {tool_name!r}"
+    tags = string_list(options["tags"], where=f"{where} tags")
+    capabilities = string_list(options["capabilities"], where=f"{where} capabilities")
     raw_input, raw_output = _schemas(plan, doc)
     input_schema, input_parameters, input_lossless = _shape_of(raw_input)
     output_schema, output_parameters, output_lossless = _shape_of(raw_output)
-    definition = ToolDefinition(
-        name=tool_name,
-        input_parameters=input_parameters,
-        input_schema=None if input_lossless else input_schema,
-        output_parameters=output_parameters,
-        output_schema=None if output_lossless else output_schema,
-        kind="python",
-        description=options["description"] or _description(doc) or tool_name,
-        streaming=options["streaming"],
-        idempotent=options["idempotent"],
-        tags=list(options["tags"]),
-        version=options["version"],
-        defer_loading=options["defer_loading"],
-        capabilities=[
-            check_tag(c, where=f"tool {tool_name!r} capability") for c in options["capabilities"]
-        ],
-        annotations=dict(options["annotations"]) if options["annotations"] else None,
-        requires_approval=options["requires_approval"],
-    )
+    try:
+        definition = ToolDefinition(
+            name=tool_name,
+            input_parameters=input_parameters,
+            input_schema=None if input_lossless else input_schema,
+            output_parameters=output_parameters,
+            output_schema=None if output_lossless else output_schema,
+            kind="python",
+            description=_given_text(options["description"], "description", blank=True)
+            or _description(doc)
+            or tool_name,
+            streaming=options["streaming"],
+            idempotent=options["idempotent"],
+            tags=tags,
+            version=options["version"],
+            defer_loading=options["defer_loading"],
+            capabilities=[check_tag(c, where=f"{where} capability") for c in capabilities],
+            annotations=dict(options["annotations"]) if options["annotations"] else None,
+            requires_approval=options["requires_approval"],
+        )
+    except ValidationError as exc:  # a setting of the wrong type (version=1, streaming=None)
+        raise _setting_refused(where, exc) from None
     made = FunctionTool(definition, _runner(fn, plan), source="python", input_schema=input_schema)
     made.__wrapped__ = fn
     return made
+
+
+def _given_text(value: Any, option: str, *, blank: bool = False) -> str | None:
+    """A text setting of ``tool()`` (None: not given). Anything but text is refused, and so is
+    blank text unless ``blank`` (then it is not given): ``name=""`` would otherwise quietly name
+    the tool after the function, where ``description=""`` means "the docstring's"."""
+    if value is None or (blank and isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or not value.strip():
+        kind = "a string" if blank else "a non-empty string"
+        raise ConfigError(f"tool() {option} must be {kind}, not {value!r}")
+    return value
+
+
+def _setting_refused(where: str, exc: ValidationError) -> ConfigError:
+    """A ConfigError naming the setting (and the value) the tool's definition refused."""
+    first = exc.errors(include_url=False)[0]
+    setting = ".".join(str(step) for step in first["loc"])
+    return ConfigError(f"{where}: {setting}={first['input']!r} is refused: {first['msg']}")
 
 
 _SHAPES: dict[str, tuple[JsonSchema, list[ToolParameter], bool]] = {}
@@ -229,9 +256,11 @@ class _Plan:
     params: list[_Param]
     context_param: str | None
     extra_kwargs: bool
+    extra_type: Any  # the **kwargs annotation: the type of each argument beyond the named ones
     returns: Any
     kind: Literal["sync", "async", "generator", "async_generator"]
     positional: list[tuple[str, Any]]  # the positional-only parameters, context too, and defaults
+    extra_coerce: Callable[[Any], Any] | None = None  # for each argument **kwargs takes
 
 
 def _unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -277,6 +306,7 @@ def _plan(fn: Callable[..., Any], namespace: Mapping[str, Any]) -> _Plan:
     params: list[_Param] = []
     context_param = None
     extra_kwargs = False
+    extra_type: Any = Any
     positional: list[tuple[str, Any]] = []
     for param in signature.parameters.values():
         annotation, default, make = _field_default(hints.get(param.name, Any), param.default)
@@ -288,13 +318,14 @@ def _plan(fn: Callable[..., Any], namespace: Mapping[str, Any]) -> _Plan:
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
             raise ConfigError(f"{_qualname(fn)}: *{param.name} cannot be a tool parameter")
         if param.kind is inspect.Parameter.VAR_KEYWORD:
-            extra_kwargs = True
+            extra_kwargs, extra_type = True, annotation
             continue
         params.append(_Param(param.name, annotation, default, param.kind, make=make))
     return _Plan(
         params=params,
         context_param=context_param,
         extra_kwargs=extra_kwargs,
+        extra_type=extra_type,
         returns=hints.get("return", inspect.Signature.empty),
         kind=_kind(_annotated(fn)),
         positional=positional,
@@ -434,6 +465,11 @@ def _schemas(plan: _Plan, doc: _Doc | None) -> tuple[JsonSchema, JsonSchema | No
         input_schema["required"] = required
     if not plan.extra_kwargs:
         input_schema["additionalProperties"] = False
+    else:
+        extra = builder.schema(plan.extra_type)
+        if extra:  # (an unannotated or Any **kwargs: {}, any value, as leaving it out says)
+            input_schema["additionalProperties"] = extra
+        plan.extra_coerce = builder.coercer(plan.extra_type)
     if builder.defs:
         input_schema["$defs"] = builder.defs
     return input_schema, _output_schema(plan.returns, doc)
@@ -778,9 +814,12 @@ def _strip_titles(schema: Any, *, in_properties: bool = False) -> Any:
 def _runner(fn: Callable[..., Any], plan: _Plan) -> Callable[[dict[str, Any], ToolContext], Any]:
     coercers = {p.name: p.coerce for p in plan.params if p.coerce is not None}
     factories = {p.name: p.make for p in plan.params if p.make is not None}
+    extras = None
+    if plan.extra_coerce is not None:
+        extras = (frozenset(p.name for p in plan.params), plan.extra_coerce)
     runner = _RUNNERS[plan.kind]
     return runner(
-        fn, tuple(plan.positional), coercers or None, plan.context_param, factories or None
+        fn, tuple(plan.positional), coercers or None, plan.context_param, factories or None, extras
     )
 
 
@@ -788,7 +827,7 @@ class _Runner:
     """Calls the function with JSON arguments bound to its parameters. One small object per
     tool rather than closures: registering thousands of tools allocates (and GC-scans) less."""
 
-    __slots__ = ("coercers", "context_param", "factories", "fn", "positional")
+    __slots__ = ("coercers", "context_param", "extras", "factories", "fn", "positional")
 
     def __init__(
         self,
@@ -797,22 +836,25 @@ class _Runner:
         coercers: dict[str, Callable[[Any], Any]] | None,
         context_param: str | None,
         factories: dict[str, Callable[[], Any]] | None = None,
+        extras: tuple[frozenset[str], Callable[[Any], Any]] | None = None,
     ) -> None:
         self.fn = fn
         self.positional = positional
         self.coercers = coercers
         self.context_param = context_param
         self.factories = factories
+        self.extras = extras  # the named parameters, and the coercer of the others (**kwargs)
 
     def bind(self, arguments: dict[str, Any], ctx: ToolContext) -> tuple[list[Any], dict[str, Any]]:
         kwargs = dict(arguments)
         if self.coercers:
             for key, coerce in self.coercers.items():
                 if key in kwargs:
-                    try:
-                        kwargs[key] = coerce(kwargs[key])
-                    except ValidationError as exc:  # a model's own validator said no
-                        raise _refused(key, exc) from None
+                    kwargs[key] = _coerced(key, kwargs[key], coerce)
+        if self.extras is not None:
+            named, coerce = self.extras
+            for key in [k for k in kwargs if k not in named]:  # in order: the first fault is told
+                kwargs[key] = _coerced(key, kwargs[key], coerce)
         if self.factories:  # the function's own default would be the Field(...) object itself
             for key, make in self.factories.items():
                 if key not in kwargs:
@@ -831,6 +873,13 @@ class _Runner:
 
     async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         raise NotImplementedError  # one subclass per kind of function, see _RUNNERS
+
+
+def _coerced(key: str, value: Any, coerce: Callable[[Any], Any]) -> Any:
+    try:
+        return coerce(value)
+    except ValidationError as exc:  # a model's own validator said no
+        raise _refused(key, exc) from None
 
 
 class _AsyncRunner(_Runner):

@@ -36,7 +36,7 @@ from urllib.parse import quote
 import httpx
 
 from toolmesh import strictjson
-from toolmesh.capabilities import check_tag
+from toolmesh.capabilities import check_tag, string_list
 from toolmesh.errors import ConfigError, SchemaError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.schema import compile_validator
@@ -90,6 +90,9 @@ class HttpEndpoint:
     tags: Sequence[str] = ()
 
     def __post_init__(self) -> None:
+        for setting in ("file_fields", "joined_query", "capabilities", "tags"):
+            given = string_list(getattr(self, setting), where=f"http tool {self.name!r} {setting}")
+            object.__setattr__(self, setting, given)
         method = self.method.upper()
         object.__setattr__(self, "method", method)
         if method not in _METHODS:
@@ -606,6 +609,16 @@ def http_tool(
     the whole object schema instead. ``joined_query``: query parameters whose list is sent as
     one comma-joined value; ``file_fields``: the fields a ``multipart`` body sends as files.
     """
+    lists = {
+        key: string_list(value, where=f"http tool {name!r} {key}")
+        for key, value in (
+            ("required", required),
+            ("capabilities", capabilities),
+            ("tags", tags),
+            ("joined_query", joined_query),
+            ("file_fields", file_fields),
+        )
+    }
     endpoint = endpoint_of(
         {
             "name": name,
@@ -613,7 +626,6 @@ def http_tool(
             "method": method,
             "description": description,
             "parameters": parameters,
-            "required": list(required),
             "query": query,
             "headers": headers,
             "body": body,
@@ -621,11 +633,8 @@ def http_tool(
             "content_type": content_type,
             "timeout": timeout,
             "result": result,
-            "capabilities": list(capabilities),
-            "tags": list(tags),
-            "joined_query": list(joined_query),
-            "file_fields": list(file_fields),
             "input_schema": input_schema,
+            **lists,
         }
     )
     return HttpSource([endpoint], name=f"http:{name}").tools()[0]

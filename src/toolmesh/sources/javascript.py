@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from toolmesh.capabilities import string_list
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
 from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
@@ -70,8 +71,13 @@ class JavaScriptSource(WorkerSource):
         self.folder = Path(path).resolve()
         super().__init__(name or f"javascript:{self.folder.name}")
         self.node = node
-        self.allow_read = [str(Path(p).resolve()) for p in allow_read]
-        self.allow_write = [str(Path(p).resolve()) for p in allow_write]
+        self.allow_read = [
+            str(Path(p).resolve()) for p in string_list(allow_read, where="allow_read", paths=True)
+        ]
+        self.allow_write = [
+            str(Path(p).resolve())
+            for p in string_list(allow_write, where="allow_write", paths=True)
+        ]
         self.esbuild = esbuild
         self.install = install
         self.isolation = isolation

@@ -2,17 +2,23 @@
 
 Each wrapper delegates everything to the source it wraps and changes one thing, so they compose:
 ``Prefixed(Filtered(mcp, deny=["delete_*"]), "gh")``. The wrapped tool keeps its executor: a
-renamed tool still runs under the name its source knows it by.
+renamed tool still runs under the name its source knows it by. Each wraps whatever
+``Toolkit.add`` takes: a source, a toolkit, a plugin, a tool, an ``@tool`` function or a list.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from toolmesh.capabilities import check_tag
+from toolmesh.capabilities import check_tag, string_list
+from toolmesh.errors import ConfigError
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.tools import Tool
+
+if TYPE_CHECKING:
+    from toolmesh.toolkit import SourceLike
 
 __all__ = ["Filtered", "Prefixed", "Renamed", "Tagged", "WrapperSource"]
 
@@ -20,16 +26,16 @@ __all__ = ["Filtered", "Prefixed", "Renamed", "Tagged", "WrapperSource"]
 class WrapperSource(Source):
     """Delegates everything to ``wrapped``; subclasses override ``keep`` and/or ``map``."""
 
-    def __init__(self, wrapped: Source) -> None:
-        self.wrapped = wrapped
-        self.name = wrapped.name
+    def __init__(self, wrapped: SourceLike | Sequence[SourceLike]) -> None:
+        self.wrapped = _as_source(wrapped, type(self).__name__)
+        self.name = self.wrapped.name
         # The inner tools the cache was made from, held (not their ids: a freed tool's id is
         # soon another tool's, and a source that re-lists its tools frees the old ones).
         self._cache_key: tuple[Tool, ...] | None = None
         self._mapped: list[Tool | None] = []  # per tool of the key: what it became (None: left out)
         self._cache_settings: object = None
         self._cache: list[Tool] = []
-        wrapped.subscribe(lambda _source: self.changed())
+        self.wrapped.subscribe(lambda _source: self.changed())
 
     @property
     def status(self) -> SourceStatus:
@@ -95,14 +101,14 @@ class Filtered(WrapperSource):
 
     def __init__(
         self,
-        wrapped: Source,
+        wrapped: SourceLike | Sequence[SourceLike],
         *,
         allow: Sequence[str] = (),
         deny: Sequence[str] = (),
         predicate: Callable[[Tool], bool] | None = None,
     ) -> None:
-        self.allow = list(allow)
-        self.deny = list(deny)
+        self.allow = string_list(allow, where="Filtered allow")
+        self.deny = string_list(deny, where="Filtered deny")
         self.predicate = predicate
         super().__init__(wrapped)
 
@@ -118,7 +124,9 @@ class Filtered(WrapperSource):
 class Prefixed(WrapperSource):
     """Names every tool ``{prefix}{separator}{name}``."""
 
-    def __init__(self, wrapped: Source, prefix: str, *, separator: str = "_") -> None:
+    def __init__(
+        self, wrapped: SourceLike | Sequence[SourceLike], prefix: str, *, separator: str = "_"
+    ) -> None:
         self.prefix = prefix
         self.separator = separator
         super().__init__(wrapped)
@@ -133,7 +141,9 @@ class Prefixed(WrapperSource):
 class Renamed(WrapperSource):
     """Renames tools by an old -> new mapping; others keep their names."""
 
-    def __init__(self, wrapped: Source, names: Mapping[str, str]) -> None:
+    def __init__(
+        self, wrapped: SourceLike | Sequence[SourceLike], names: Mapping[str, str]
+    ) -> None:
         self.names = dict(names)
         super().__init__(wrapped)
 
@@ -149,10 +159,16 @@ class Tagged(WrapperSource):
     """Adds capability requirements and/or classification tags to every tool."""
 
     def __init__(
-        self, wrapped: Source, *, capabilities: Sequence[str] = (), tags: Sequence[str] = ()
+        self,
+        wrapped: SourceLike | Sequence[SourceLike],
+        *,
+        capabilities: Sequence[str] = (),
+        tags: Sequence[str] = (),
     ) -> None:
-        self.capabilities = [check_tag(c) for c in capabilities]
-        self.tags = list(tags)
+        self.capabilities = [
+            check_tag(c) for c in string_list(capabilities, where="Tagged capabilities")
+        ]
+        self.tags = string_list(tags, where="Tagged tags")
         super().__init__(wrapped)
 
     def map(self, tool: Tool) -> Tool:
@@ -164,6 +180,18 @@ class Tagged(WrapperSource):
 
     def settings(self) -> object:
         return list(self.capabilities), list(self.tags)
+
+
+def _as_source(item: SourceLike | Sequence[SourceLike], wrapper: str) -> Source:
+    """``item`` as the source ``Toolkit.add`` would make of it (a refusal names the wrapper)."""
+    if isinstance(item, Source):
+        return item
+    from toolmesh.toolkit import as_source  # the toolkit module imports this one
+
+    try:
+        return as_source(item)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), location=wrapper) from None
 
 
 def _same_tools(now: tuple[Tool, ...], before: tuple[Tool, ...] | None) -> bool:
