@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.sources.builtins.conftest import Make
+from toolmesh import ToolErrorCode
 from toolmesh.sources.builtins.globbing import compile_glob
 
 
@@ -29,6 +31,62 @@ def test_glob_translation() -> None:
     assert not compile_glob("*.py").match("a/c.py")
     assert compile_glob("src/*.{py,ts}").match("src/web.ts")
     assert compile_glob("file?.[ch]").match("file1.c") and not compile_glob("f[!a]").match("fa")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "matching", "not_matching"),
+    [
+        ("**/b", ["b", "a/b", "a/x/b"], ["ab", "a/xb"]),
+        ("a/**/b", ["a/b", "a/x/y/b"], ["ab", "a/xb", "xa/b"]),
+        ("a**/b", ["ab", "a/b", "ax/b", "a/x/b"], ["a/xb"]),  # '**/' inside a name
+        ("**.py", ["x.py", "a/b/x.py"], ["x.pyc"]),  # '**' inside a name crosses folders too
+        ("*a*a*b", ["aab", "xaxaxb"], ["ab", "a/ab", "aa/b"]),
+        ("**a*b", ["ab", "x/ab", "a/ab"], ["a/b", "ba"]),
+        ("**a*b**c", ["abc", "x/ab/c", "ab/x/c"], ["a/bc"]),
+        ("x[!a]y", ["xby"], ["xay", "x/y"]),  # a class never matches '/'
+        ("x[]a]y", ["x]y", "xay"], ["xby"]),  # ']' first is a member
+        ("[a", ["[a"], ["a"]),  # nothing closes it: a plain '['
+        ("{a,{b,c}}/*", ["a/x", "c/x"], ["d/x", "a"]),
+        ("x,}", ["x,}"], ["x"]),  # outside a group ',' and '}' are plain
+    ],
+)
+def test_glob_features(pattern: str, matching: list[str], not_matching: list[str]) -> None:
+    regex = compile_glob(pattern)
+    assert [path for path in matching if not regex.match(path)] == []
+    assert [path for path in not_matching if regex.match(path)] == []
+
+
+@pytest.mark.parametrize("tool", ["glob", "grep"])
+async def test_a_pattern_with_many_stars_answers_at_once(
+    make_kit: Make, workspace: Path, tool: str
+) -> None:
+    # `*a*a*...*b` became `[^/]*a[^/]*a...`, which `re` backtracked on exponentially against a
+    # long name, holding the GIL: the event loop froze, the 5 s call answered `timeout` after
+    # about 20 s (`*a` nine times: never)
+    (workspace / ("a" * 60)).write_text("x\n")
+    kit = await make_kit()
+    pattern = "*a" * 7 + "*b"
+    if tool == "glob":
+        result = await kit.execute("glob", {"pattern": pattern}, timeout=5)
+        assert result.success, result
+        assert result.data["matches"] == []
+    else:
+        result = await kit.execute("grep", {"pattern": "x", "include": pattern}, timeout=5)
+        assert result.success, result
+        assert result.data["matches"] == [] and result.data["skipped_files"] == 0
+
+
+async def test_a_malformed_glob_is_named_in_the_error(make_kit: Make, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("x\n")
+    kit = await make_kit()
+    backwards = await kit.execute("glob", {"pattern": "[z-a]*"})
+    assert not backwards.success
+    assert "invalid glob pattern '[z-a]*'" in backwards.error and "z-a" in backwards.error
+    assert "position" not in backwards.error  # not re's own wording
+    included = await kit.execute("grep", {"pattern": "x", "include": "*.[z-a]"})
+    assert not included.success and "invalid glob pattern '*.[z-a]'" in included.error
+    many = await kit.execute("glob", {"pattern": "{a,b}" * 9})
+    assert not many.success and "more than 256 alternatives" in many.error
 
 
 async def test_glob(make_kit: Make, workspace: Path) -> None:
@@ -126,3 +184,47 @@ def test_grep_stops_working_once_its_call_is_over(
     monkeypatch.setattr(search.regex, "compile", lambda pattern: Pattern())
     search._grep(Roots([workspace]), FileSettings(), "slow", None, None, ctx)
     assert len(searched) == 1
+
+
+async def test_grep_of_one_file_it_cannot_search_says_why(make_kit: Make, workspace: Path) -> None:
+    # it answered "no matches for 'NEEDLE'", with only skipped_files=1 in its data
+    (workspace / "big.txt").write_text("NEEDLE\n" + "x" * 100)
+    (workspace / "h1").write_text("NEEDLE\n")
+    os.link(workspace / "h1", workspace / "h2")
+    (workspace / "image.bin").write_bytes(b"NEEDLE\x00")
+    kit = await make_kit({"grep": {"max_file_bytes": 64}})
+    big = await kit.execute("grep", {"pattern": "NEEDLE", "path": "big.txt"})
+    assert big.error_code == ToolErrorCode.TOOL_ERROR
+    assert "'big.txt' is 107 bytes, larger than grep's max_file_bytes (64)" in big.error
+    linked = await kit.execute("grep", {"pattern": "NEEDLE", "path": "h1"})
+    assert linked.error_code == ToolErrorCode.TOOL_DENIED  # as read_file refuses it
+    assert "'h1' has 2 hard links" in linked.error
+    binary = await kit.execute("grep", {"pattern": "NEEDLE", "path": "image.bin"})
+    assert not binary.success and "'image.bin' is a binary file" in binary.error
+    missing = await kit.execute("grep", {"pattern": "NEEDLE", "path": "nothing.txt"})
+    assert not missing.success and "no file 'nothing.txt'" in missing.error
+
+
+async def test_grep_says_which_files_it_did_not_search(make_kit: Make, workspace: Path) -> None:
+    (workspace / "big.txt").write_text("NEEDLE\n" + "x" * 100)
+    (workspace / "small.txt").write_text("nothing here\n")
+    kit = await make_kit({"grep": {"max_file_bytes": 64}})
+    one = await kit.execute("grep", {"pattern": "NEEDLE"})
+    assert one.success and one.data["matches"] == [] and one.data["skipped_files"] == 1
+    reason = "'big.txt' is 107 bytes, larger than grep's max_file_bytes (64)"
+    assert one.output == (
+        f"no matches for 'NEEDLE' in the files searched\n[1 file not searched: {reason}]"
+    )
+    assert one.data["skipped"] == [{"path": "big.txt", "reason": reason}]
+    for n in range(3):
+        (workspace / f"image{n}.bin").write_bytes(b"NEEDLE\x00")
+        (workspace / f"big{n}.txt").write_text("NEEDLE\n" + "x" * 100)
+    (workspace / "small.txt").write_text("NEEDLE\n")
+    many = await kit.execute("grep", {"pattern": "NEEDLE"})
+    # binary files are counted and listed, not told: they hold no lines to match
+    assert many.output == (
+        "small.txt:1: NEEDLE\n[4 files not searched: 4 larger than max_file_bytes (64 bytes)]"
+    )
+    assert many.data["skipped_files"] == 7
+    images = await kit.execute("grep", {"pattern": "NEEDLE", "include": "*.bin"})
+    assert images.output == "no matches for 'NEEDLE'" and images.data["skipped_files"] == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import socket
 import threading
 import tracemalloc
 import zlib
@@ -188,6 +189,33 @@ async def test_size_limit_html_and_errors(make_kit: Make, server: Server) -> Non
     )
     nowhere = await kit.execute("http_request", {"url": "http://127.0.0.1:1/"})
     assert nowhere.error_code == ToolErrorCode.TOOL_ERROR and "failed" in nowhere.error
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """The URL of a server that takes the connection and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))  # never accepts: the kernel's backlog does
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/hang"
+    listener.close()
+
+
+@pytest.mark.parametrize(
+    ("settings_timeout", "call_timeout", "which"),
+    [
+        (0.5, None, "the timeout setting"),
+        (30, 1.0, "what was left of the call's deadline"),
+    ],
+)
+async def test_a_server_that_never_answers_times_out(
+    make_kit: Make, silent: str, settings_timeout: float, call_timeout: float | None, which: str
+) -> None:
+    # it answered tool_error "TimeoutError", naming neither the URL nor the limit
+    settings = {"allow_private": ["127.0.0.1/32"], "timeout": settings_timeout}
+    kit = await make_kit({"http_request": settings})
+    result = await kit.execute("http_request", {"url": silent}, timeout=call_timeout)
+    assert result.error_code == ToolErrorCode.TIMEOUT, result
+    assert result.error.startswith(f"GET {silent} got no complete answer within ")
+    assert f"({which})" in result.error
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from toolmesh.sources.builtins.base import Refused
 
-__all__ = ["MAX_NAME", "MAX_PATH", "PathRefused", "Roots"]
+__all__ = ["MAX_NAME", "MAX_PATH", "HardLinked", "PathRefused", "Roots"]
 
 MAX_PATH = 4096  # bytes, PATH_MAX on Linux
 MAX_NAME = 255  # bytes per path component, NAME_MAX
@@ -30,6 +30,16 @@ MAX_NAME = 255  # bytes per path component, NAME_MAX
 
 class PathRefused(Refused):
     """A path a tool may not touch; the message names the rule that refused it."""
+
+
+class HardLinked(PathRefused):
+    """A file refused for having more than one hard link (``allow_hardlinks`` admits it)."""
+
+    def __init__(self, shown: str, links: int) -> None:
+        super().__init__(
+            f"{shown!r} has {links} hard links; it is refused because another link may lie "
+            "outside the workspace"
+        )
 
 
 class Roots:
@@ -97,10 +107,7 @@ class Roots:
                 f"{self.relative(real)!r}: a parent is a file, not a folder"
             ) from None
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not self.allow_hardlinks:
-            raise PathRefused(
-                f"{self.relative(real)!r} has {info.st_nlink} hard links; it is refused because "
-                "another link may lie outside the workspace"
-            )
+            raise HardLinked(self.relative(real), info.st_nlink)
         return info
 
     @contextmanager
@@ -124,10 +131,7 @@ class Roots:
             raise PathRefused(f"{self.relative(shown)!r} changed to point outside the workspace")
         info = os.fstat(fd)
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and not self.allow_hardlinks:
-            raise PathRefused(
-                f"{self.relative(shown)!r} has {info.st_nlink} hard links; it is refused because "
-                "another link may lie outside the workspace"
-            )
+            raise HardLinked(self.relative(shown), info.st_nlink)
 
     @contextmanager
     def open_folder(self, real: str) -> Iterator[int]:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from toolmesh.sources.builtins import cgroups
 from toolmesh.sources.process_tree import MARK, kill_group, kill_session, new_token
 
 __all__ = ["Completed", "ProcessSettings", "build_env", "kill_session", "run_process"]
@@ -45,7 +46,7 @@ class ProcessSettings:
     cwd: str = "."  # working folder, relative to the workspace (must stay inside it)
     memory_mb: int | None = None  # RLIMIT_AS
     cpu_seconds: int | None = None  # RLIMIT_CPU
-    max_processes: int | None = None  # RLIMIT_NPROC (counted per user!)
+    max_processes: int | None = None  # a pids cgroup per call (and RLIMIT_NPROC, per user)
     max_file_mb: int | None = None  # RLIMIT_FSIZE
     # isolation with bubblewrap (sandbox.py)
     isolation: Literal["none", "bubblewrap"] = "none"
@@ -139,16 +140,45 @@ async def run_process(
     stdin: bytes | None = None,
     pass_fds: Sequence[int] = (),
     sweep: bool = False,
+    helpers: int = 0,
 ) -> Completed:
     """Run ``argv`` to its end or its deadline; see the module docstring. ``sweep``: after a
     clean exit too, kill what it left running anywhere (a daemon that left the session and
     closed its pipes: only a scan of all processes, about a millisecond, finds it).
+    ``helpers``: processes of a wrapper (a sandbox) not counted against ``max_processes``.
 
     The end of the process is watched through a pidfd, not through its pipes (asyncio's own
     ``Process.wait`` also waits for the pipes, which a stray grandchild may hold open)."""
+    token = new_token()
+    group = _pids_cgroup(settings, token, helpers)
+    try:
+        return await _run(argv, cwd, env, timeout, settings, stdin, pass_fds, sweep, token, group)
+    finally:
+        if group is not None:
+            await group.remove()
+
+
+def _pids_cgroup(settings: ProcessSettings, token: str, helpers: int) -> cgroups.PidsCgroup | None:
+    """The call's own pids cgroup when ``max_processes`` asks for one and one can be made."""
+    if settings.max_processes is None:
+        return None
+    return cgroups.PidsCgroup.create(settings.max_processes + helpers, token)
+
+
+async def _run(
+    argv: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str],
+    timeout: float,
+    settings: ProcessSettings,
+    stdin: bytes | None,
+    pass_fds: Sequence[int],
+    sweep: bool,
+    token: str,
+    group: cgroups.PidsCgroup | None,
+) -> Completed:
     started = time.monotonic()
     loop = asyncio.get_running_loop()
-    token = new_token()
     env = {**env, MARK: token}
     process = subprocess.Popen(  # noqa: ASYNC220 - fork/exec only; the waiting is async
         list(argv),
@@ -158,7 +188,7 @@ async def run_process(
         cwd=cwd,
         env=dict(env),
         start_new_session=True,
-        preexec_fn=_rlimits(settings),
+        preexec_fn=_pre_exec(settings, group),
         pass_fds=tuple(pass_fds),
     )
     out, err = _Bounded(settings.max_output), _Bounded(settings.max_output)
@@ -315,8 +345,29 @@ class _Pipes:
         return ended
 
 
-def _rlimits(settings: ProcessSettings) -> Callable[[], None] | None:
-    """A pre-exec hook setting resource limits, or None (None keeps the fast spawn path)."""
+def _pre_exec(
+    settings: ProcessSettings, group: cgroups.PidsCgroup | None
+) -> Callable[[], None] | None:
+    """A hook run in the child before exec: join the pids cgroup (before the child can fork),
+    set the resource limits. None when there is nothing to do (None keeps the fast spawn
+    path)."""
+    limits = _rlimits(settings)
+    if not limits and group is None:
+        return None
+    procs = group.procs if group is not None else None
+
+    def apply() -> None:
+        if procs is not None:
+            cgroups.join(procs)
+        for kind, value in limits:
+            resource.setrlimit(kind, (value, value))
+
+    return apply
+
+
+def _rlimits(settings: ProcessSettings) -> list[tuple[int, int]]:
+    """The resource limits the settings ask for. RLIMIT_NPROC counts the user's processes,
+    and not at all for root: the pids cgroup is what caps one call."""
     limits: list[tuple[int, int]] = []
     if settings.memory_mb is not None:
         limits.append((resource.RLIMIT_AS, settings.memory_mb * 1024 * 1024))
@@ -326,11 +377,4 @@ def _rlimits(settings: ProcessSettings) -> Callable[[], None] | None:
         limits.append((resource.RLIMIT_NPROC, settings.max_processes))
     if settings.max_file_mb is not None:
         limits.append((resource.RLIMIT_FSIZE, settings.max_file_mb * 1024 * 1024))
-    if not limits:
-        return None
-
-    def apply() -> None:
-        for kind, value in limits:
-            resource.setrlimit(kind, (value, value))
-
-    return apply
+    return limits

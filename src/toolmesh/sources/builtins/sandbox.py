@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["INSTALL_HINT", "Sandbox", "SandboxUnavailable", "find_bwrap"]
+__all__ = ["HELPER_PROCESSES", "INSTALL_HINT", "Sandbox", "SandboxUnavailable", "find_bwrap"]
 
 INSTALL_HINT = (
     "install bubblewrap: `apt-get install bubblewrap` (Debian, Ubuntu), "
@@ -33,6 +33,7 @@ INSTALL_HINT = (
 )
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+HELPER_PROCESSES = 2  # bwrap and its init in the new PID namespace: not the command's to count
 
 
 class SandboxUnavailable(RuntimeError):

@@ -9,13 +9,15 @@ ends with an error instead of holding a thread.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import regex
 
 from toolmesh.sources.builtins.base import make_tool, schema
-from toolmesh.sources.builtins.confine import PathRefused, Roots, check_text
+from toolmesh.sources.builtins.confine import HardLinked, PathRefused, Roots, check_text
 from toolmesh.sources.builtins.files import READ, SNIFF_BYTES, FileSettings, capabilities_of
 from toolmesh.sources.builtins.globbing import compile_glob
 from toolmesh.tools import Output, Tool, ToolContext, run_blocking
@@ -24,6 +26,9 @@ __all__ = ["glob_tool", "grep_tool"]
 
 MAX_LINE_CHARS = 400
 REGEX_SECONDS = 2.0  # per line; a pattern slower than this is pathological
+NAMED_SKIPS = 3  # up to this many files not searched are named in the answer, with why
+LISTED_SKIPS = 20  # ... and listed in its data
+HARD_LINKED = "with more than one hard link (allow_hardlinks admits them)"
 
 
 def glob_tool(roots: Roots, settings: FileSettings) -> Tool:
@@ -128,8 +133,9 @@ def _grep(
     if include is not None:
         _check_pattern(include)
     matcher = compile_glob(include) if include else None
+    named_file = not os.path.isdir(real)
     matches: list[dict[str, Any]] = []
-    skipped = 0
+    skipped: list[tuple[str, _Skip]] = []
     more = False
     for shown, file_real in _files_under(roots, real, settings, ctx):
         if ctx.cancelled:
@@ -139,8 +145,10 @@ def _grep(
             if not matcher.match(subject):
                 continue
         hits = _search_file(roots, file_real, compiled, settings, ctx)
-        if hits is None:
-            skipped += 1
+        if isinstance(hits, _Skip):
+            if named_file:
+                raise hits.error(hits.detail)
+            skipped.append((shown, hits))
             continue
         for number, text in hits:
             if len(matches) == settings.max_results:
@@ -150,12 +158,54 @@ def _grep(
         if more:
             break
     matches.sort(key=lambda m: (m["path"], m["line"]))
+    return _grep_answer(pattern, matches, more, skipped, settings)
+
+
+@dataclass(frozen=True, slots=True)
+class _Skip:
+    """A file grep did not search: ``kind`` counts alike ones, ``detail`` says it of this one,
+    ``error`` answers a grep of this one file (as read_file would refuse it)."""
+
+    kind: str
+    detail: str
+    error: type[Exception] = ValueError
+    quiet: bool = False  # left out of the answer's text: a binary file holds no lines to match
+
+
+def _grep_answer(
+    pattern: str,
+    matches: list[dict[str, Any]],
+    more: bool,
+    skipped: list[tuple[str, _Skip]],
+    settings: FileSettings,
+) -> Output:
     lines = [f"{m['path']}:{m['line']}: {m['text']}" for m in matches]
-    out = "\n".join(lines) if lines else f"no matches for {pattern!r}"
+    told = [item for item in skipped if not item[1].quiet]
+    if lines:
+        out = "\n".join(lines)
+    else:
+        out = f"no matches for {pattern!r}" + (" in the files searched" if told else "")
     if more:
         out += f"\n[stopped at {settings.max_results} matches; narrow the search]"
-    data = {"pattern": pattern, "matches": matches, "more": more, "skipped_files": skipped}
+    if told:  # their matches, if any, are missing: say so rather than "no matches"
+        out += "\n" + _skipped_note(told)
+    data = {
+        "pattern": pattern,
+        "matches": matches,
+        "more": more,
+        "skipped_files": len(skipped),
+        "skipped": [{"path": p, "reason": s.detail} for p, s in skipped[:LISTED_SKIPS]],
+    }
     return Output(data, text=out)
+
+
+def _skipped_note(skipped: list[tuple[str, _Skip]]) -> str:
+    count = len(skipped)
+    head = f"[{count} file{'s' if count > 1 else ''} not searched"
+    if count <= NAMED_SKIPS:
+        return head + ": " + "; ".join(skip.detail for _, skip in skipped) + "]"
+    kinds = Counter(skip.kind for _, skip in skipped)
+    return head + ": " + ", ".join(f"{n} {kind}" for kind, n in kinds.most_common()) + "]"
 
 
 def _files_under(
@@ -179,22 +229,13 @@ def _files_under(
 
 def _search_file(
     roots: Roots, real: str, compiled: Any, settings: FileSettings, ctx: ToolContext
-) -> list[tuple[int, str]] | None:
-    """Matching lines of one file, or None when it is skipped (binary, too big, refused).
+) -> list[tuple[int, str]] | _Skip:
+    """Matching lines of one file, or why it is not searched (binary, too big, refused).
     Stops early once the call is cancelled or past its deadline: a slow pattern may take up to
     ``REGEX_SECONDS`` on each of a file's lines."""
-    try:
-        if roots.check_file(real) is None:
-            return None
-        with roots.open(real, os.O_RDONLY) as fd:
-            if os.fstat(fd).st_size > settings.max_file_bytes:
-                return None
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                raw = handle.read()
-    except (OSError, PathRefused):
-        return None
-    if b"\x00" in raw[:SNIFF_BYTES]:
-        return None
+    raw = _load(roots, real, settings)
+    if isinstance(raw, _Skip):
+        return raw
     text = raw.decode("utf-8", "replace")
     hits: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -212,3 +253,30 @@ def _search_file(
             if len(hits) > settings.max_results:
                 break
     return hits
+
+
+def _load(roots: Roots, real: str, settings: FileSettings) -> bytes | _Skip:
+    """The bytes of a file grep may search, or why it may not."""
+    shown = roots.relative(real)
+    limit = settings.max_file_bytes
+    try:
+        if roots.check_file(real) is None:
+            return _Skip("gone before they were read", f"no file {shown!r}", FileNotFoundError)
+        with roots.open(real, os.O_RDONLY) as fd:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                return _Skip(
+                    f"larger than max_file_bytes ({limit} bytes)",
+                    f"{shown!r} is {size} bytes, larger than grep's max_file_bytes ({limit})",
+                )
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                raw = handle.read()
+    except HardLinked as exc:
+        return _Skip(HARD_LINKED, str(exc), PathRefused)
+    except PathRefused as exc:
+        return _Skip("refused by a path rule", str(exc), PathRefused)
+    except OSError as exc:
+        return _Skip("unreadable", f"{shown!r} cannot be read: {exc.strerror or exc}", OSError)
+    if b"\x00" in raw[:SNIFF_BYTES]:
+        return _Skip("binary", f"{shown!r} is a binary file", quiet=True)
+    return raw

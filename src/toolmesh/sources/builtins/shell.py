@@ -25,7 +25,7 @@ from toolmesh.sources.builtins.base import denied, make_tool, schema
 from toolmesh.sources.builtins.commandline import Policy, check_command
 from toolmesh.sources.builtins.confine import PathRefused, Roots
 from toolmesh.sources.builtins.process import Completed, ProcessSettings, build_env, run_process
-from toolmesh.sources.builtins.sandbox import Sandbox, SandboxUnavailable
+from toolmesh.sources.builtins.sandbox import HELPER_PROCESSES, Sandbox, SandboxUnavailable
 from toolmesh.sources.builtins.settings import load
 from toolmesh.tools import Tool, ToolContext
 
@@ -185,7 +185,13 @@ async def run_limited(
     try:
         wrapped = sandbox.wrap(argv)
         return await run_process(
-            wrapped, cwd=cwd, env=env, timeout=timeout, settings=settings, stdin=stdin
+            wrapped,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            settings=settings,
+            stdin=stdin,
+            helpers=HELPER_PROCESSES,
         )
     finally:
         sandbox.close()

@@ -29,7 +29,7 @@ import certifi
 import httpcore
 import httpx
 
-from toolmesh.models import ToolResult
+from toolmesh.models import ToolErrorCode, ToolResult
 from toolmesh.sources.builtins.base import Refused, make_tool, schema
 from toolmesh.sources.builtins.htmltext import html_to_text
 from toolmesh.tools import Tool, ToolContext
@@ -293,10 +293,13 @@ def http_request_tool(settings: HttpSettings) -> tuple[Tool, HttpClients]:
         limit = settings.timeout
         if ctx.remaining is not None:
             limit = max(0.01, min(limit, ctx.remaining - 0.1))
-        async with asyncio.timeout(limit):
-            return await _fetch(
-                clients.get(), args["url"], method, headers, body, prefixes, methods, settings
-            )
+        try:
+            async with asyncio.timeout(limit):
+                return await _fetch(
+                    clients.get(), args["url"], method, headers, body, prefixes, methods, settings
+                )
+        except (TimeoutError, httpx.TimeoutException):  # ours, or httpx's per-step timeout
+            return _timed_out(method, args["url"], limit, limit < settings.timeout)
 
     tool = make_tool(
         "http_request",
@@ -345,6 +348,8 @@ async def _fetch(
         )
         try:
             response = await client.send(request, stream=True)
+        except httpx.TimeoutException:
+            raise  # answered as a timeout, like a deadline
         except httpx.HTTPError as exc:
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, Refused):
@@ -368,6 +373,17 @@ async def _fetch(
         finally:
             await response.aclose()
         return _shape(response, read, hops, settings)
+
+
+def _timed_out(method: str, url: str, limit: float, by_call: bool) -> ToolResult:
+    """A request past its time answers ``timeout``, as a command past its deadline does."""
+    which = "what was left of the call's deadline" if by_call else "the timeout setting"
+    return ToolResult.failure(
+        "http_request",
+        ToolErrorCode.TIMEOUT,
+        f"{method} {url} got no complete answer within {limit:.3g}s ({which}); stopped",
+        {"url": url, "timeout": limit},
+    )
 
 
 def _redirected_method(status: int, method: str, body: str | None) -> tuple[str, str | None]:
