@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.cli.sites import static_site
 from toolmesh import ConfigError, TransportError, agent
-from toolmesh.a2a.card import check_card, endpoint_of, fetch_card
+from toolmesh.a2a.card import EXCERPT_CHARS, check_card, endpoint_of, excerpt, fetch_card
 
 CARD_URL = "http://127.0.0.1:8080/.well-known/agent-card.json"
 
@@ -81,3 +84,28 @@ def test_a_card_without_a_json_rpc_interface_is_named(card: dict[str, object]) -
     failed with whatever that origin answers to a JSON-RPC post."""
     with pytest.raises(ConfigError, match="offers no JSON-RPC interface"):
         endpoint_of(card, CARD_URL)
+
+
+async def test_a_card_answered_with_an_html_page_is_named_in_one_short_line(
+    tmp_path: Path,
+) -> None:
+    """The 404 page of a plain web site was quoted whole, line breaks and all."""
+    with static_site(tmp_path) as site, pytest.raises(TransportError) as refused:
+        await fetch_card(f"{site}/missing.json", {}, 5)
+    said = f"the agent card {site}/missing.json answered 404: "
+    assert refused.value.message.startswith(said + "<!DOCTYPE HTML> <html lang=")
+    quoted = refused.value.message[len(said) :]
+    assert "\n" not in quoted and len(quoted) == EXCERPT_CHARS and quoted.endswith("...")
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("short", "short"),
+        ("  a\n\n  b\tc \r\n", "a b c"),
+        ("x" * 250, "x" * 197 + "..."),
+        (" " * 5000 + "late", ""),  # only the start is read: a body may be megabytes
+    ],
+)
+def test_excerpt(text: str, shown: str) -> None:
+    assert excerpt(text) == shown

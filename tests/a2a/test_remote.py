@@ -12,7 +12,16 @@ import pytest
 
 import toolmesh.a2a as a2a_mod
 from tests.a2a.conftest import PeerProcess
-from toolmesh import Session, ToolEvent, Toolkit, agent, agent_tools, create_toolkit, tool
+from toolmesh import (
+    Session,
+    ToolEvent,
+    Toolkit,
+    TransportError,
+    agent,
+    agent_tools,
+    create_toolkit,
+    tool,
+)
 from toolmesh.a2a import AgentSource, remote
 
 pytestmark = [pytest.mark.network_server]
@@ -425,3 +434,20 @@ async def test_closing_while_the_card_is_fetched_opens_no_client() -> None:
         await server.wait_closed()
     assert source.status.state == "failed" and "closed" in source.status.reason, source.status
     assert source.tools() == [] and source._peer is None
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/html", "<html>\n  <body>\n    <h1>Bad Gateway</h1>\n" + "<p>x</p>\n" * 100),
+        ("application/json", json.dumps({"error": "upstream\nis down\n" + "x" * 300})),
+    ],
+)
+def test_an_http_refusal_is_quoted_in_one_short_line(content_type: str, body: str) -> None:
+    """A proxy's HTML error page (or a JSON error of many lines) was quoted with its breaks."""
+    response = httpx.Response(502, text=body, headers={"content-type": content_type})
+    with pytest.raises(TransportError) as refused:
+        remote._answer(response, "http://127.0.0.1:9/a2a")
+    said = refused.value.message
+    assert said.startswith("http://127.0.0.1:9/a2a answered 502: ") and "\n" not in said
+    assert len(said) <= len("http://127.0.0.1:9/a2a answered 502: ") + 200

@@ -291,3 +291,18 @@ def test_serve_a2a_takes_the_same_sources_and_limits_as_serve(tmp_path: Path) ->
         ) as stream:
             first = next(line for line in stream.iter_lines() if line.startswith("data:"))
         assert json.loads(first[5:])["code"] == "message_too_large"
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf"])
+def test_agents_add_refuses_a_timeout_that_is_no_deadline(
+    timeout: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 was taken as "not given" (300 s) and nan as a deadline."""
+    manifest = tmp_path / "toolmesh.toml"
+    with pytest.raises(SystemExit) as exited:
+        main(
+            ["agents", "add", "http://127.0.0.1:9", "--timeout", timeout, "--config", str(manifest)]
+        )
+    assert exited.value.code == 2
+    assert f"wants a number of seconds above 0, not {timeout!r}" in capsys.readouterr().err
+    assert not manifest.exists()

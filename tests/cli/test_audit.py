@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import toolmesh_command
 from toolmesh.audit import AuditEntry
-from toolmesh.cli import main
+from toolmesh.cli import CLOSED_OUTPUT, main
 from toolmesh.store import SqliteStore
 from toolmesh.store.sqlite import _AUDIT_COLUMNS
 
@@ -94,3 +97,36 @@ def test_limit_must_be_a_positive_whole_number(
         main(["audit", "--db", str(path), "--limit", limit])
     assert exited.value.code == 2
     assert "argument --limit:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("rows", [1, 200])  # all within stdout's buffer, or past it
+async def test_a_reader_that_left_ends_the_command_quietly(
+    tmp_path: Path, rows: int, buffered: bool
+) -> None:
+    """`toolmesh audit --json | head -1` printed `[Errno 32] Broken pipe` and exited 2, or, the
+    output still buffered, Python's own BrokenPipeError at exit and 120."""
+    path = tmp_path / "a.db"
+    store = SqliteStore(path)
+    await store.open()
+    for n in range(rows):
+        await store.append_audit(AuditEntry(tool_name=f"tool_{n}", success=True))
+    await store.close()
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        environment["PYTHONUNBUFFERED"] = "1"
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before anything is written: EPIPE on the first write, every time
+    try:
+        shown = subprocess.run(
+            toolmesh_command("audit", "--db", str(path), "--json", "--limit", "100000"),
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert (shown.returncode, shown.stderr) == (CLOSED_OUTPUT, "")

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.cli.sites import static_site
 from tests.cli.test_loading import one_error_line
+from tests.conftest import REPO, toolmesh_command
+from toolmesh import a2a
 from toolmesh.cli import main
+from toolmesh.cli.agents import looks_like_card
+from toolmesh.cli.loading import DEFAULT_AUDIT
 
 DEMO = "tests.fixtures.demo_tools:TOOLS"
 
@@ -80,3 +91,169 @@ def test_the_host_made_for_a_command_is_closed(
     assert main([*command, how, f"{module}:TOOLS"]) == 0
     assert "pong" in capsys.readouterr().out or command == ["tools"]
     assert (tmp_path / "closed.txt").read_text() == "closed"  # its sources were closed
+
+
+# -- a target that is no A2E host, and card targets ----------------------------------------------
+
+CARD = {"name": "desk", "skills": [{"id": "greet", "name": "Greet", "description": "Says hi."}]}
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[str]:
+    """A static web site holding ``ok.json``, an agent card (of an agent not running)."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "ok.json").write_text(json.dumps({**CARD, "url": "http://127.0.0.1:9/a2a"}))
+    with static_site(folder) as url:
+        yield url
+
+
+def test_a_web_site_is_not_an_a2e_host(site: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """It answered POST /session with its whole 501 page: 14 lines, and no hint of the fix."""
+    line = one_error_line(["tools", "--target", site], capsys)
+    assert line.startswith(f"toolmesh: error: {site} is not an A2E host (POST /session answered")
+    assert line.endswith(f"give its card's URL: --target {site}/.well-known/agent-card.json")
+    assert "<!DOCTYPE HTML> <html" in line and len(line) < 400  # the page's start, squashed
+
+
+def test_a_missing_card_is_one_short_line(site: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["agents", "add", f"{site}/missing.json", "--config", "unused.toml"]
+    line = one_error_line(argv, capsys)
+    assert f"the agent card {site}/missing.json answered 404: <!DOCTYPE HTML> <html" in line
+    assert len(line) < 320 and line.endswith("...")
+
+
+@pytest.mark.parametrize("command", [["tools"], ["call", "desk_greet", "--timeout", "5"]])
+def test_a_json_url_is_a_card_target(
+    command: list[str], site: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agents add` took ok.json; `--target` tried it as an A2E host (`ok.json/session`)."""
+    code = main([*command, "--target", f"{site}/ok.json"])
+    out = capsys.readouterr().out
+    if command == ["tools"]:
+        assert code == 0 and out.split()[0] == "desk_greet"
+    else:  # the card was read: the call went to the agent's endpoint, which is down
+        assert code == 1 and json.loads(out)["tool_name"] == "desk_greet"
+
+
+@pytest.mark.parametrize(
+    ("target", "card"),
+    [
+        ("http://h/.well-known/agent-card.json", True),
+        ("http://h/.well-known/agent.json?v=1", True),
+        ("https://h/cards/desk.json", True),
+        ("https://h/cards/DESK.JSON#top", True),
+        ("http://h/ok.json?x=/y", True),
+        ("http://h", False),
+        ("http://h/api/", False),
+        ("http://h/api?format=.json", False),  # the query is no part of the path
+        ("cards/desk.json", False),  # no URL
+    ],
+)
+def test_which_targets_are_cards(target: str, card: bool) -> None:
+    assert looks_like_card(target) is card
+
+
+# -- options that would be ignored ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["call", "add", "--target", DEMO, "--tools", DEMO], "with --tools: --target names"),
+        (["tools", "--target", DEMO, "--config", "t.toml"], "combined with --config:"),
+        (
+            ["tools", "--target", DEMO, "--mcp-config", "m.json", "--mcp-defer-over", "3"],
+            "combined with --mcp-config or --mcp-defer-over:",
+        ),
+        (["tools", "--tools", DEMO, "--mcp-defer-over", "3"], "give --mcp-config FILE"),
+        (["tools", "--tools", DEMO, "--auth-token", "t"], "a host run in this process takes"),
+        (["call", "add", "--target", DEMO, "--auth-token", "t"], "--auth-token is for a host"),
+    ],
+)
+def test_an_option_that_would_be_ignored_is_refused(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert says in one_error_line(argv, capsys)
+
+
+# -- the token -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def locked_host() -> Iterator[str]:
+    """`toolmesh serve --http` requiring the token it read from TOOLMESH_AUTH_TOKEN."""
+    environment = {**os.environ, "TOOLMESH_AUTH_TOKEN": "s3cret"}
+    argv = ["serve", "--http", "127.0.0.1:0", "--tools", DEMO, "--audit", ":memory:"]
+    process = subprocess.Popen(
+        toolmesh_command(*argv),
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.network_server
+def test_the_clients_send_the_token_serve_reads(
+    locked_host: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("TOOLMESH_AUTH_TOKEN", raising=False)
+    assert "answered 401" in one_error_line(["tools", "--target", locked_host], capsys)
+    monkeypatch.setenv("TOOLMESH_AUTH_TOKEN", "s3cret")
+    argv = ["call", "echo", "--args", '{"text": "hi"}', "--target", locked_host]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == "hi"
+    assert "answered 401" in one_error_line([*argv, "--auth-token", "wrong"], capsys)
+
+
+def test_a_card_target_gets_the_given_token_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--auth-token was dropped for a card target; TOOLMESH_AUTH_TOKEN, the A2E host's token,
+    is not handed to whichever agent a card names."""
+    sent: list[dict[str, str]] = []
+
+    async def fetch_card(url: str, headers: dict[str, str], timeout: float) -> dict[str, Any]:
+        sent.append(headers)
+        return CARD
+
+    monkeypatch.setattr(a2a, "_fetch_card", fetch_card)
+    monkeypatch.setenv("TOOLMESH_AUTH_TOKEN", "for-the-a2e-host")
+    card = "http://127.0.0.1:9/.well-known/agent-card.json"
+    assert main(["tools", "--target", card, "--auth-token", "for-the-agent"]) == 0
+    assert main(["tools", "--target", card]) == 0
+    assert sent == [{"Authorization": "Bearer for-the-agent"}, {}]
+    assert capsys.readouterr().out.split()[0] == "desk_greet"
+
+
+# -- the audit of a call made here -----------------------------------------------------------------
+
+
+def test_a_call_made_here_is_audited_where_serve_audits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`call` without --target (the built-ins in ./workspace) wrote no audit at all."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOOLMESH_AUDIT")
+    assert main(["tools"]) == 0  # listing is no call: nothing to audit
+    assert not (tmp_path / DEFAULT_AUDIT).exists()
+    assert main(["call", "write_file", "--args", '{"path": "a.txt", "content": "hi"}']) == 0
+    assert main(["call", "echo", "--args", '{"text": "x"}', "--tools", DEMO]) == 0
+    capsys.readouterr()
+    assert main(["audit"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert [line.split()[2] for line in shown] == ["write_file", "echo"]
+    monkeypatch.setenv("TOOLMESH_AUDIT", str(tmp_path / "chosen.db"))
+    assert main(["call", "add", "--args", '{"a": 1, "b": 2}', "--target", DEMO]) == 0
+    rows = sqlite3.connect(tmp_path / "chosen.db").execute("SELECT tool_name FROM audit")
+    assert rows.fetchall() == [("add",)]

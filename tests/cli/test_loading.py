@@ -99,3 +99,12 @@ def test_target_takes_what_tools_takes(
     argv = ["call", "add", "--args", '{"a": 2, "b": 3}', "--target", f"{name}:{attr}"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["output"] == "5"
+
+
+def test_a_message_of_many_lines_prints_as_one(
+    write_module: Write, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The printer's own guarantee, whoever built the message (a peer's HTML page, say)."""
+    name = write_module('raise RuntimeError("first line\\n  second line\\r\\nthird")')
+    line = one_error_line(["tools", "--tools", f"{name}:x"], capsys)
+    assert line.endswith("RuntimeError: first line second line third")

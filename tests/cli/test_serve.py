@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import run
-from tests.conftest import toolmesh_command
+from tests.conftest import REPO, toolmesh_command
 from toolmesh import connect_async
 from toolmesh.cli import main
 from toolmesh.cli.loading import DEFAULT_AUDIT
@@ -117,3 +117,55 @@ def test_serve_audit_wins_over_the_manifest_even_at_the_default(tmp_path: Path) 
         assert served.returncode == 0, served.stderr
         assert sorted(p.name for p in tmp_path.glob("*.db")) == [written]
         (tmp_path / written).unlink()
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--llm", "http://127.0.0.1:9", "--model", "m"], "--llm and --model configure the A2A"),
+        (["--llm-style", "anthropic"], "--llm-style configures the A2A agent: give --a2a NAME"),
+        (["--a2a-description", "d"], "--a2a-description configures the A2A agent"),
+        (["--tools", DEMO, "--workspace", "w"], "--workspace confines the built-in tools"),
+        (["--skills", "examples/skills", "--workspace", "w"], "served only without --tools"),
+        (["--mcp-defer-over", "3"], "--mcp-defer-over defers the tools of --mcp-config servers"),
+        (["--mcp-stdio", "--auth-token", "t"], "--auth-token has no effect with --mcp-stdio"),
+    ],
+)
+def test_serve_refuses_options_it_would_ignore(extra: list[str], says: str) -> None:
+    """Refused before anything is served. Over stdio (no input): were one ignored again, the
+    server would end at once with 0 rather than serve on."""
+    mode = [] if "--mcp-stdio" in extra else ["--stdio"]
+    served = subprocess.run(
+        toolmesh_command("serve", *mode, *extra, "--audit", ":memory:"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    lines = served.stderr.strip().splitlines()
+    assert served.returncode == 2 and len(lines) == 1, served.stderr
+    assert lines[0].startswith("toolmesh: error: ") and says in lines[0]
+
+
+def test_serve_still_reads_the_token_and_workspace_defaults(tmp_path: Path) -> None:
+    """Not given, --auth-token is TOOLMESH_AUTH_TOKEN (now read when serving, not parsing) and
+    --workspace is ./workspace."""
+    command = toolmesh_command("serve", "--stdio", "--audit", ":memory:")
+    environment = {**os.environ, "TOOLMESH_AUTH_TOKEN": "s3cret"}
+    hello = {"type": "handshake/req", "id": "h", "agent_caps": ["tools"]}
+    served = subprocess.run(
+        command,
+        input=json.dumps(hello) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    assert served.returncode == 0, served.stderr
+    answer = json.loads(served.stdout.splitlines()[0])
+    assert answer["ok"] is False and answer["reason"] == "auth_token is missing or wrong"
+    assert (tmp_path / "workspace").is_dir()

@@ -18,10 +18,11 @@ import httpx
 
 from toolmesh.errors import ConfigError, TransportError
 
-__all__ = ["WELL_KNOWN_CARD", "Endpoint", "endpoint_of", "fetch_card", "skills_of"]
+__all__ = ["WELL_KNOWN_CARD", "Endpoint", "endpoint_of", "excerpt", "fetch_card", "skills_of"]
 
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
 MAX_CARD_BYTES = 1024 * 1024
+EXCERPT_CHARS = 200
 
 Dialect = Literal["1.0", "0.3"]
 
@@ -46,7 +47,7 @@ async def fetch_card(card_url: str, headers: Mapping[str, str], timeout_s: float
         raise TransportError(f"cannot fetch the agent card {card_url}: {reason}") from exc
     if response.status_code != 200:
         raise TransportError(
-            f"the agent card {card_url} answered {response.status_code}: {response.text[:200]}"
+            f"the agent card {card_url} answered {response.status_code}: {excerpt(response.text)}"
         )
     if len(response.content) > MAX_CARD_BYTES:
         raise ConfigError(f"the agent card {card_url} is larger than {MAX_CARD_BYTES} bytes")
@@ -57,6 +58,13 @@ async def fetch_card(card_url: str, headers: Mapping[str, str], timeout_s: float
     if not isinstance(card, dict):
         raise ConfigError(f"the agent card {card_url} is not a JSON object")
     return card
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The start of a peer's answer for an error message: one line (an HTML error page would
+    otherwise fill the terminal), whitespace runs squashed, at most ``limit`` characters."""
+    squashed = " ".join(text[: limit * 8].split())  # only the start: a body may be megabytes
+    return squashed if len(squashed) <= limit else squashed[: limit - 3] + "..."
 
 
 def check_card(card: Any, card_url: str) -> dict[str, Any]:

@@ -25,7 +25,14 @@ import httpx
 
 from toolmesh import strictjson
 from toolmesh.a2a import wire
-from toolmesh.a2a.card import WELL_KNOWN_CARD, Endpoint, check_card, endpoint_of, skills_of
+from toolmesh.a2a.card import (
+    WELL_KNOWN_CARD,
+    Endpoint,
+    check_card,
+    endpoint_of,
+    excerpt,
+    skills_of,
+)
 from toolmesh.errors import ConfigError, TransportError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.tools import Tool, ToolContext
@@ -262,12 +269,12 @@ def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 def _answer(response: httpx.Response, url: str) -> dict[str, Any]:
     if response.status_code >= 400 and "json" not in response.headers.get("content-type", ""):
-        raise TransportError(f"{url} answered {response.status_code}: {response.text[:200]}")
+        raise TransportError(f"{url} answered {response.status_code}: {excerpt(response.text)}")
     payload = _decode(response.text, url)
     if response.status_code >= 400 and not isinstance(payload.get("error"), dict):
         # an HTTP refusal with a JSON body (401 {"error": "missing or wrong bearer token"})
-        detail = payload.get("error") or payload.get("message") or response.text[:200]
-        raise TransportError(f"{url} answered {response.status_code}: {detail}")
+        detail = payload.get("error") or payload.get("message") or response.text
+        raise TransportError(f"{url} answered {response.status_code}: {excerpt(str(detail))}")
     if "error" in payload:
         raise _rpc_error(payload["error"])
     if "result" not in payload:

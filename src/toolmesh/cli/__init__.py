@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -11,6 +12,11 @@ from typing import NoReturn
 from toolmesh.errors import ToolmeshError
 
 __all__ = ["main"]
+
+# 128 + SIGPIPE: what the shell reports for `seq 1000000 | head -1`, whose seq is killed by the
+# signal. Python ignores SIGPIPE, so it is an error here; exiting with the signal's status (not
+# 0) keeps `set -o pipefail` scripts seeing toolmesh as they see coreutils: output was lost.
+CLOSED_OUTPUT = 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,15 +60,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         code: int = args.run(args)
-    except ToolmeshError as exc:
-        print(f"toolmesh: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"toolmesh: error: {exc}", file=sys.stderr)
+        sys.stdout.flush()  # here, not at exit: a reader that left is then caught below
+    except BrokenPipeError as exc:
+        if not _stdout_is_gone():
+            _print_error(exc)
+            return 2
+        return _leave_quietly()
+    except (ToolmeshError, OSError) as exc:
+        _print_error(exc)
         return 2
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _print_error(exc: BaseException) -> None:
+    """One line, whatever the message holds (a peer's HTML error page, say)."""
+    message = str(exc)
+    if "\n" in message or "\r" in message:
+        message = " ".join(message.split())
+    print(f"toolmesh: error: {message}", file=sys.stderr)
+
+
+def _stdout_is_gone() -> bool:
+    """Whether stdout is a pipe whose reader has left (``| head``): the BrokenPipeError may
+    instead come from a pipe of the command's own (a stdio host that died)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced (a test's capture): not a pipe
+        return False
+    if not hasattr(select, "poll"):
+        return True  # by far the likelier pipe
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _leave_quietly() -> int:
+    """Point stdout at /dev/null, so that flushing what is still buffered at exit does not
+    print a second BrokenPipeError, and exit as a tool killed by SIGPIPE would."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return CLOSED_OUTPUT
 
 
 if __name__ == "__main__":  # pragma: no cover

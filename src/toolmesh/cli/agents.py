@@ -17,7 +17,9 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from toolmesh.cli.serve import positive_float
 from toolmesh.errors import ConfigError
 
 __all__ = ["add_parser", "agent_toolkit", "looks_like_card", "serve_agent"]
@@ -52,7 +54,8 @@ def add_parser(commands: Any) -> None:
         metavar="'NAME: VALUE'",
         help="a header for every request; write secrets as ${VARIABLE} (repeatable)",
     )
-    add.add_argument("--timeout", type=float, help="seconds a task may take (default 300)")
+    # positive_float: 0 read as "not given" and became 300, nan was taken as a deadline
+    add.add_argument("--timeout", type=positive_float, help="seconds a task may take (default 300)")
     add.add_argument("--config", default=DEFAULT_CONFIG, help=f"the manifest ({DEFAULT_CONFIG})")
     add.set_defaults(run=run_add)
     listed = actions.add_parser("list", help="list the agents of the manifest")
@@ -177,18 +180,22 @@ def _append_checked(path: Path, block: str, key: str, card_url: str) -> None:
 
 
 def looks_like_card(target: str) -> bool:
-    """Whether a ``--target`` names an agent card rather than an A2E host."""
-    path = target.split("?", 1)[0]
-    return target.startswith(("http://", "https://")) and (
-        "/.well-known/agent" in path or path.endswith("agent-card.json")
-    )
+    """Whether a ``--target`` names an agent card rather than an A2E host: a card is a JSON
+    document, and an A2E host's URL is a base its paths (``/session``...) are put after."""
+    if not target.startswith(("http://", "https://")):
+        return False
+    path = urlsplit(target).path
+    return "/.well-known/agent" in path or path.lower().endswith(".json")
 
 
-async def agent_toolkit(card_url: str) -> Any:
-    """A started toolkit holding the remote agent's tools; ConfigError if it is unavailable."""
+async def agent_toolkit(card_url: str, *, auth_token: str | None = None) -> Any:
+    """A started toolkit holding the remote agent's tools, ``auth_token`` sent as its bearer
+    token; ConfigError if it is unavailable."""
+    from toolmesh.a2a import agent
     from toolmesh.toolkit import create_toolkit
 
-    toolkit = await create_toolkit(agents=[card_url], name="agent")
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+    toolkit = await create_toolkit(agents=[agent(card_url, headers)], name="agent")
     source = toolkit.sources[0]
     if source.status.state != "connected":
         await toolkit.close()
@@ -208,7 +215,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--llm-style",
         choices=["openai", "anthropic", "gemini"],
-        default="openai",
+        default=None,  # not given: openai, set by `serve` (given without --a2a, it is refused)
         help="the API style (default openai); the key comes from TOOLMESH_LLM_API_KEY, "
         "else OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY (then GOOGLE_API_KEY)",
     )

@@ -75,8 +75,10 @@ def _named(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def parse_target(target: str) -> Any:
-    """A ``--target``: an http(s) URL, a MODULE:ATTR to serve in-process, or a command line."""
+def parse_target(target: str, *, audit: str | None = None) -> Any:
+    """A ``--target``: an http(s) URL, a MODULE:ATTR to serve in-process, or a command line.
+    A MODULE:ATTR that is no Host or Toolkit is served as ``--tools`` would be, with the audit
+    store ``audit`` (a Host or Toolkit keeps its own)."""
     from toolmesh.client import check_url, web_url
 
     url = web_url(target)
@@ -91,7 +93,7 @@ def parse_target(target: str) -> Any:
         if isinstance(found, Host | Toolkit):
             return found
         # Anything --tools takes (a plugin, @tool function, list...): served as --tools would be
-        return Host(_plugged(target, found))
+        return Host(_plugged(target, found), audit=audit)
     words = shlex.split(target)
     if not words:
         raise ConfigError("--target is empty")

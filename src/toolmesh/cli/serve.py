@@ -21,6 +21,9 @@ from toolmesh.tools import busy_threads
 
 __all__ = ["add_parser"]
 
+AUTH_ENV = "TOOLMESH_AUTH_TOKEN"  # the variable: `serve` requires its token, `tools`/`call` send it
+DEFAULT_WORKSPACE = "workspace"
+
 
 def add_parser(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
@@ -61,9 +64,9 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--auth-token",
-        default=os.environ.get("TOOLMESH_AUTH_TOKEN"),
+        default=None,  # not given: TOOLMESH_AUTH_TOKEN, read in run() (given, it must apply)
         help="require this bearer token (HTTP) and handshake auth_token; "
-        "required to listen beyond loopback (env TOOLMESH_AUTH_TOKEN)",
+        f"required to listen beyond loopback (env {AUTH_ENV})",
     )
     parser.add_argument(
         "--capability",
@@ -100,9 +103,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--workspace",
         metavar="DIR",
-        default="workspace",
-        help="with neither --tools nor --config: serve the built-in tools confined to DIR "
-        "(default ./workspace, created if missing)",
+        default=None,  # not given: DEFAULT_WORKSPACE, set in run() (given, it must apply)
+        help="with no --tools, --config, --mcp-config or --skills: serve the built-in tools "
+        f"confined to DIR (default ./{DEFAULT_WORKSPACE}, created if missing)",
     )
     from toolmesh.cli.agents import add_serve_options
 
@@ -132,6 +135,14 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="defer the tools of an MCP server with more than N of them (found by search)",
     )
+
+
+def check_source_options(args: argparse.Namespace) -> None:
+    """ConfigError for a source option that would be ignored without a word."""
+    if args.mcp_defer_over is not None and not args.mcp_config:
+        raise ConfigError(
+            "--mcp-defer-over defers the tools of --mcp-config servers: give --mcp-config FILE"
+        )
 
 
 def positive_int(text: str) -> int:
@@ -182,7 +193,8 @@ def build_host(
     if not sources:  # the default toolkit: the built-in tools, confined to the workspace
         from toolmesh.sources.builtins import builtin_source
 
-        sources = [builtin_source(True, workspace=getattr(args, "workspace", "workspace"))]
+        workspace = getattr(args, "workspace", DEFAULT_WORKSPACE)  # `tools`/`call` have none
+        sources = [builtin_source(True, workspace=workspace)]
     return Host(
         *sources,
         audit=audit,
@@ -249,6 +261,12 @@ def _manifest_host(
 
 
 def run(args: argparse.Namespace) -> int:
+    _refuse_ignored_options(args)
+    if args.auth_token is None:
+        args.auth_token = os.environ.get(AUTH_ENV)
+    if args.workspace is None:
+        args.workspace = DEFAULT_WORKSPACE
+    args.llm_style = args.llm_style or "openai"
     if args.store:
         args.audit = args.store
     default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
@@ -299,6 +317,33 @@ def run(args: argparse.Namespace) -> int:
     _run(_until_stopped(serving, host))
     _leave_stuck_threads()
     return 0
+
+
+def _refuse_ignored_options(args: argparse.Namespace) -> None:
+    """ConfigError for options this way of serving would ignore without a word."""
+    check_source_options(args)
+    if not args.a2a:
+        agent_only = {
+            "--llm": args.llm,
+            "--model": args.model,
+            "--llm-style": args.llm_style,
+            "--a2a-description": args.a2a_description,
+        }
+        given = [option for option, value in agent_only.items() if value]
+        if given:
+            verb = "configures" if len(given) == 1 else "configure"
+            raise ConfigError(f"{' and '.join(given)} {verb} the A2A agent: give --a2a NAME too")
+    named = args.tools or args.config or args.mcp_config or args.skills
+    if args.workspace is not None and named:
+        raise ConfigError(
+            "--workspace confines the built-in tools, which are served only without --tools, "
+            "--config, --mcp-config and --skills"
+        )
+    if args.mcp_stdio and args.auth_token:
+        raise ConfigError(
+            "--auth-token has no effect with --mcp-stdio: MCP over stdio has no "
+            "authentication (its only client is the process that started it)"
+        )
 
 
 def _shown(store: str) -> str:
