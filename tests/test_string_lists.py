@@ -11,6 +11,7 @@ import pytest
 
 from toolmesh import ConfigError, Filtered, Host, Tagged, Toolkit, create_toolkit, tool
 from toolmesh.capabilities import CapabilitySet
+from toolmesh.mcp.http import MCPHttpEndpoint
 from toolmesh.sources.http import HttpEndpoint, http_tool
 from toolmesh.sources.javascript import JavaScriptSource
 
@@ -67,6 +68,12 @@ CASES: list[tuple[str, str, Callable[[Any], Any], Any]] = [
     ),
     ("http_tool tags", "web", lambda s: http_tool("h", URL, tags=s).definition.tags, ["web"]),
     ("HttpEndpoint tags", "web", lambda s: HttpEndpoint("h", URL, tags=s).tags, ["web"]),
+    (
+        "MCP allowed_origins",
+        URL,
+        lambda s: MCPHttpEndpoint(Host(ls), allowed_origins=s).allowed_origins,
+        {URL},
+    ),
 ]
 
 

@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from toolmesh import strictjson
+from toolmesh.capabilities import string_list
 from toolmesh.host import Host
 from toolmesh.mcp.server import (
     HANDSHAKE_VERSIONS,
@@ -92,7 +93,7 @@ class MCPHttpEndpoint:
     ) -> None:
         self.service = MCPService(host, instructions=instructions)
         self.auth_token = auth_token or None
-        self.allowed_origins = set(allowed_origins)
+        self.allowed_origins = set(string_list(allowed_origins, where="allowed_origins"))
         self.sessions: dict[str, _HttpSession] = {}
         self._answering: set[MCPPeer] = set()  # 2026-07-28 requests being answered
         self._closing: set[asyncio.Task[None]] = set()
