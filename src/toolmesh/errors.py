@@ -43,6 +43,7 @@ __all__ = [
     "StateError",
     "ToolCallFailed",
     "ToolCallParseError",
+    "ToolNameConflict",
     "ToolmeshError",
     "TransportError",
 ]
@@ -161,3 +162,8 @@ class ProviderError(ProtocolError):
         super().__init__(
             "provider_error", message, retryable=status == 0 or status == 429 or status >= 500
         )
+
+
+class ToolNameConflict(UserWarning):
+    """Two tools wanted one name; the first kept it (a warning: see ``NameConflictError`` for
+    the refusal ``on_conflict="error"`` makes of it)."""

@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet, string_list
-from toolmesh.errors import ConfigError, NameConflictError, ProtocolError
+from toolmesh.errors import ConfigError, NameConflictError, ProtocolError, ToolNameConflict
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
 from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode
@@ -62,10 +62,6 @@ _LEGAL = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
 OnConflict = Literal["warn", "error"]
 SourceLike: TypeAlias = "Source | ToolPlugin | Tool | Callable[..., Any] | Toolkit"
-
-
-class ToolNameConflict(UserWarning):
-    """Two tools wanted one name; the first kept it."""
 
 
 def sanitize_name(name: str) -> str:

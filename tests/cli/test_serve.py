@@ -169,3 +169,22 @@ def test_serve_still_reads_the_token_and_workspace_defaults(tmp_path: Path) -> N
     answer = json.loads(served.stdout.splitlines()[0])
     assert answer["ok"] is False and answer["reason"] == "auth_token is missing or wrong"
     assert (tmp_path / "workspace").is_dir()
+
+
+def test_a_name_conflict_is_told_once() -> None:
+    """Logged as one line; its warning said it again, with a line of toolmesh's source."""
+    served = subprocess.run(
+        toolmesh_command(
+            "serve", "--stdio", "--tools", DEMO, "--tools", DEMO, "--audit", ":memory:"
+        ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert served.returncode == 0, served.stderr
+    lines = served.stderr.strip().splitlines()
+    assert lines and all("WARNING toolmesh.toolkit: tool name" in line for line in lines), lines
+    assert len(lines) == len(set(lines)) and "from source #1 " in lines[0]

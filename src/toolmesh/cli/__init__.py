@@ -6,10 +6,11 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from toolmesh.errors import ToolmeshError
+from toolmesh.errors import ToolmeshError, ToolNameConflict
 
 __all__ = ["main"]
 
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="toolmesh: %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # The toolkit logs each name conflict too: its warning would say it again, with a line of
+    # toolmesh's own source for a place.
+    warnings.filterwarnings("ignore", category=ToolNameConflict)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
