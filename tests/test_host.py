@@ -32,6 +32,25 @@ async def test_handshake_negotiates_tools_and_limits(served: Served) -> None:
     assert client.max_parallel == MAX_PARALLEL
 
 
+async def test_the_handshake_counts_the_tools_the_session_may_call() -> None:
+    @tool
+    def plain() -> str:
+        return "p"
+
+    @tool(capabilities=["fs"])
+    def reads() -> str:
+        return "r"
+
+    @tool(defer_loading=True)
+    def found() -> str:
+        return "f"
+
+    async with Host(plain, reads, found, capabilities=["net"]) as host:
+        client = await connect_async(host)
+        assert client.accepted_caps[0].metadata["tools"] == 2  # not `reads`; `found` by search
+        await client.close()
+
+
 async def test_list_shows_active_tools_only(served: Served) -> None:
     names = [t.name for t in await served.client.list_tools()]
     assert "echo" in names and "read_file" in names

@@ -217,6 +217,7 @@ async def test_locked_host_refuses_capability_override(raw: RawPeer) -> None:
         capability_override={"strategy": "extend", "capabilities": ["secret"]}
     )
     assert response["ok"] is False and "locked" in response["reason"]
+    assert response["max_parallel"] == MAX_PARALLEL  # the host's, not the model's default
 
 
 async def test_max_parallel_is_enforced_by_the_host(raw: RawPeer) -> None:

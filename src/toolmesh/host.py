@@ -420,7 +420,9 @@ class Connection:
             session = await self.host._open_session(request, self)
         except (CapabilityError, ProtocolError) as exc:
             reason = exc.message if isinstance(exc, ProtocolError) else str(exc)
-            return HandshakeResponse(req_id=request.id, ok=False, reason=reason)
+            return HandshakeResponse(
+                req_id=request.id, ok=False, reason=reason, max_parallel=self.host.max_parallel
+            )
         self.session = session
         session.approver = self._ask_approval
         accepted = (
@@ -430,7 +432,13 @@ class Connection:
                     metadata={
                         "capabilities": sorted(session.capabilities.tags),
                         "capability_policy": self.host.capability_policy,
-                        "tools": len(self.host.toolkit),
+                        # the tools this session may call (deferred ones too: search finds
+                        # them), not every tool the host has
+                        "tools": len(
+                            self.host.toolkit.definitions(
+                                capabilities=session.capabilities, include_deferred=True
+                            )
+                        ),
                     },
                 )
             ]
