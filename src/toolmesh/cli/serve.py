@@ -378,8 +378,8 @@ def _leave_stuck_threads() -> None:
     stuck = busy_threads()
     if stuck:
         print(
-            f"toolmesh: {stuck} tool thread(s) ignored their deadline and are still running; "
-            "exiting without waiting for them",
+            f"toolmesh: {stuck} tool thread(s) still running after their calls were stopped "
+            "(a blocking tool cannot be interrupted); exiting without waiting for them",
             file=sys.stderr,
             flush=True,
         )
