@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from tests.conftest import MAX_PARALLEL, Served, demo_host, serve_stdio_command
 from toolmesh import (
     AsyncClient,
     AsyncToolAPI,
+    ConfigError,
     HandshakeError,
     Host,
     ToolAPI,
@@ -21,7 +23,7 @@ from toolmesh import (
     connect,
     connect_async,
 )
-from toolmesh.errors import RemoteError
+from toolmesh.errors import ArgumentError, RemoteError
 from toolmesh.models import ToolEvent
 from toolmesh.protocol import ApprovalResponse, HandshakeRequest, HandshakeResponse
 from toolmesh.transports.http import HttpServer
@@ -342,7 +344,7 @@ async def test_a_timeout_that_is_not_a_positive_number_is_refused(
     """Each side read these its own way: the host ran 0 or NaN under its default deadline
     (30 s) while the client gave up after its 5 s grace, NaN at once; inf was an
     invalid_message over the wire and an hour in-process."""
-    with pytest.raises(ValueError, match="positive number of seconds"):
+    with pytest.raises(ConfigError, match="timeout: must be a positive number of seconds"):
         await served.client.call_tool("add", {"a": 1, "b": 1}, timeout=timeout)
 
 
@@ -353,3 +355,83 @@ async def test_async_toolapi_over_a_closed_blocking_client_says_it_is_closed(
     await asyncio.to_thread(client.close)
     with pytest.raises(TransportError, match="client closed"):  # was "Event loop is closed"
         await AsyncToolAPI(client).call("echo", {"text": "x"})
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        ({"tool_name": None}, ConfigError, "tool_name: must be a tool's name (a str), not None"),
+        ({"timeout": "5"}, ConfigError, "timeout: must be a positive number of seconds, not '5'"),
+        ({"timeout": True}, ConfigError, "timeout: must be a positive number of seconds"),
+        ({"streaming": "yes"}, ConfigError, "streaming: must be True or False, not 'yes'"),
+        ({"on_event": 5}, ConfigError, "on_event: must be a callable or None, not 5"),
+        ({"correlation_id": 7}, ConfigError, "correlation_id: must be a str or None, not 7"),
+        ({"arguments": [1]}, ArgumentError, "the arguments must be a mapping of parameter"),
+    ],
+)
+async def test_a_wrong_call_parameter_is_named(
+    served: Served, call: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    """They raised TypeErrors from deep inside ('NoneType' object is not iterable, '<' not
+    supported between int and str), or pydantic's ValidationError over the wire only."""
+    tools = AsyncToolAPI(served.client)
+    with pytest.raises(error, match=re.escape(says)):
+        await tools.call(**{"tool_name": "add", "arguments": {"a": 1, "b": 2}, **call})
+    assert (await tools.call("add", {"a": 1, "b": 2})).data == 3  # the session goes on
+
+
+async def test_arguments_none_are_no_arguments_and_names_must_be_text(served: Served) -> None:
+    tools = AsyncToolAPI(served.client)
+    result = await tools.call("echo", None)
+    assert result.error_code == "invalid_arguments"  # echo needs a text: none was given
+    assert "text" in (result.error or "")
+    if served.transport != "inprocess":  # in-process the pipeline answers invalid_arguments
+        with pytest.raises(ArgumentError, match=r"the arguments cannot be sent: arguments\.1"):
+            await tools.call("echo", {1: "x"})
+
+
+def test_the_blocking_toolapi_names_a_wrong_parameter_too(tmp_path: Path) -> None:
+    with connect(demo_host(tmp_path / "a.db")) as client:
+        tools = ToolAPI(client)
+        assert tools.call("add", None).error_code == "invalid_arguments"
+        with pytest.raises(ConfigError, match="tool_name: must be a tool's name"):
+            tools.call(None, {})  # type: ignore[arg-type]
+        with pytest.raises(
+            ConfigError, match="tags: must be a list of tag names or None, not 'fs'"
+        ):
+            tools.list(tags="fs")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("listing", "says"),
+    [
+        ({"query": None}, "query: must be a str, not None"),
+        ({"include_deferred": "no"}, "include_deferred: must be True or False, not 'no'"),
+        ({"tags": "fs"}, "tags: must be a list of tag names or None, not 'fs'"),
+        ({"tags": ["fs", 1]}, "tags: must be a list of tag names or None"),
+        ({"kind": 3}, "kind: must be a str, not 3"),
+    ],
+)
+async def test_a_wrong_listing_parameter_is_named(
+    served: Served, listing: dict[str, Any], says: str
+) -> None:
+    """A str for tags was read as its characters (the tags "f" and "s"), silently."""
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        await AsyncToolAPI(served.client).list(**listing)
+
+
+async def test_an_answer_larger_than_the_client_reads_fails_its_call_at_once(
+    tmp_path: Path,
+) -> None:
+    """The client skipped the oversized line and the call waited out its timeout (65 s)."""
+    from toolmesh.transports.stdio import StdioChannel
+
+    channel = StdioChannel(serve_stdio_command(tmp_path / "a.db"), max_message_bytes=100_000)
+    client = await AsyncClient(channel).start()
+    try:
+        async with asyncio.timeout(20):
+            with pytest.raises(RemoteError, match=r"could not be read: message of \d+ bytes"):
+                await client.call_tool("echo", {"text": "x" * 150_000}, timeout=60)
+        assert (await client.call_tool("echo", {"text": "small"})).data == "small"
+    finally:
+        await client.close()

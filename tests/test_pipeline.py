@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import gc
+import math
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from toolmesh import (
     Decision,
@@ -481,3 +486,188 @@ async def test_a_policy_hook_that_raises_denies_the_call() -> None:
     assert result.error_code == ToolErrorCode.TOOL_DENIED
     assert "policy hook 'broken' failed: KeyError" in (result.error or "")
     assert [e.decision for e in store.audit] == ["hook:0:error"]
+
+
+async def test_an_error_longer_than_the_limit_is_cut_and_its_size_audited() -> None:
+    """The whole error came back (5 MB for a tool raising one), while the audit counted the
+    output cut from it."""
+
+    @tool
+    def fails() -> None:
+        """Fails at length."""
+        raise RuntimeError("e" * 1000)
+
+    store = MemoryStore()
+    result = await Toolkit(fails, store=store, limits=Limits(max_output_chars=100)).execute("fails")
+    assert result.error_code == ToolErrorCode.TOOL_ERROR and result.truncated
+    assert result.error == "RuntimeError: " + "e" * 86 + (
+        "\n[error truncated: 100 of 1014 characters shown]"
+    )
+    assert result.output == result.error
+    assert store.audit[0].output_bytes == len(result.error.encode())
+
+
+async def test_data_beside_a_text_of_its_own_is_bounded_too() -> None:
+    """Only the text was bounded: structured data beside it came back whole."""
+
+    @tool
+    def rows() -> Output:
+        """Rows, summed up."""
+        return Output([{"i": i} for i in range(1000)], text="1000 rows")
+
+    @tool
+    def echoes() -> Output:
+        """A long text beside a short one."""
+        return Output("x" * 1000, text="a thousand x")
+
+    kit = Toolkit(rows, echoes, limits=Limits(max_output_chars=100))
+    result = await kit.execute("rows")
+    assert result.truncated and result.data is None and result.output == "1000 rows"
+    assert result.metadata == {"data_omitted": "larger than the output limit"}
+    text = await kit.execute("echoes")
+    assert text.truncated and text.output == "a thousand x"
+    assert text.data == "x" * 100 + "\n[data truncated: 100 of 1000 characters shown]"
+
+
+async def test_a_result_keeps_the_first_events_that_fit_and_streams_them_all() -> None:
+    @tool
+    def chatty(ctx: ToolContext) -> Output:
+        """Talks a lot, then changes the state."""
+        ctx.log("l" * 2000)  # alone larger than the budget: a note instead
+        for index in range(5):
+            ctx.status(f"step {index}")
+        return Output("ok", state_update=[{"op": "add", "path": "/context/n", "value": 1}])
+
+    streamed: list[Any] = []
+    kit = Toolkit(chatty, limits=Limits(max_events_bytes=1000))
+    result = await kit.execute("chatty", on_event=streamed.append)
+    assert [(e.seq, e.kind) for e in streamed] == [
+        (0, "log"),
+        *[(n, "status") for n in range(1, 6)],
+        (6, "state"),  # numbered after every event sent, kept or not
+    ]
+    assert list(streamed[0].data) == ["data_omitted"]
+    kept = [e.seq for e in result.events]
+    assert kept == [0, 1, 2, 6] and result.events[-1].kind == "state"
+    assert result.truncated and result.metadata == {"events_omitted": 3}
+
+
+async def test_nan_and_infinity_in_a_result_become_null_in_process_too() -> None:
+    """As the wire carries them, and as JSON.stringify writes them: in-process they stayed
+    NaN, and the output text said NaN, which is not JSON."""
+
+    class Reading(BaseModel):
+        value: float
+
+    @tool
+    def reading() -> Reading:
+        """A model holding NaN."""
+        return Reading(value=math.nan)
+
+    @tool
+    def described() -> Output:
+        """Data beside a text, and metadata, holding them."""
+        return Output({"v": [math.inf]}, text="no number", metadata={"m": -math.inf, "t": "NaN"})
+
+    kit = Toolkit(reading, described)
+    model = await kit.execute("reading")
+    assert model.data == {"value": None} and model.output == '{"value": null}'
+    beside = await kit.execute("described")
+    assert beside.data == {"v": [None]} and beside.output == "no number"
+    assert beside.metadata == {"m": None, "t": "NaN"}
+
+
+async def test_emitted_data_is_the_json_every_transport_delivers() -> None:
+    """A copy in its JSON form (a datetime as ISO text, NaN as null); data with no JSON form
+    is refused when emitted, naming the event's kind."""
+    when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC)
+    sent = {"when": when, "pair": (1, 2), "ratio": math.nan}
+
+    @tool
+    def reports(ctx: ToolContext) -> str:
+        """Emits what JSON can carry, changes it, then what it cannot."""
+        ctx.emit("custom", sent)
+        sent["pair"] = (3, 4)
+        try:
+            ctx.emit("odd", {"thing": object()})
+        except ValueError as exc:
+            return str(exc)
+        return "accepted"
+
+    result = await Toolkit(reports).execute("reports")
+    assert result.events[0].data == {
+        "when": "2024-05-01T12:30:00Z",
+        "pair": [1, 2],
+        "ratio": None,
+    }
+    assert result.data == (
+        "the data of a 'odd' event must be JSON: Unable to serialize unknown type: <class 'object'>"
+    )
+    assert len(result.events) == 1
+
+
+@pytest.mark.parametrize(
+    ("update", "says"),
+    [
+        (
+            {"op": "add", "path": "/context/x", "value": 1},
+            "a state update must be a list of RFC 6902 operations, not dict (put one operation "
+            "in a list: [{...}])",
+        ),
+        (["add"], "state_update[0]: an operation must be an object with 'op' and 'path', not str"),
+    ],
+)
+async def test_a_state_update_that_is_no_list_of_operations_is_invalid(
+    update: Any, says: str
+) -> None:
+    """It was a tool_error holding pydantic's dump of the result that could not be made."""
+
+    @tool
+    def write() -> Output:
+        """Writes."""
+        return Output("ok", state_update=update)
+
+    kit = Toolkit(write)
+    result = await kit.execute("write")
+    assert (result.error_code, result.error) == (ToolErrorCode.INVALID_STATE_UPDATE, says)
+    assert await kit.state.snapshot(kit.session.id) == {"context": {}}
+
+
+async def test_a_call_that_asked_for_approval_returns_its_approval_event() -> None:
+    """Denied, or refused once approved, it returned no events: the approval was sent all the
+    same."""
+
+    @tool(requires_approval=True)
+    def deploy(env: str) -> str:
+        """Deploys."""
+        return env
+
+    async def deny(request: Any) -> bool:
+        return False
+
+    async def approve(request: Any) -> bool:
+        return True
+
+    kit = Toolkit(deploy)
+    denied = await kit.execute("deploy", {"env": "prod"}, on_approval=deny)
+    invalid = await kit.execute("deploy", {"env": 1}, on_approval=approve)
+    assert (denied.error_code, invalid.error_code) == ("tool_denied", "invalid_arguments")
+    for result in (denied, invalid):
+        assert [(e.seq, e.kind) for e in result.events] == [(0, "approval")]
+        assert result.events[0].data["arguments"]["env"] in ("prod", 1)
+
+
+async def test_refused_arguments_are_not_kept_alive() -> None:
+    """The audit's encoder kept what a failed encoding had marked (the arguments refused for a
+    NaN), for the life of the process."""
+
+    class Values(list[float]):
+        pass
+
+    values = Values([math.nan])
+    alive = weakref.ref(values)
+    result = await Toolkit(echo).execute("echo", {"text": values})
+    assert result.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    del values, result
+    gc.collect()
+    assert alive() is None

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.encoder
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from toolmesh import strictjson
 
 __all__ = ["AuditEntry", "digest_arguments", "storable"]
 
@@ -47,26 +47,9 @@ class AuditEntry:
         return asdict(self)
 
 
-def _canonical_encoder() -> Callable[[Any], str]:
-    """Canonical JSON (sorted keys, no spaces, UTF-8 as is), built once: ``json.dumps`` with
-    these options makes a new encoder on every call, which the audit of every call would pay."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # no C accelerator: the standard encoder, same output
-        return json.JSONEncoder(
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=str,
-            allow_nan=False,
-        ).encode
-    # markers, default, string encoder, indent, key and item separators, sort_keys, skipkeys,
-    # allow_nan: the arguments JSONEncoder.iterencode passes for the options above. No NaN or
-    # infinity: JSON has neither (1e999 is read as infinity), so such arguments are unfit.
-    encode = make({}, str, json.encoder.encode_basestring, None, ":", ",", True, False, False)
-    return lambda value: "".join(encode(value, 0))
-
-
-_canonical = _canonical_encoder()
+# Canonical JSON (sorted keys, no spaces, UTF-8 as is). No NaN or infinity: JSON has neither
+# (1e999 is read as infinity), so such arguments are unfit.
+_canonical = strictjson.encoder(sort_keys=True, compact=True)
 
 
 class NotJSON(ValueError):

@@ -26,7 +26,10 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
+
 from toolmesh.errors import (
+    ArgumentError,
     CallTimeout,
     ConfigError,
     HandshakeError,
@@ -311,6 +314,9 @@ class AsyncClient:
         return answer
 
     async def _decide_in_process(self, request: ApprovalRequest) -> bool:
+        listener = self._listeners.get(request.req_id)
+        if listener is not None:  # the call's first event, as a wire client gets it
+            listener(request.event)
         if self.on_approval is None:
             raise ProtocolError("approval_unavailable", "this client has no approval handler")
         # The pipeline turns what this raises into a denial ("approval:failed").
@@ -378,6 +384,7 @@ class AsyncClient:
         tags: Sequence[str] | None = None,
         kind: str = "",
     ) -> list[ToolDefinition]:
+        _check_listing(query, include_deferred, tags, kind)
         cacheable = not query and not tags and not kind and not include_deferred
         if cacheable and self._tools_cache is not None:
             if self._connection is None or self._cached_version == self._toolkit_version():
@@ -413,23 +420,24 @@ class AsyncClient:
     async def call_tool(
         self,
         tool_name: str,
-        arguments: Mapping[str, Any],
+        arguments: Mapping[str, Any] | None = None,
         *,
         streaming: bool = False,
         on_event: EventCallback | None = None,
         timeout: float = 30.0,
         correlation_id: str | None = None,
     ) -> ToolResult:
+        """Call a tool; its failures come back as results. ``arguments`` None: none. A wrong
+        parameter raises ``ConfigError`` naming it (``ArgumentError`` for the arguments)."""
         slots = self._slots
         if slots is None:
             raise TransportError("call start() (or use connect_async) before calling tools")
-        if not 0 < timeout < _INFINITY:  # NaN too: each side would read it its own way
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        values = _call_arguments(tool_name, arguments, streaming, on_event, timeout, correlation_id)
         connection = self._connection
         if connection is not None:
             spec = CallSpec(
                 tool_name=tool_name,
-                arguments=dict(arguments),
+                arguments=values,
                 req_id=local_id(),
                 correlation_id=correlation_id or "",
                 streaming=streaming or on_event is not None,
@@ -440,20 +448,26 @@ class AsyncClient:
                 if self._connection is not connection:  # closed while this call waited
                     slots.give_back()
                     raise TransportError(f"not connected ({self._closed_reason or 'closed'})")
+            listener = None if on_event is None else _guarded(on_event)
+            if listener is not None:  # for the call's approval event, as over the wire
+                self._listeners[spec.req_id] = listener
             try:
-                return await connection.call_direct(
-                    spec, None if on_event is None else _guarded(on_event)
-                )
+                return await connection.call_direct(spec, listener)
             finally:
                 slots.give_back()
-        request = ToolCallRequest(
-            session_id=self.session_id,
-            tool_name=tool_name,
-            arguments=dict(arguments),
-            correlation_id=correlation_id or "",
-            streaming=streaming or on_event is not None,
-            timeout=timeout,
-        )
+                if listener is not None:
+                    del self._listeners[spec.req_id]
+        try:
+            request = ToolCallRequest(
+                session_id=self.session_id,
+                tool_name=tool_name,
+                arguments=values,
+                correlation_id=correlation_id or "",
+                streaming=streaming or on_event is not None,
+                timeout=timeout,
+            )
+        except ValidationError as exc:  # the checks above leave the arguments' names only
+            raise ArgumentError(f"the arguments cannot be sent: {_first_error(exc)}") from None
         if not slots.take():
             await slots.wait()
         response = await self.request(
@@ -465,6 +479,73 @@ class AsyncClient:
 
 
 _INFINITY = float("inf")
+
+
+def _call_arguments(
+    tool_name: object,
+    arguments: object,
+    streaming: object,
+    on_event: object,
+    timeout: object,
+    correlation_id: object,
+) -> dict[str, Any]:
+    """A call's arguments as a dict of their own, once every parameter of the call is checked:
+    a wrong one raises ``ConfigError`` naming it, not a TypeError from deep inside."""
+    if not isinstance(tool_name, str):
+        raise ConfigError(
+            f"must be a tool's name (a str), not {_brief(tool_name)}", location="tool_name"
+        )
+    # NaN too, and a bool (a number to Python): each side would read it its own way
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < _INFINITY
+    ):
+        raise ConfigError(
+            f"must be a positive number of seconds, not {_brief(timeout)}", location="timeout"
+        )
+    if not isinstance(streaming, bool):
+        raise ConfigError(f"must be True or False, not {_brief(streaming)}", location="streaming")
+    if on_event is not None and not callable(on_event):
+        raise ConfigError(
+            f"must be a callable or None, not {_brief(on_event)}", location="on_event"
+        )
+    if correlation_id is not None and not isinstance(correlation_id, str):
+        raise ConfigError(
+            f"must be a str or None, not {_brief(correlation_id)}", location="correlation_id"
+        )
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, Mapping):
+        raise ArgumentError(
+            f"the arguments must be a mapping of parameter names to values, not {_brief(arguments)}"
+        )
+    return dict(arguments)
+
+
+def _check_listing(query: object, include_deferred: object, tags: object, kind: object) -> None:
+    """``ConfigError`` naming the first parameter of a listing that is wrong."""
+    for name, value in (("query", query), ("kind", kind)):
+        if not isinstance(value, str):
+            raise ConfigError(f"must be a str, not {_brief(value)}", location=name)
+    if not isinstance(include_deferred, bool):
+        raise ConfigError(
+            f"must be True or False, not {_brief(include_deferred)}", location="include_deferred"
+        )
+    if tags is not None and (  # a str is a sequence too: "fs" would be the tags "f" and "s"
+        isinstance(tags, str)
+        or not isinstance(tags, Sequence)
+        or not all(isinstance(tag, str) for tag in tags)
+    ):
+        raise ConfigError(
+            f"must be a list of tag names or None, not {_brief(tags)}", location="tags"
+        )
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}"
 
 
 def _guarded(on_event: EventCallback) -> EventCallback:
@@ -632,7 +713,7 @@ class ToolAPI:
     def call(
         self,
         tool_name: str,
-        arguments: Mapping[str, Any],
+        arguments: Mapping[str, Any] | None = None,
         streaming: bool = False,
         on_event: EventCallback | None = None,
         timeout: float = 30.0,
@@ -669,7 +750,7 @@ class AsyncToolAPI:
     async def call(
         self,
         tool_name: str,
-        arguments: Mapping[str, Any],
+        arguments: Mapping[str, Any] | None = None,
         streaming: bool = False,
         on_event: EventCallback | None = None,
         timeout: float = 30.0,

@@ -4,7 +4,7 @@
     -> policy               tool_denied (capabilities held by the session, then policy hooks)
     -> validate arguments   invalid_arguments, with the JSON path of the bad field
     -> execute under deadline   timeout / cancelled; events stream with seq 0, 1, 2, ...
-    -> shape result         output bounded (truncated flag), duration_ms, state patch applied
+    -> shape result         bounded whole (truncated flag), duration_ms, state patch applied
     -> audit entry          written before the result is returned
 
 A tool that ignores cancellation cannot hold the caller past its deadline: the pipeline stops
@@ -27,14 +27,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
+from toolmesh import strictjson
 from toolmesh.audit import AuditEntry, digest_arguments, log_lost_entry
 from toolmesh.eager import start_eagerly
 from toolmesh.errors import ArgumentError, SchemaError, StateError
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, secret_id
 from toolmesh.strictjson import mend_text
-from toolmesh.tools import Output, Tool, ToolContext
+from toolmesh.tools import (
+    MAX_EVENTS_BYTES,
+    Output,
+    Tool,
+    ToolContext,
+    event_cost,
+    event_data_size,
+)
 
 if TYPE_CHECKING:
     from toolmesh.session import Session
@@ -116,12 +124,20 @@ PolicyHook = Callable[
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Bounds every call lives within."""
+    """Bounds every call lives within.
+
+    A result is bounded whole, so its answer always fits in one wire message (16 MiB by
+    default): its output and its error text (``max_output_chars`` each, then cut with a note),
+    its data (dropped with a note when its JSON is longer), its metadata (replaced by a note
+    past ``max_metadata_bytes`` of JSON) and the events it keeps (``max_events_bytes``; the
+    state event, bounded by the state's own limits, always). What was cut sets ``truncated``."""
 
     default_timeout: float = 30.0
     max_timeout: float = 3600.0
     max_output_chars: int = 200_000
     approval_timeout: float = 300.0
+    max_metadata_bytes: int = 64 * 1024
+    max_events_bytes: int = MAX_EVENTS_BYTES
 
 
 @dataclass(slots=True)
@@ -220,8 +236,11 @@ class Pipeline:
                     result.metadata = {"path": unfit_at}
                 else:
                     result = await self._validated_run(session, tool, spec, on_event)
+            if spec.prior_events:
+                self._keep_prior_events(spec, result)
         except asyncio.CancelledError:
             result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
+            self._keep_prior_events(spec, result)
             result.duration_ms = _elapsed_ms(started)
             await self._audit(session, spec, tool, result, decision, measured)
             for observer in observers:  # an AG-UI run, say, ends (as an error) here too
@@ -419,6 +438,7 @@ class Pipeline:
             state=(lambda: state) if state is not None else None,
             sink=on_event if spec.streaming else None,
             events=spec.prior_events,
+            event_budget=self.limits.max_events_bytes,
         )
         ctx._deadline_cap = now + self.limits.max_timeout
         if tool.cancels_promptly:
@@ -441,6 +461,10 @@ class Pipeline:
                     spec.waiting = None
         if ctx.events and not result.events:
             result.events = ctx.events
+        if result.metadata:
+            self._bound_metadata(result)
+        if result.events:
+            self._bound_events(result, ctx)
         if result.state_update:
             await self._apply_state(session, result, ctx)
         return result
@@ -498,26 +522,55 @@ class Pipeline:
         if not task.cancelled() and task.exception() is not None:
             logger.debug("tool finished with an error after its deadline", exc_info=True)
 
+    def _keep_prior_events(self, spec: CallSpec, result: ToolResult) -> None:
+        """A call that asked for approval and did not run its tool (denied, say) still returns
+        its approval event, which was sent: every call returns the events it sent."""
+        if spec.prior_events and not result.events:
+            result.events = list(spec.prior_events)
+            self._bound_events(result, None)
+
+    def _bound_metadata(self, result: ToolResult) -> None:
+        """Make a tool's metadata JSON as the wire carries it, or a note when its JSON is
+        larger than the limit."""
+        limit = self.limits.max_metadata_bytes
+        size, metadata = _wire_json(result.metadata)
+        if size > limit:
+            metadata = {"metadata_omitted": f"{size} bytes of JSON, more than {limit}"}
+            result.truncated = True
+        if metadata is not result.metadata:
+            result.metadata = metadata
+
+    def _bound_events(self, result: ToolResult, ctx: ToolContext | None) -> None:
+        """Keep the first of a result's events that fit in ``max_events_bytes`` (each of them
+        was streamed, bounded on its own); a note says how many were left out."""
+        if ctx is not None and result.events is ctx.events:  # counted as they were emitted
+            fit, cut = ctx._events_fit, ctx._events_cut
+        else:  # the approval event alone, or the events of a ToolResult the tool built
+            fit, cut = _events_that_fit(result.events, self.limits.max_events_bytes), False
+        if fit is not None:
+            result.metadata = {**result.metadata, "events_omitted": len(result.events) - fit}
+            result.events = result.events[:fit]
+        if fit is not None or cut:
+            result.truncated = True
+
     def _bound(self, result: ToolResult) -> int:
-        """Cut an output longer than the limit (flagging it); return its size in bytes."""
+        """Bound a result's texts and data (flagging what was cut) and make its data JSON as
+        the wire carries it; return the size of its output text in bytes."""
         limit = self.limits.max_output_chars
-        output = result.output
-        if not output.isascii():
-            try:
-                output.encode()
-            except UnicodeEncodeError:
-                _mend_text(result)  # no peer could be sent it, nor a store keep it
-                output = result.output
-        if len(output) <= limit:
-            return len(output.encode())
-        note = f"\n[output truncated: {limit} of {len(output)} characters shown]"
-        result.output = output[:limit] + note
-        result.truncated = True
-        if isinstance(result.data, str):
-            result.data = result.output
-        elif result.data is not None:
-            result.data = None
-            result.metadata = {**result.metadata, "data_omitted": "larger than the output limit"}
+        error = result.error
+        if error is not None and len(error) > limit:
+            result.error = error = _cut(error, limit, "error")
+            result.truncated = True
+        if result.output_text is None and error is None:
+            output = _output_of_data(result, limit)
+        else:
+            output = _given_output(result, limit)
+        try:
+            if _encodable(error):
+                return len(output.encode())
+        except UnicodeEncodeError:
+            pass
+        _mend_text(result)  # no peer could be sent it, nor a store keep it
         return len(result.output.encode())
 
     async def _apply_state(self, session: Session, result: ToolResult, ctx: ToolContext) -> None:
@@ -539,7 +592,7 @@ class Pipeline:
             kind="state",
             req_id=ctx.req_id,
             data={"delta": patch, "version": record.version},
-            seq=len(result.events),
+            seq=max(len(ctx.events), len(result.events)),  # after every event sent, kept or not
         )
         result.events = [*result.events, event]
         if sink is not None:
@@ -768,6 +821,113 @@ def _mend_text(result: ToolResult) -> None:
         event.data = mend_text(event.data)
 
 
+# derive_output's JSON text (json.dumps with the same options), refusing NaN and infinity: the
+# encoding that makes a result's output text is how the pipeline finds them, at no extra cost.
+_strict_json = strictjson.encoder()
+
+
+def _finite_json(value: Any) -> tuple[str, Any]:
+    """The JSON text of ``value`` (plain JSON data) and the value it is of: ``value`` itself, or
+    when it holds NaN or infinity a copy with null for them, as JSON.stringify writes them, so
+    the result in-process, its output text and the wire agree."""
+    try:
+        return _strict_json(value), value
+    except ValueError:
+        finite = to_jsonable_python(value, inf_nan_mode="null")
+        return _strict_json(finite), finite
+
+
+def _wire_json(value: Any) -> tuple[int, Any]:
+    """The size in bytes of ``value`` (plain JSON data) as the wire writes it, and the value
+    it is of: ``value`` itself, or a copy with a lone surrogate made U+FFFD, NaN and infinity
+    null. (pydantic's encoder, several times json's speed, writes them as NaN and Infinity:
+    where neither word appears, as in nearly every value, there is none.)"""
+    try:
+        encoded = to_json(value)
+    except PydanticSerializationError:  # a lone surrogate: no UTF-8 can carry it
+        value = jsonable(mend_text(value))
+        encoded = to_json(value)
+    if b"NaN" in encoded or b"Infinity" in encoded:  # maybe in a text only: this decides
+        value = _finite_json(value)[1]
+        encoded = to_json(value)
+    return len(encoded), value
+
+
+def _output_of_data(result: ToolResult, limit: int) -> str:
+    """The output a result derives from its data, bounded: text data is cut, structured data
+    too long to show is dropped with a note (its cut JSON is then the output)."""
+    data = result.data
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        if len(data) > limit:
+            result.data = data = _cut(data, limit, "output")
+            result.truncated = True
+        return data
+    text, finite = _finite_json(data)
+    if finite is not data:
+        result.data = finite
+        if finite is None:  # the data was NaN or infinity: null, and no output at all
+            return ""
+    if len(text) <= limit:
+        return text
+    result.output = output = _cut(text, limit, "output")
+    _omit_data(result)
+    return output
+
+
+def _given_output(result: ToolResult, limit: int) -> str:
+    """The output of a result with a text of its own (or its error's, cut already), bounded,
+    and its data, which is not that text, bounded on its own (as JSON bytes, not characters,
+    which only ever cuts it sooner)."""
+    output = result.output_text
+    if output is not None and len(output) > limit:
+        result.output_text = output = _cut(output, limit, "output")
+        result.truncated = True
+    data = result.data
+    if isinstance(data, str):
+        if len(data) > limit:
+            result.data = _cut(data, limit, "data")
+            result.truncated = True
+    elif data is not None:
+        size, plain = _wire_json(data)
+        if plain is not data:
+            result.data = plain
+        if size > limit:
+            _omit_data(result)
+    return output if output is not None else result.error or ""
+
+
+def _cut(text: str, limit: int, what: str) -> str:
+    return f"{text[:limit]}\n[{what} truncated: {limit} of {len(text)} characters shown]"
+
+
+def _omit_data(result: ToolResult) -> None:
+    result.data = None
+    result.metadata = {**result.metadata, "data_omitted": "larger than the output limit"}
+    result.truncated = True
+
+
+def _encodable(text: str | None) -> bool:
+    """Whether ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
+    if text is None or text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _events_that_fit(events: Sequence[ToolEvent], budget: int) -> int | None:
+    """How many of the first ``events`` fit in ``budget``; None when they all do."""
+    for index, event in enumerate(events):
+        budget -= event_cost(event, event_data_size(event.data))
+        if budget < 0:
+            return index
+    return None
+
+
 def _state_not_applied(result: ToolResult, code: ToolErrorCode, message: str) -> None:
     result.success = False
     result.error_code = code
@@ -795,6 +955,9 @@ def _shape(tool_name: str, raw: Any) -> ToolResult:
     """Turn whatever a tool returned into its ToolResult."""
     if isinstance(raw, ToolResult):
         raw.tool_name = tool_name  # the name it was called by (a source may not know its prefix)
+        refusal = _not_operations(raw.state_update)
+        if refusal:
+            return _failure(tool_name, ToolErrorCode.INVALID_STATE_UPDATE, refusal)
         # A result built by hand may hold what JSON cannot (an object in its metadata): made
         # JSON here, as a returned value is, so the peer and the audit see the same outcome.
         raw.data = jsonable(raw.data)
@@ -802,16 +965,39 @@ def _shape(tool_name: str, raw: Any) -> ToolResult:
             raw.metadata = jsonable(raw.metadata)
         return raw
     if isinstance(raw, Output):
+        refusal = _not_operations(raw.state_update)
+        if refusal:
+            return _failure(tool_name, ToolErrorCode.INVALID_STATE_UPDATE, refusal)
         return ToolResult(
             success=True,
             tool_name=tool_name,
             data=jsonable(raw.value),
             output_text=raw.text,
-            metadata=raw.metadata,
+            metadata=jsonable(raw.metadata) if raw.metadata else {},
             state_update=raw.state_update,
             duration_ms=0,
         )
     return ToolResult(success=True, tool_name=tool_name, data=jsonable(raw), duration_ms=0)
+
+
+def _not_operations(update: object) -> str:
+    """Why ``update`` cannot be a state update (an RFC 6902 patch: a list of operation
+    objects), or "" when it can be one (whether each operation is right is the state's to say)."""
+    if update is None:
+        return ""
+    if not isinstance(update, list | tuple):
+        hint = " (put one operation in a list: [{...}])" if isinstance(update, dict) else ""
+        return (
+            "a state update must be a list of RFC 6902 operations, "
+            f"not {type(update).__name__}{hint}"
+        )
+    for index, operation in enumerate(update):
+        if not isinstance(operation, dict):
+            return (
+                f"state_update[{index}]: an operation must be an object with 'op' and 'path', "
+                f"not {type(operation).__name__}"
+            )
+    return ""
 
 
 def jsonable(value: Any) -> Any:

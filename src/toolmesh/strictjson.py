@@ -11,13 +11,16 @@ reads it as infinity, which no JSON can carry on.
 
 from __future__ import annotations
 
+import json
+import json.encoder
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_core import from_json
 
-__all__ = ["loads", "mend_text"]
+__all__ = ["encoder", "loads", "mend_text"]
 
 # The strings of a JSON text (skipped: text, not numbers) and its numbers.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?')
@@ -90,3 +93,44 @@ def mend_text(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [mend_text(item) for item in value]
     return value
+
+
+def encoder(*, sort_keys: bool = False, compact: bool = False) -> Callable[[Any], str]:
+    """A JSON encoder built once (``json.dumps`` builds a new one on every call, which a call
+    path pays): text as is (``ensure_ascii=False``), what JSON does not know as its ``str``, and
+    ``ValueError`` for NaN and infinity, which JSON has not. ``sort_keys`` as ``json.dumps``'s;
+    ``compact``: no spaces after separators. Otherwise its text is ``json.dumps``'s."""
+    key_separator, item_separator = (":", ",") if compact else (": ", ", ")
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the standard encoder, same output
+        return json.JSONEncoder(
+            sort_keys=sort_keys,
+            separators=(item_separator, key_separator),
+            ensure_ascii=False,
+            default=str,
+            allow_nan=False,
+        ).encode
+    # What JSONEncoder.iterencode passes for these options: the markers that detect a value
+    # holding itself, default, string encoder, indent, the separators, sort_keys, skipkeys and
+    # allow_nan.
+    markers: dict[int, Any] = {}
+    encode = make(
+        markers,
+        str,
+        json.encoder.encode_basestring,
+        None,
+        key_separator,
+        item_separator,
+        sort_keys,
+        False,
+        False,
+    )
+
+    def encoded(value: Any) -> str:
+        try:
+            return "".join(encode(value, 0))
+        except BaseException:
+            markers.clear()  # a failed encoding leaves its marks, which keep the values alive
+            raise
+
+    return encoded

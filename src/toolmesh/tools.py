@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import PydanticSerializationError, from_json, to_json
+
 from toolmesh.models import ToolDefinition, ToolEvent, check_event_data
 from toolmesh.schema import Validator, is_lossless, parameters_to_schema, schema_to_parameters
 from toolmesh.strictjson import mend_text
@@ -26,11 +28,16 @@ from toolmesh.strictjson import mend_text
 if TYPE_CHECKING:
     from toolmesh.capabilities import CapabilitySet
 
-__all__ = ["Output", "Tool", "ToolContext", "ToolFunction", "run_blocking"]
+__all__ = ["MAX_EVENTS_BYTES", "Output", "Tool", "ToolContext", "ToolFunction", "run_blocking"]
 
 JsonSchema = dict[str, Any]
 ToolFunction = Callable[[dict[str, Any], "ToolContext"], Awaitable[Any]]
 EventSink = Callable[[ToolEvent], None]
+
+MAX_EVENTS_BYTES = 2 * 1024 * 1024
+"""How much of a call's events its result keeps by default (``Limits.max_events_bytes``): their
+data as JSON and their envelopes. One event's data larger than that is replaced by a note."""
+_EVENT_ENVELOPE_BYTES = 200  # type, id, version, ts and seq, with the JSON around them
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +165,10 @@ class ToolContext:
         "_closed",
         "_deadline_cap",
         "_end",
+        "_event_budget",
+        "_events_cut",
+        "_events_fit",
+        "_events_left",
         "_loop",
         "_outcome",
         "_reschedule",
@@ -187,6 +198,7 @@ class ToolContext:
         state: Callable[[], Mapping[str, Any]] | None = None,
         sink: EventSink | None = None,
         events: list[ToolEvent] | None = None,
+        event_budget: int = MAX_EVENTS_BYTES,
     ) -> None:
         self.tool_name = tool_name
         self.req_id = req_id
@@ -205,6 +217,15 @@ class ToolContext:
         self._reschedule: Callable[[float], None] | None = None
         self._outcome: asyncio.Future[Any] | None = None  # the pipeline waits on it (suspended)
         self._end: Callable[[str], None] | None = None  # ends a call run in the caller's task
+        # What the result may keep of the events (``MAX_EVENTS_BYTES``): ``_events_fit`` is
+        # how many of the first events fit, once one does not; ``_events_cut`` that one event's
+        # data was replaced by a note.
+        self._event_budget = self._events_left = event_budget
+        self._events_fit: int | None = None
+        self._events_cut = False
+        if self.events:  # from before the tool ran: its approval
+            for index, given in enumerate(self.events):
+                self._spend(index, given, event_data_size(given.data))
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -256,14 +277,22 @@ class ToolContext:
     # -- emitting --------------------------------------------------------------------------------
 
     def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
-        """Stream an event to the caller. Safe from any thread; dropped once the call is over."""
-        payload: dict[str, Any] = mend_text(dict(data or {}))  # a copy any peer can be sent
+        """Stream an event to the caller. Safe from any thread; dropped once the call is over.
+
+        ``data`` must have a JSON form (``ValueError`` otherwise): the event holds that form, as
+        every transport delivers it. Data larger than the events' budget is replaced by a note."""
+        payload = dict(data or {})
         check_event_data(kind, payload)
+        encoded = _event_json(kind, payload)
+        cut = len(encoded) > self._event_budget
+        if cut:
+            encoded = _omitted_note(len(encoded), self._event_budget)
+        payload = from_json(encoded)  # a copy of its own, exactly as a peer reads it
         loop = self._loop
         if loop is not None and not _on_loop_thread(loop):
-            loop.call_soon_threadsafe(self._append, kind, payload)
+            loop.call_soon_threadsafe(self._append, kind, payload, len(encoded), cut)
         else:
-            self._append(kind, payload)
+            self._append(kind, payload, len(encoded), cut)
 
     def progress(self, pct: int | float, message: str = "") -> None:
         self.emit("progress", {"pct": max(0, min(100, round(pct))), "message": message})
@@ -284,19 +313,62 @@ class ToolContext:
         Streamed to the caller, never persisted."""
         self.emit("activity", {"activity_type": activity_type, "patch": patch})
 
-    def _append(self, kind: str, data: dict[str, Any]) -> None:
+    def _append(self, kind: str, data: dict[str, Any], size: int, cut: bool) -> None:
+        """Record an event (on the loop's thread): ``size`` of its data as JSON; ``cut``: that
+        data is a note standing for data too large."""
         if self._closed:
             return
-        event = ToolEvent(kind=kind, req_id=self.req_id, data=data, seq=len(self.events))
+        seq = len(self.events)
+        event = ToolEvent(kind=kind, req_id=self.req_id, data=data, seq=seq)
         self.events.append(event)
+        self._events_cut = self._events_cut or cut
+        self._spend(seq, event, size)
         if self._sink is not None:
             self._sink(event)
+
+    def _spend(self, index: int, event: ToolEvent, data_size: int) -> None:
+        """Count ``events[index]`` against what the result may keep of them."""
+        self._events_left -= event_cost(event, data_size)
+        if self._events_left < 0 and self._events_fit is None:
+            self._events_fit = index
 
     def _close(self, *, cancelled: bool = False) -> None:
         """End the call: later events are dropped; blocking code sees ``cancelled``."""
         self._closed = True
         if cancelled:
             self.cancel_event().set()
+
+
+def event_cost(event: ToolEvent, data_size: int) -> int:
+    """About what ``event`` takes on the wire, given the size of its data as JSON."""
+    return data_size + len(event.kind) + len(event.req_id) + _EVENT_ENVELOPE_BYTES
+
+
+def event_data_size(data: dict[str, Any]) -> int:
+    """The size of an event's data as JSON (for events not made by ``emit``, which knows it)."""
+    try:
+        return len(to_json(data, fallback=str))
+    except PydanticSerializationError:  # a lone surrogate, which the wire form mends
+        return len(to_json(mend_text(data), fallback=str))
+
+
+def _event_json(kind: str, data: dict[str, Any]) -> bytes:
+    """``data`` as JSON, NaN and infinity written as null (JSON has neither); ``ValueError``
+    naming the event's kind when it has no JSON form. A lone surrogate becomes U+FFFD."""
+    try:
+        return to_json(data, inf_nan_mode="null")
+    except PydanticSerializationError:
+        pass
+    try:
+        return to_json(mend_text(data), inf_nan_mode="null")
+    except PydanticSerializationError as exc:
+        raise ValueError(f"the data of a {kind!r} event must be JSON: {exc}") from None
+
+
+def _omitted_note(size: int, budget: int) -> bytes:
+    return to_json(
+        {"data_omitted": f"{size} bytes of JSON, more than the {budget} a call's events may hold"}
+    )
 
 
 # Blocking tools get their own pool: a tool that ignores its deadline keeps its thread busy

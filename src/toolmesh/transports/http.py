@@ -42,6 +42,7 @@ from toolmesh.models import secret_id
 from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode, request_id_of
 from toolmesh.transports.lean_http import LeanClient, LeanError, lean_suits
 from toolmesh.transports.lines import HEAD_BYTES, Oversized
+from toolmesh.transports.unreadable import unreadable_answer
 
 __all__ = ["HotRoute", "HttpChannel", "HttpServer", "build_app", "check_bind", "serve_http"]
 
@@ -823,6 +824,10 @@ def _session_of(text: str) -> str:
 
 def _dispatch(text: str, on_message: Callable[[Any], None]) -> None:
     try:
-        on_message(decode(text))
-    except ProtocolError:
+        message = decode(text)
+    except ProtocolError as exc:
         logger.warning("ignored an undecodable message from the host: %s", json.dumps(text[:200]))
+        message = unreadable_answer(text, exc)  # its request fails now, not at its timeout
+        if message is None:
+            return
+    on_message(message)

@@ -31,6 +31,7 @@ from toolmesh.protocol import (
     request_id_of,
 )
 from toolmesh.transports.lines import LineFeed, Oversized
+from toolmesh.transports.unreadable import unreadable_answer
 
 __all__ = ["StdioChannel", "StdioStreams", "open_stdio", "serve_stdio"]
 
@@ -213,10 +214,15 @@ async def open_stdio(*, stdin_fd: int | None = None, stdout_fd: int | None = Non
 def _too_large(line: Oversized, limit: int) -> ErrorMessage:
     """The refusal of an oversized line, naming its request when its start shows the ``id``
     (the caller's call then fails at once, not at its timeout)."""
-    return ErrorMessage(
-        req_id=request_id_of(line.head, partial=True),
-        code=ErrorCode.MESSAGE_TOO_LARGE,
-        message=f"message of {line.size} bytes exceeds the limit of {limit} bytes",
+    return ErrorMessage.from_exception(
+        _oversized(line, limit), request_id_of(line.head, partial=True)
+    )
+
+
+def _oversized(line: Oversized, limit: int) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        f"message of {line.size} bytes exceeds the limit of {limit} bytes",
         detail={"size": line.size, "limit": limit},
     )
 
@@ -278,12 +284,16 @@ class StdioChannel:
 
         def handle(line: bytes | Oversized) -> None:
             if isinstance(line, Oversized):
-                return
-            try:
-                message = decode(line, max_bytes=limit)
-            except ProtocolError:
-                return  # a host that prints garbage: ignore the line, keep the session
-            on_message(message)
+                message = unreadable_answer(line.head, _oversized(line, limit))
+            else:
+                try:
+                    message = decode(line, max_bytes=limit)
+                except ProtocolError as exc:
+                    # A host that prints garbage: the line is ignored, the session kept. An
+                    # answer that cannot be read fails its request now, not at its timeout.
+                    message = unreadable_answer(line, exc)
+            if message is not None:
+                on_message(message)
 
         feed = LineFeed(handle, limit)
         process = _HostProcess()
