@@ -566,7 +566,7 @@ class Pipeline:
         else:
             output = _given_output(result, limit)
         try:
-            if _encodable(error):
+            if error is None or _encodable(error):
                 return len(output.encode())
         except UnicodeEncodeError:
             pass
