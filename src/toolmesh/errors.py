@@ -46,7 +46,10 @@ __all__ = [
     "ToolNameConflict",
     "ToolmeshError",
     "TransportError",
+    "excerpt",
 ]
+
+EXCERPT_CHARS = 200
 
 
 class ToolmeshError(Exception):
@@ -167,3 +170,10 @@ class ProviderError(ProtocolError):
 class ToolNameConflict(UserWarning):
     """Two tools wanted one name; the first kept it (a warning: see ``NameConflictError`` for
     the refusal ``on_conflict="error"`` makes of it)."""
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The start of a peer's answer for an error message: one line (an HTML error page would
+    otherwise fill the terminal), whitespace runs squashed, at most ``limit`` characters."""
+    squashed = " ".join(text[: limit * 8].split())  # only the start: a body may be megabytes
+    return squashed if len(squashed) <= limit else squashed[: limit - 3] + "..."

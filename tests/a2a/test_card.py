@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.sites import static_site
+from tests.fixtures.sites import static_site
 from toolmesh import ConfigError, TransportError, agent
-from toolmesh.a2a.card import EXCERPT_CHARS, check_card, endpoint_of, excerpt, fetch_card
+from toolmesh.a2a.card import check_card, endpoint_of, fetch_card
+from toolmesh.errors import EXCERPT_CHARS, excerpt
 
 CARD_URL = "http://127.0.0.1:8080/.well-known/agent-card.json"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.cli.sites import static_site
 from tests.cli.test_loading import one_error_line
 from tests.conftest import REPO, toolmesh_command
+from tests.fixtures.sites import static_site
 from toolmesh import a2a
 from toolmesh.cli import main
 from toolmesh.cli.agents import looks_like_card

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import demo_host
+from tests.fixtures.sites import static_site
 from tests.fixtures.waiting import Waiting
 from toolmesh import ConfigError, TransportError, connect_async
 from toolmesh.transports.http import HttpServer, check_bind
@@ -488,3 +489,13 @@ async def test_a_shut_down_session_is_forgotten_and_its_stream_ends(tmp_path: Pa
     finally:
         await server.stop()
         await host.close()
+
+
+async def test_a_peer_that_is_no_a2e_host_is_quoted_in_one_short_line(tmp_path: Path) -> None:
+    """A web server answers POST /session with a whole HTML error page: the error quotes its
+    start, on one line, as every error message should."""
+    with static_site(tmp_path) as url, pytest.raises(TransportError) as refused:
+        await connect_async(url)
+    message = str(refused.value)
+    assert f"{url}/session answered 501: " in message and "<html" in message.lower()
+    assert "\n" not in message and len(message) < 400

@@ -16,13 +16,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from toolmesh.errors import ConfigError, TransportError
+from toolmesh.errors import ConfigError, TransportError, excerpt
 
-__all__ = ["WELL_KNOWN_CARD", "Endpoint", "endpoint_of", "excerpt", "fetch_card", "skills_of"]
+__all__ = ["WELL_KNOWN_CARD", "Endpoint", "endpoint_of", "fetch_card", "skills_of"]
 
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
 MAX_CARD_BYTES = 1024 * 1024
-EXCERPT_CHARS = 200
 
 Dialect = Literal["1.0", "0.3"]
 
@@ -58,13 +57,6 @@ async def fetch_card(card_url: str, headers: Mapping[str, str], timeout_s: float
     if not isinstance(card, dict):
         raise ConfigError(f"the agent card {card_url} is not a JSON object")
     return card
-
-
-def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """The start of a peer's answer for an error message: one line (an HTML error page would
-    otherwise fill the terminal), whitespace runs squashed, at most ``limit`` characters."""
-    squashed = " ".join(text[: limit * 8].split())  # only the start: a body may be megabytes
-    return squashed if len(squashed) <= limit else squashed[: limit - 3] + "..."
 
 
 def check_card(card: Any, card_url: str) -> dict[str, Any]:

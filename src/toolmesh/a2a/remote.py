@@ -30,10 +30,9 @@ from toolmesh.a2a.card import (
     Endpoint,
     check_card,
     endpoint_of,
-    excerpt,
     skills_of,
 )
-from toolmesh.errors import ConfigError, TransportError
+from toolmesh.errors import ConfigError, TransportError, excerpt
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.tools import Tool, ToolContext
 from toolmesh.transports.sse import read_events

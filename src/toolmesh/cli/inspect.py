@@ -21,7 +21,7 @@ from toolmesh.cli.serve import (
     check_source_options,
     positive_float,
 )
-from toolmesh.errors import ConfigError, TransportError
+from toolmesh.errors import ConfigError, TransportError, excerpt
 
 if TYPE_CHECKING:
     from toolmesh.client import AsyncClient
@@ -166,7 +166,7 @@ def _not_an_a2e_host(url: str, exc: TransportError) -> ConfigError:
     A2A agent given by its origin, or a card URL of a shape not taken for one."""
     from urllib.parse import urlsplit
 
-    from toolmesh.a2a.card import WELL_KNOWN_CARD, excerpt
+    from toolmesh.a2a.card import WELL_KNOWN_CARD
 
     parts = urlsplit(url)
     card = f"{parts.scheme}://{parts.netloc}{WELL_KNOWN_CARD}"

@@ -36,7 +36,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolmesh.errors import ConfigError, ProtocolError, TransportError
+from toolmesh.capabilities import string_list
+from toolmesh.errors import ConfigError, ProtocolError, TransportError, excerpt
 from toolmesh.host import Connection, Host
 from toolmesh.models import secret_id
 from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode, request_id_of
@@ -207,7 +208,7 @@ def build_app(
 ) -> Starlette:
     """The ASGI app serving ``host`` (plus ``extra_routes``, e.g. MCP or A2A, on the same port)."""
     sessions = _sessions_for(host)
-    origins = set(allowed_origins)
+    origins = set(string_list(allowed_origins, where="allowed_origins"))
 
     def refuse(request: Request) -> Response | None:
         return refuse_unwelcome(request.headers, origins, auth_token)
@@ -697,11 +698,13 @@ class HttpChannel:
             raise TransportError(f"cannot reach {self.base}: {exc}") from exc
         if status != 200:
             await self.close()
-            raise TransportError(f"{self.base}/session answered {status}: {text}")
+            raise TransportError(f"{self.base}/session answered {status}: {excerpt(text)}")
         self.session_id = _session_of(text)
         if not self.session_id:
             await self.close()
-            raise TransportError(f"{self.base}/session did not answer with a session id: {text}")
+            raise TransportError(
+                f"{self.base}/session did not answer with a session id: {excerpt(text)}"
+            )
         self._session = {SESSION_HEADER: self.session_id}
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.ensure_future(self._read(on_message, on_close, opened))
@@ -744,7 +747,7 @@ class HttpChannel:
         except TransportError as exc:
             raise TransportError(f"POST /send failed: {exc}") from exc
         if status != 200:
-            raise TransportError(f"POST /send answered {status}: {text}")
+            raise TransportError(f"POST /send answered {status}: {excerpt(text)}")
 
     async def close(self) -> None:
         if self._reader is not None:
