@@ -671,3 +671,38 @@ async def test_refused_arguments_are_not_kept_alive() -> None:
     del values, result
     gc.collect()
     assert alive() is None
+
+
+# In-process arguments JSON cannot carry are refused at their path, whatever the parameter's
+# type: no other transport could have carried them.
+
+
+@tool
+def whole_number(i: int) -> int:
+    return i
+
+
+@tool
+def any_value(x: Any = None) -> str:
+    return repr(x)
+
+
+async def test_an_integer_too_long_to_write_is_refused_at_its_path() -> None:
+    result = await Toolkit(whole_number).execute("whole_number", {"i": 10**5000})
+    assert result.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert result.metadata["path"] == "$.i"
+    assert "the integer at $.i is too long" in (result.error or "")
+    assert "set_int_max_str_digits" not in (result.error or "")
+
+
+@pytest.mark.parametrize("value", [{1, 2}, b"\xff", object(), float("nan")])
+async def test_a_value_json_cannot_carry_is_refused_for_any_type(value: Any) -> None:
+    result = await Toolkit(any_value).execute("any_value", {"x": [value]})
+    assert result.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    assert result.metadata["path"] == "$.x[0]"
+    assert (result.error or "").startswith("the arguments are not JSON: ")
+
+
+async def test_tuples_and_str_enums_still_pass_as_the_json_they_write() -> None:
+    result = await Toolkit(any_value).execute("any_value", {"x": (1, "a")})
+    assert result.success and result.data == "(1, 'a')"

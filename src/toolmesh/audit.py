@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -47,9 +48,15 @@ class AuditEntry:
         return asdict(self)
 
 
+def _not_json(value: Any) -> Any:
+    """A value of no JSON type (a set, bytes, any object an in-process caller passed) is refused,
+    as NaN is: no other transport could have carried it."""
+    raise TypeError(f"a Python {type(value).__name__} is not JSON")
+
+
 # Canonical JSON (sorted keys, no spaces, UTF-8 as is). No NaN or infinity: JSON has neither
 # (1e999 is read as infinity), so such arguments are unfit.
-_canonical = strictjson.encoder(sort_keys=True, compact=True)
+_canonical = strictjson.encoder(sort_keys=True, compact=True, default=_not_json)
 
 
 class NotJSON(ValueError):
@@ -67,21 +74,30 @@ def digest_arguments(arguments: Any) -> tuple[int, str]:
     try:
         canonical = _canonical(arguments).encode()
     except (TypeError, ValueError, RecursionError) as exc:
-        where = _non_finite_at(arguments, "$")
+        where = _unfit_at(arguments, "$")
         if where is not None:
-            raise NotJSON(
-                f"the arguments are not JSON: the number at {where[0]} is {where[1]!r}, which "
-                "JSON cannot carry (a number as large as 1e999 is read as infinity)",
-                path=where[0],
-            ) from None
+            raise NotJSON(f"the arguments are not JSON: {where[1]}", path=where[0]) from None
         raise NotJSON(f"the arguments are not JSON: {exc}") from None
     return len(canonical), hashlib.sha256(canonical).hexdigest()
 
 
-def _non_finite_at(value: Any, path: str, depth: int = 0) -> tuple[str, float] | None:
-    """The JSON path and value of the first NaN or infinity in ``value``, if any."""
+def _unfit_at(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
+    """The JSON path of the first value in ``value`` that cannot be written as JSON, and why:
+    NaN or infinity, an integer too long to write out, a value of no JSON type."""
     if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
+        if math.isfinite(value):
+            return None
+        return path, (
+            f"the number at {path} is {value!r}, which JSON cannot carry (a number as large as "
+            "1e999 is read as infinity)"
+        )
+    if isinstance(value, int):
+        if _writable(value):
+            return None
+        limit = sys.get_int_max_str_digits()
+        return path, f"the integer at {path} is too long: it has more than {limit:,} digits"
+    if isinstance(value, str) or value is None:
+        return None
     if depth > 100:  # what holds itself, or nests deeper than any JSON may
         return None
     if isinstance(value, dict):
@@ -89,17 +105,26 @@ def _non_finite_at(value: Any, path: str, depth: int = 0) -> tuple[str, float] |
     elif isinstance(value, list | tuple):
         items = enumerate(value)
     else:
-        return None
+        return path, f"the value at {path} is a Python {type(value).__name__}, which is not JSON"
     for key, item in items:
         if isinstance(key, int):
             step = f"{path}[{key}]"
         else:  # as toolmesh.schema.child_path writes it
             text = str(key)
             step = f"{path}.{text}" if text.isidentifier() else f"{path}[{json.dumps(text)}]"
-        found = _non_finite_at(item, step, depth + 1)
+        found = _unfit_at(item, step, depth + 1)
         if found is not None:
             return found
     return None
+
+
+def _writable(number: int) -> bool:
+    """Whether Python writes ``number`` out in digits (``sys.set_int_max_str_digits``)."""
+    try:
+        int.__repr__(number)
+    except ValueError:
+        return False
+    return True
 
 
 def storable(row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -95,9 +95,12 @@ def mend_text(value: Any) -> Any:
     return value
 
 
-def encoder(*, sort_keys: bool = False, compact: bool = False) -> Callable[[Any], str]:
+def encoder(
+    *, sort_keys: bool = False, compact: bool = False, default: Callable[[Any], Any] = str
+) -> Callable[[Any], str]:
     """A JSON encoder built once (``json.dumps`` builds a new one on every call, which a call
-    path pays): text as is (``ensure_ascii=False``), what JSON does not know as its ``str``, and
+    path pays): text as is (``ensure_ascii=False``), what JSON does not know as ``default`` makes
+    it (its ``str``; a ``default`` that raises TypeError refuses it), and
     ``ValueError`` for NaN and infinity, which JSON has not. ``sort_keys`` as ``json.dumps``'s;
     ``compact``: no spaces after separators. Otherwise its text is ``json.dumps``'s."""
     key_separator, item_separator = (":", ",") if compact else (": ", ", ")
@@ -107,7 +110,7 @@ def encoder(*, sort_keys: bool = False, compact: bool = False) -> Callable[[Any]
             sort_keys=sort_keys,
             separators=(item_separator, key_separator),
             ensure_ascii=False,
-            default=str,
+            default=default,
             allow_nan=False,
         ).encode
     # What JSONEncoder.iterencode passes for these options: the markers that detect a value
@@ -116,7 +119,7 @@ def encoder(*, sort_keys: bool = False, compact: bool = False) -> Callable[[Any]
     markers: dict[int, Any] = {}
     encode = make(
         markers,
-        str,
+        default,
         json.encoder.encode_basestring,
         None,
         key_separator,
