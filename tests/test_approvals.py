@@ -192,6 +192,27 @@ async def test_an_in_process_approver_must_answer_true_to_approve() -> None:
     assert outcomes[6][1] == "the approver denied 'deploy'"
 
 
+@pytest.mark.parametrize("answer", [True, False])
+async def test_toolkit_execute_shows_the_approval_event_first(answer: bool) -> None:
+    """As every transport does: the approval event at seq 0 to ``on_event``, and in the result
+    whether or not the tool ran."""
+    host = demo_host(None)
+    seen: list[tuple[int, str]] = []
+
+    async def approver(request: Any) -> bool:
+        return answer
+
+    result = await host.toolkit.execute(
+        "deploy",
+        {"env": "x"},
+        on_approval=approver,
+        on_event=lambda e: seen.append((e.seq, e.kind)),
+    )
+    await host.close()
+    assert seen[0] == (0, "approval")
+    assert [(e.seq, e.kind) for e in result.events][:1] == [(0, "approval")]
+
+
 async def test_closing_an_in_process_client_ends_its_pending_approval(tmp_path: Path) -> None:
     """The call ends at once, denied and audited, instead of waiting out the approval timeout."""
     import asyncio

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from toolmesh.capabilities import ALL, CapabilityPolicy, CapabilitySet, string_list
 from toolmesh.errors import ConfigError, NameConflictError, ProtocolError, ToolNameConflict
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, new_id
-from toolmesh.pipeline import Approver, CallSpec, Limits, Pipeline, PolicyHook, ToolResolver
+from toolmesh.pipeline import (
+    ApprovalRequest,
+    Approver,
+    CallSpec,
+    Limits,
+    Pipeline,
+    PolicyHook,
+    ToolResolver,
+)
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode
 from toolmesh.session import Session
 from toolmesh.sources.base import Source, ToolSet
@@ -795,7 +803,8 @@ class Toolkit(ToolResolver):
         )
         caller = session or self.session
         if on_approval is not None:
-            caller = dataclasses.replace(caller, approver=on_approval)
+            approver = on_approval if on_event is None else _telling(on_event, on_approval)
+            caller = dataclasses.replace(caller, approver=approver)
         key = id(spec)
         self._calls[key] = spec  # close() ends it (a shell command's processes with it)
         try:
@@ -943,6 +952,17 @@ class ToolkitSource(Source):
     async def close(self) -> None:
         self.unwatch()
         await self.toolkit.close()
+
+
+def _telling(on_event: Callable[[ToolEvent], None], approver: Approver) -> Approver:
+    """``approver``, after handing the call's approval event to ``on_event``: the event every
+    transport delivers first (seq 0), which a call made here would otherwise never show."""
+
+    async def approve(request: ApprovalRequest) -> bool:
+        on_event(request.event)
+        return await approver(request)
+
+    return approve
 
 
 def _same(tools: Sequence[Tool], others: Sequence[Tool]) -> bool:
