@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MAX_PARALLEL, Served, demo_host, serve_stdio_command
+from tests.fixtures.waiting import Waiting
 from toolmesh import (
     AsyncClient,
     AsyncToolAPI,
@@ -435,3 +436,25 @@ async def test_an_answer_larger_than_the_client_reads_fails_its_call_at_once(
         assert (await client.call_tool("echo", {"text": "small"})).data == "small"
     finally:
         await client.close()
+
+
+async def test_closing_a_client_whose_call_was_given_up_does_not_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    """A caller cancelled (Ctrl-C) leaves its call running on the host: the client's close told
+    the host to drain it for 10 s, and over HTTP waited that long. The host stops it now."""
+    waiting = Waiting()
+    host = Host(waiting.tool, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    try:
+        client = await connect_async(url)
+        call = asyncio.ensure_future(AsyncToolAPI(client).call("wait_forever", {}))
+        await waiting.until_started()
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        async with asyncio.timeout(5):  # the drain would take 10 s
+            await client.close()
+    finally:
+        await server.stop()
+        await host.close()

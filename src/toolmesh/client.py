@@ -176,8 +176,11 @@ class AsyncClient:
     async def close(self) -> None:
         if self._channel is not None:
             channel, self._channel = self._channel, None
+            # Calls given up here (a cancelled caller, Ctrl-C) have nobody to answer: the host
+            # stops them now instead of draining them, which held this close up to 10 s.
+            abandoned = bool(self._pending or self._given_up)
             with contextlib.suppress(ProtocolError):
-                await channel.send(Shutdown())
+                await channel.send(Shutdown(timeout=0) if abandoned else Shutdown())
             await channel.close()
         if self._connection is not None:
             connection, self._connection = self._connection, None
