@@ -706,3 +706,9 @@ async def test_a_value_json_cannot_carry_is_refused_for_any_type(value: Any) -> 
 async def test_tuples_and_str_enums_still_pass_as_the_json_they_write() -> None:
     result = await Toolkit(any_value).execute("any_value", {"x": (1, "a")})
     assert result.success and result.data == "(1, 'a')"
+
+
+async def test_an_unknown_name_of_any_length_is_quoted_in_part() -> None:
+    result = await Toolkit(any_value).execute("x" * 100_000, {})
+    assert result.error_code == ToolErrorCode.UNKNOWN_TOOL
+    assert result.error == f"unknown tool {'x' * 200!r}... (100000 characters)"

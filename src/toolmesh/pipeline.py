@@ -122,6 +122,9 @@ PolicyHook = Callable[
 """Called in order after the capability check; the first verdict that is not None decides."""
 
 
+_NAME_SHOWN = 200  # characters of an unknown name an error quotes (public names are 64 at most)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Bounds every call lives within.
@@ -285,6 +288,9 @@ class Pipeline:
     # -- steps -----------------------------------------------------------------------------------
 
     def _unknown(self, name: str) -> ToolResult:
+        if len(name) > _NAME_SHOWN:  # no tool has such a name: quoted in part, not matched
+            shown = f"{name[:_NAME_SHOWN]!r}... ({len(name)} characters)"
+            return _failure(name, ToolErrorCode.UNKNOWN_TOOL, f"unknown tool {shown}")
         message = f"unknown tool {name!r}"
         names = self.tools.names()
         if len(names) <= 5000:
