@@ -47,6 +47,22 @@ async def test_serving_the_default_toolkit_over_stdio(tmp_path: Path) -> None:
 DEMO = "tests.fixtures.demo_tools:TOOLS"
 
 
+def _served(
+    command: list[str], *, cwd: Path, env: dict[str, str] | None = None, input: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run a ``toolmesh serve`` over stdio to its end: ``input`` is all it reads."""
+    return subprocess.run(
+        command,
+        input=input,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -104,15 +120,10 @@ def test_serve_audit_wins_over_the_manifest_even_at_the_default(tmp_path: Path) 
     (tmp_path / "toolmesh.toml").write_text('[toolkit]\naudit = "from-manifest.db"\n')
     environment = {k: v for k, v in os.environ.items() if k != "TOOLMESH_AUDIT"}
     for given, written in [([], "from-manifest.db"), (["--audit", DEFAULT_AUDIT], DEFAULT_AUDIT)]:
-        served = subprocess.run(
+        served = _served(
             toolmesh_command("serve", "--stdio", "--config", "toolmesh.toml", *given),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
             cwd=tmp_path,
             env=environment,
-            timeout=60,
-            check=False,
         )
         assert served.returncode == 0, served.stderr
         assert sorted(p.name for p in tmp_path.glob("*.db")) == [written]
@@ -135,15 +146,7 @@ def test_serve_refuses_options_it_would_ignore(extra: list[str], says: str) -> N
     """Refused before anything is served. Over stdio (no input): were one ignored again, the
     server would end at once with 0 rather than serve on."""
     mode = [] if "--mcp-stdio" in extra else ["--stdio"]
-    served = subprocess.run(
-        toolmesh_command("serve", *mode, *extra, "--audit", ":memory:"),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    served = _served(toolmesh_command("serve", *mode, *extra, "--audit", ":memory:"), cwd=REPO)
     lines = served.stderr.strip().splitlines()
     assert served.returncode == 2 and len(lines) == 1, served.stderr
     assert lines[0].startswith("toolmesh: error: ") and says in lines[0]
@@ -155,16 +158,7 @@ def test_serve_still_reads_the_token_and_workspace_defaults(tmp_path: Path) -> N
     command = toolmesh_command("serve", "--stdio", "--audit", ":memory:")
     environment = {**os.environ, "TOOLMESH_AUTH_TOKEN": "s3cret"}
     hello = {"type": "handshake/req", "id": "h", "agent_caps": ["tools"]}
-    served = subprocess.run(
-        command,
-        input=json.dumps(hello) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
+    served = _served(command, cwd=tmp_path, env=environment, input=json.dumps(hello) + "\n")
     assert served.returncode == 0, served.stderr
     answer = json.loads(served.stdout.splitlines()[0])
     assert answer["ok"] is False and answer["reason"] == "auth_token is missing or wrong"
@@ -173,16 +167,11 @@ def test_serve_still_reads_the_token_and_workspace_defaults(tmp_path: Path) -> N
 
 def test_a_name_conflict_is_told_once() -> None:
     """Logged as one line; its warning said it again, with a line of toolmesh's source."""
-    served = subprocess.run(
+    served = _served(
         toolmesh_command(
             "serve", "--stdio", "--tools", DEMO, "--tools", DEMO, "--audit", ":memory:"
         ),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
         cwd=REPO,
-        timeout=60,
-        check=False,
     )
     assert served.returncode == 0, served.stderr
     lines = served.stderr.strip().splitlines()

@@ -19,6 +19,7 @@ from mcp_types import ElicitResult
 
 from tests.conftest import APPROVAL_TIMEOUT, REPO
 from tests.fixtures.demo_tools import TOOLS
+from tests.mcp.test_server import raw_mcp_stdio
 from toolmesh import Host, Limits
 from toolmesh.mcp.http import mcp_routes
 from toolmesh.transports.http import HttpServer
@@ -259,17 +260,7 @@ async def test_a_2026_override_holds_for_its_request_alone(
 
 async def _raw_stdio(tmp_path: Path, policy: str) -> asyncio.subprocess.Process:
     """`toolmesh serve --mcp-stdio` of the demo tools holding `demo`, spoken to in JSON lines."""
-    command = ["-m", "toolmesh", "serve", "--mcp-stdio", "--audit", str(tmp_path / "a.db")]
-    command += ["--tools", "tests.fixtures.demo_tools:TOOLS", "--capability", "demo"]
-    command += ["--capability-policy", policy]
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command,
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    return await raw_mcp_stdio(tmp_path, "--capability", "demo", "--capability-policy", policy)
 
 
 async def _exchange(
