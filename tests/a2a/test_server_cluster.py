@@ -356,6 +356,23 @@ async def test_an_end_not_recorded_yet_is_as_the_server_stops(
     assert stored is not None and stored.state == "completed"
 
 
+def _deaf(postgres_url: str) -> _Interposed:
+    """A host's store whose cancel notices are lost."""
+    store = _Interposed(postgres_url)
+    store.deaf = True
+    return store
+
+
+def _serving_ops(
+    stub: StubLLM, postgres_url: str, store: _Interposed, release: _Held | None = None
+) -> contextlib.AbstractAsyncContextManager[list[Served]]:
+    """Two hosts of the `deploy` tool (which asks for approval) as the agent "ops", the first
+    on ``store``. The approval timeout only bounds a failure: nothing here waits for it."""
+    a2a: list[Any] = [{"name": "ops", "store": store}, "ops"]
+    limits = Limits(approval_timeout=20.0)
+    return _serving_tools(stub, postgres_url, [deploy], *a2a, release=release, limits=limits)
+
+
 def _held_model() -> tuple[threading.Event, threading.Event, Callable[[Any, int], Answer]]:
     """A model that answers "done" once released, and says when it was asked."""
     asked, release = threading.Event(), threading.Event()
@@ -454,13 +471,8 @@ async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_i
         return openai_text("deployed")
 
     with StubLLM(model) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
-        # The approval timeout only bounds a failure: nothing here waits for it.
-        limits = Limits(approval_timeout=20.0)
-        a2a: list[Any] = [{"name": "ops", "store": runner}, "ops"]
-        serving = _serving_tools(stub, postgres_url, [deploy], *a2a, release=release, limits=limits)
-        async with serving as hosts:
+        runner = _deaf(postgres_url)
+        async with _serving_ops(stub, postgres_url, runner, release=release) as hosts:
             urls = [h.rpc for h in hosts]
             board = _a2a(hosts[0]).board
             waiting, task_id = await _sent_held(hosts[0], asked, "deploy prod")
@@ -512,11 +524,8 @@ async def test_an_approval_answered_after_the_task_was_canceled_elsewhere_is_ref
         return openai_text("deployed")
 
     with StubLLM(model) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
-        limits = Limits(approval_timeout=20.0)
-        a2a: list[Any] = [{"name": "ops", "store": runner}, "ops"]
-        async with _serving_tools(stub, postgres_url, [deploy], *a2a, limits=limits) as hosts:
+        runner = _deaf(postgres_url)
+        async with _serving_ops(stub, postgres_url, runner) as hosts:
             urls = [h.rpc for h in hosts]
             board = _a2a(hosts[0]).board
             sent = await rpc(urls[0], "SendMessage", {"message": _wire_message("deploy prod")})
@@ -568,8 +577,7 @@ async def _canceled_unheard(postgres_url: str) -> AsyncIterator[_Unheard]:
     """Host 1 runs a held task its creator waits on; host 2 cancels it; host 1 is not told."""
     asked, release, answer = _held_model()
     with StubLLM(answer) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
+        runner = _deaf(postgres_url)
         async with _serving(stub, postgres_url, runner, None, release=release) as hosts:
             waiting, task_id = await _sent_held(hosts[0], asked)
             job = job_of(_a2a(hosts[0]).board, task_id)
@@ -626,8 +634,7 @@ async def test_a_resync_asked_while_one_runs_looks_again(postgres_url: str) -> N
     task. Before, it was dropped (one resync at a time): the task ran on to its answer."""
     asked, release, answer = _held_model()
     with StubLLM(answer) as stub:
-        runner = _Interposed(postgres_url)
-        runner.deaf = True
+        runner = _deaf(postgres_url)
         async with _serving(stub, postgres_url, runner, None, release=release) as hosts:
             waiting, task_id = await _sent_held(hosts[0], asked)
             job = job_of(_a2a(hosts[0]).board, task_id)
