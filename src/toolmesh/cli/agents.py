@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from toolmesh.cli.loading import default_audit
 from toolmesh.cli.serve import positive_float
 from toolmesh.errors import ConfigError
 
@@ -237,19 +238,13 @@ def serve_agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_audit() -> str:
-    from toolmesh.cli.loading import DEFAULT_AUDIT
-
-    return os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
-
-
 def _audit_chosen(args: argparse.Namespace) -> str | None:
     """The store --audit/--store chose, or None. ``serve`` may hand over its default in
     ``args.audit`` (None, or the default path itself): that is no choice, the manifest wins."""
     audit: str | None = getattr(args, "audit", None)
     if getattr(args, "store", None):
         return audit or args.store  # `serve` copies --store into args.audit
-    if audit is None or audit == _default_audit():
+    if audit is None or audit == default_audit():
         return None
     return audit
 
@@ -273,7 +268,7 @@ async def _serve_agent(args: argparse.Namespace) -> None:
             name=args.a2a,
             capabilities=args.capability,
             capability_policy=args.capability_policy,
-            audit=audit or manifest.store or manifest.audit or _default_audit(),
+            audit=audit or manifest.store or manifest.audit or default_audit(),
             limits=cli_limits(args),
         ).start()
     else:
@@ -282,7 +277,7 @@ async def _serve_agent(args: argparse.Namespace) -> None:
             tools=sources,
             builtins=default,
             workspace=args.workspace if default else None,
-            audit=audit or _default_audit(),
+            audit=audit or default_audit(),
             capabilities=args.capability,
             capability_policy=args.capability_policy or "locked",
             name=args.a2a,

@@ -6,14 +6,13 @@ import argparse
 import asyncio
 import datetime
 import json
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from toolmesh.audit import AuditEntry
-from toolmesh.cli.loading import DEFAULT_AUDIT
+from toolmesh.cli.loading import DEFAULT_AUDIT, default_audit
 from toolmesh.errors import ConfigError
 from toolmesh.store import open_store
 from toolmesh.store.sqlite import read_audit
@@ -33,7 +32,7 @@ def add_parser(commands: Any) -> None:
         "--db",
         "--audit",  # the name `toolmesh serve` gives the same file
         dest="db",
-        default=os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT),
+        default=default_audit(),
         help=f"the audit database: a SQLite file (default {DEFAULT_AUDIT}) or a "
         "postgresql:// store URL",
     )

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from toolmesh import strictjson
-from toolmesh.cli.loading import DEFAULT_AUDIT, parse_target
+from toolmesh.cli.loading import default_audit, parse_target
 from toolmesh.cli.serve import (
     AUTH_ENV,
     add_source_options,
@@ -122,12 +122,12 @@ async def _target(args: argparse.Namespace, audited: bool) -> Any:
     from toolmesh.host import Host
     from toolmesh.toolkit import Toolkit
 
-    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT) if audited else None
+    audit = default_audit() if audited else None
     if args.target is None:
         _refuse_token_here(args)
-        return build_host(args, audit=None, default_audit=default_audit)
+        return build_host(args, audit=None, default_audit=audit)
     # an empty --target is an error, not "no target"
-    target = parse_target(args.target, audit=default_audit)
+    target = parse_target(args.target, audit=audit)
     if isinstance(target, str) and looks_like_card(target):  # a remote A2A agent's skills
         return await agent_toolkit(target, auth_token=args.auth_token)
     if isinstance(target, Host | Toolkit) and args.auth_token:

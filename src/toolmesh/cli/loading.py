@@ -13,9 +13,17 @@ from typing import Any
 
 from toolmesh.errors import ConfigError
 
-__all__ = ["DEFAULT_AUDIT", "load_attr", "load_sources", "parse_target"]
+__all__ = ["DEFAULT_AUDIT", "default_audit", "load_attr", "load_sources", "parse_target"]
 
 DEFAULT_AUDIT = "toolmesh-audit.db"
+
+
+def default_audit() -> str:
+    """Where the commands keep the audit log when neither an option nor a manifest says:
+    TOOLMESH_AUDIT, else DEFAULT_AUDIT."""
+    return os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
+
+
 _MODULE_ATTR = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 

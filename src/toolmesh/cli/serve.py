@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from toolmesh.cli.loading import DEFAULT_AUDIT, load_sources
+from toolmesh.cli.loading import default_audit as audit_default
 from toolmesh.errors import ConfigError
 from toolmesh.host import Host
 from toolmesh.pipeline import Limits
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     args.llm_style = args.llm_style or "openai"
     if args.store:
         args.audit = args.store
-    default_audit = os.environ.get("TOOLMESH_AUDIT", DEFAULT_AUDIT)
+    default_audit = audit_default()
     if args.a2a:
         from toolmesh.cli.agents import serve_agent
 
