@@ -39,6 +39,7 @@ class Watch:
     """Counters a test waits on, set in the test's loop by the server and the gate."""
 
     def __init__(self) -> None:
+        self.started = 0  # calls of `hang` the server ran
         self.cancelled = 0  # calls of `hang` cancelled at the server
         self.release = anyio.Event()  # ends the calls still running at the end
         self._changed = asyncio.Event()
@@ -66,6 +67,7 @@ def cancel_server(watch: Watch) -> MCPServer:
     @server.tool()
     async def hang() -> str:
         """Wait until cancelled (or released)."""
+        watch.started += 1
         try:
             await watch.release.wait()
         except anyio.get_cancelled_exc_class():
@@ -206,9 +208,11 @@ async def test_calls_cancelled_at_their_deadline_leave_no_exchange_open(
             assert gate.notices == notices
             # The server stopped them; but the SDK's 2026-07-28 server answering in JSON does
             # not notice the client leaving (its modern handler never reads the ASGI receive).
+            # Every call the server ran was cancelled there; on a loaded machine some calls do
+            # not reach it within their 0.2 s, and those the server never runs.
             if tool == "hang" and (mode == "legacy" or not json_response):
-                await watch.settle(lambda: watch.cancelled == CALLS)
-                assert watch.cancelled == CALLS
+                await watch.settle(lambda: watch.cancelled == watch.started > 0)
+                assert watch.cancelled == watch.started > 0
 
             echoed = await toolkit.execute("gated_echo", {"text": "after"}, timeout=5)
             assert echoed.success, echoed.error
