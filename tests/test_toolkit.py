@@ -6,12 +6,14 @@ import random
 import re
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from toolmesh import (
     ConfigError,
     Filtered,
+    Limits,
     NameConflictError,
     Prefixed,
     Renamed,
@@ -1062,3 +1064,39 @@ def test_a_conflict_between_sources_of_one_name_tells_them_apart_by_place() -> N
     ]
     with pytest.raises(NameConflictError, match="from source #2 'tool:a' is ignored"):
         Toolkit(a_tool("first"), a_tool("second"), on_conflict="error")
+
+
+# -- a toolkit inside another ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "own"),
+    [
+        ({}, []),
+        ({"hooks": [lambda call: None]}, ["policy hooks"]),
+        ({"capabilities": ["basic"]}, ["capabilities"]),
+        ({"capability_policy": "extensible"}, ["capability_policy"]),
+        ({"state_paths": ["/notes/"]}, ["state_paths"]),
+        ({"limits": Limits(max_output_chars=10)}, ["limits"]),
+        ({"store": "sqlite:///:memory:"}, ["store"]),
+        ({"search": "hybrid"}, ["search"]),
+        ({"defer_above": 1000}, ["defer_above"]),
+    ],
+)
+def test_own_settings_name_what_another_toolkit_would_not_apply(
+    settings: dict[str, Any], own: list[str]
+) -> None:
+    assert Toolkit(make("echo"), **settings).own_settings() == own
+
+
+def test_a_toolkit_governing_itself_inside_another_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inner = Toolkit(make("echo"), name="inner", capabilities=["basic"])
+    Toolkit(Toolkit(make("echo"), name="plain"), name="outer")
+    assert caplog.records == []
+    Toolkit(inner, name="outer")
+    assert [r.getMessage() for r in caplog.records] == [
+        "toolkit 'inner' is a source of toolkit 'outer', which governs its tools: its own "
+        "capabilities do not apply to them"
+    ]

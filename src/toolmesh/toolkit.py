@@ -52,7 +52,7 @@ from toolmesh.sources.functions import tool as function_tool
 from toolmesh.sources.plugin import PluginSource, ToolPlugin
 from toolmesh.sources.wrappers import Prefixed
 from toolmesh.state import StateManager
-from toolmesh.store import Store, open_store
+from toolmesh.store import MemoryStore, Store, open_store
 from toolmesh.tools import Tool
 
 if TYPE_CHECKING:
@@ -228,6 +228,14 @@ class Toolkit(ToolResolver):
                 made.unwatch()  # made here for a toolkit, which must not go on telling it
             raise
         source.subscribe(self._source_changed)  # before a watcher of this toolkit can raise
+        if isinstance(made, ToolkitSource) and (own := made.toolkit.own_settings()):
+            logger.warning(
+                "toolkit %r is a source of toolkit %r, which governs its tools: its own %s do "
+                "not apply to them",
+                made.toolkit.name,
+                self.name,
+                ", ".join(own),
+            )
         if claims is None:
             self._after_change(None)
         else:
@@ -529,6 +537,28 @@ class Toolkit(ToolResolver):
     @property
     def sources(self) -> list[Source]:
         return list(self._sources)
+
+    def own_settings(self) -> list[str]:
+        """The settings of this toolkit that govern the calls it makes, and that do not carry
+        over when it is a source of another toolkit (that one governs its tools then)."""
+        own = []
+        if self.pipeline.hooks:
+            own.append("policy hooks")
+        if not self.capabilities.unrestricted:
+            own.append("capabilities")
+        if self.capability_policy != "locked":
+            own.append("capability_policy")
+        if self.state.allowed_prefixes != ("/context/",):
+            own.append("state_paths")
+        if self.pipeline.limits != Limits():
+            own.append("limits")
+        if not isinstance(self.store, MemoryStore):
+            own.append("store")
+        if self._search_mode != "lexical":
+            own.append("search")
+        if self.defer_above is not None:
+            own.append("defer_above")
+        return own
 
     @property
     def skills(self) -> list[Skill]:

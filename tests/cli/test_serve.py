@@ -177,3 +177,73 @@ def test_a_name_conflict_is_told_once() -> None:
     lines = served.stderr.strip().splitlines()
     assert lines and all("WARNING toolmesh.toolkit: tool name" in line for line in lines), lines
     assert len(lines) == len(set(lines)) and "from source #1 " in lines[0]
+
+
+# -- a lone --tools Toolkit is served as it is --------------------------------------------------
+
+GOVERNED = "tests.fixtures.governed_kit:governed"
+
+
+async def test_a_lone_toolkit_is_served_with_its_policy_and_capabilities(tmp_path: Path) -> None:
+    """It was flattened into a toolkit of the command's own, its policy and capabilities lost:
+    `rm` ran, and the tool needing `admin` was listed and ran."""
+    audit = tmp_path / "audit.db"
+    command = toolmesh_command("serve", "--stdio", "--tools", GOVERNED, "--audit", str(audit))
+    client = await connect_async(command, agent_id="tester")
+    try:
+        assert [d.name for d in await client.list_tools()] == ["shell"]
+        denied = await client.call_tool("shell", {"command": "rm -rf /"})
+        assert (denied.error_code, denied.error) == ("tool_denied", "no deleting")
+        admin = await client.call_tool("drop_database", {})
+        assert admin.error_code == "tool_denied"
+        assert (await client.call_tool("shell", {"command": "ls"})).data == "ran ls"
+    finally:
+        await client.close()
+    rows = sqlite3.connect(audit).execute("SELECT tool_name, error_code FROM audit").fetchall()
+    assert rows == [("shell", "tool_denied"), ("drop_database", "tool_denied"), ("shell", None)]
+
+
+def test_call_applies_a_lone_toolkits_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["call", "shell", "--args", '{"command": "rm x"}', "--tools", GOVERNED]
+    assert main(argv) == 1
+    assert "no deleting" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--tools", DEMO], "serve it alone, or add the other sources to it"),
+        (["--skills", "examples/skills"], "serve it alone, or add the other sources to it"),
+        (["--config", "{tmp}/toolmesh.toml"], "serve it alone, or add the other sources to it"),
+    ],
+)
+def test_a_governed_toolkit_beside_other_sources_is_refused(
+    extra: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "toolmesh.toml").write_text('[toolkit]\nname = "desk"\n')
+    command = "tools" if "--tools" in extra else "serve"  # `tools` has no --skills
+    argv = [command, "--tools", GOVERNED, *(word.format(tmp=tmp_path) for word in extra)]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"--tools {GOVERNED} is a Toolkit with its own policy hooks, capabilities" in error
+    assert says in error
+
+
+def test_serve_a2a_refuses_a_governed_toolkit_it_would_not_govern() -> None:
+    """`serve --a2a` builds a toolkit of its own (in a process: served, it would not end)."""
+    llm = ["--llm", "http://127.0.0.1:9", "--model", "m"]
+    served = _served(
+        toolmesh_command(
+            "serve", "--a2a", "desk", *llm, "--http", "127.0.0.1:0", "--tools", GOVERNED
+        ),
+        cwd=REPO,
+    )
+    assert served.returncode == 2
+    assert "capabilities, which would not apply here: declare them in a manifest" in served.stderr
+
+
+def test_a_toolkit_of_no_settings_of_its_own_joins_others(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["tools", "--tools", "tests.fixtures.governed_kit:plain", "--tools", DEMO]) == 0
+    assert "drop_database" in capsys.readouterr().out

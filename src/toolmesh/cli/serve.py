@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -18,6 +19,8 @@ from toolmesh.errors import ConfigError
 from toolmesh.host import Host
 from toolmesh.pipeline import Limits
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES
+from toolmesh.store import MemoryStore
+from toolmesh.toolkit import Toolkit, ToolkitSource
 from toolmesh.tools import busy_threads
 
 __all__ = ["add_parser"]
@@ -92,7 +95,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--approval-timeout",
         type=positive_float,
-        default=300.0,
+        default=None,
         help="seconds a call needing approval waits for an answer (default 300)",
     )
     parser.add_argument(
@@ -184,9 +187,12 @@ def build_host(
 ) -> Host:
     """The host the options describe. ``audit`` is the store the command line chose (None: not
     chosen); then the manifest's applies, else ``default_audit`` (None: the toolkit's own)."""
-    sources = cli_sources(args)
+    sources = cli_sources(args, lone_toolkit_served=not args.config)
     if args.config:
         return _manifest_host(args, sources, audit=audit, default_audit=default_audit)
+    toolkit = _lone_toolkit(sources)
+    if toolkit is not None:
+        return _toolkit_host(args, toolkit, audit=audit, default_audit=default_audit)
     if audit is None:
         audit = default_audit
         if default_audit is not None:
@@ -208,9 +214,13 @@ def build_host(
     )
 
 
-def cli_sources(args: argparse.Namespace) -> list[Any]:
+def cli_sources(args: argparse.Namespace, *, lone_toolkit_served: bool = False) -> list[Any]:
     """The sources the command line names, besides a manifest's: ``--tools``, ``--skills`` and
-    the servers of each ``--mcp-config`` file (plain ``serve`` and ``serve --a2a`` alike)."""
+    the servers of each ``--mcp-config`` file (plain ``serve`` and ``serve --a2a`` alike).
+
+    A Toolkit among them would be governed by the toolkit it joins, so one with a policy or
+    settings of its own is refused there, rather than served without them; alone, it is served
+    as it is where the caller does that (``lone_toolkit_served``)."""
     sources = load_sources(args.tools)
     if getattr(args, "skills", None):
         from toolmesh.sources.skills import SkillsSource
@@ -223,11 +233,65 @@ def cli_sources(args: argparse.Namespace) -> list[Any]:
         defer = getattr(args, "mcp_defer_over", None)
         for path in args.mcp_config:
             sources += [mcp_source(c) for c in gateway_configs(path, defer_over=defer)]
+    joined = bool(args.config) or len(sources) > 1
+    if joined or not lone_toolkit_served:
+        _refuse_governed_toolkits(args.tools, sources, joined=joined)
     return sources
 
 
-def cli_limits(args: argparse.Namespace) -> Limits:
-    return Limits(approval_timeout=getattr(args, "approval_timeout", 300.0))
+def _lone_toolkit(sources: list[Any]) -> Toolkit | None:
+    """The toolkit, when the sources are one ``--tools`` Toolkit and nothing else."""
+    if len(sources) == 1 and isinstance(sources[0], ToolkitSource):
+        return sources[0].toolkit
+    return None
+
+
+def _refuse_governed_toolkits(specs: list[str], sources: list[Any], *, joined: bool) -> None:
+    # load_sources gives one source per spec, first: the spec names the toolkit
+    for spec, source in zip(specs, sources, strict=False):
+        own = source.toolkit.own_settings() if isinstance(source, ToolkitSource) else []
+        if not own:
+            continue
+        if joined:
+            fix = "beside other sources: serve it alone, or add the other sources to it"
+        else:  # `serve --a2a` builds a toolkit of its own
+            fix = "here: declare them in a manifest (--config) instead"
+        raise ConfigError(
+            f"--tools {spec} is a Toolkit with its own {', '.join(own)}, "
+            f"which would not apply {fix}"
+        )
+
+
+def _toolkit_host(
+    args: argparse.Namespace, toolkit: Toolkit, *, audit: str | None, default_audit: str | None
+) -> Host:
+    """A host of a lone ``--tools`` Toolkit as it is: its policy, capabilities, limits, state
+    paths and search hold, and its store unless the command line chose one (a toolkit with no
+    store of its own gets the default audit file)."""
+    if audit is None and isinstance(toolkit.store, MemoryStore):
+        audit = default_audit
+    if audit is not None:
+        args.audit = audit  # for the banner
+    elif hasattr(args, "audit"):
+        args.audit = f"the toolkit's {type(toolkit.store).__name__}"
+    return Host(
+        toolkit,
+        audit=audit,
+        capabilities=getattr(args, "capability", None),
+        capability_policy=getattr(args, "capability_policy", None),
+        max_parallel=getattr(args, "max_parallel", 8),
+        auth_token=getattr(args, "auth_token", None),
+        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        limits=cli_limits(args, toolkit.pipeline.limits),
+        owns_toolkit=True,  # served by this host alone: it opens the sources and closes them
+    )
+
+
+def cli_limits(args: argparse.Namespace, base: Limits | None = None) -> Limits:
+    """``base`` (default: the defaults), with the approval timeout the command line gave."""
+    base = base or Limits()
+    timeout = getattr(args, "approval_timeout", None)
+    return base if timeout is None else dataclasses.replace(base, approval_timeout=timeout)
 
 
 def _manifest_host(
