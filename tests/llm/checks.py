@@ -49,9 +49,23 @@ STRICT_KEYWORDS = {
 }
 
 
+# What OpenAI ("must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at
+# the top level") and Anthropic ("input_schema does not support oneOf, allOf, or anyOf at the top
+# level") refuse at the root of a tool's schema.
+ROOT_REFUSED = {"oneOf", "anyOf", "allOf", "enum", "not"}
+
+
+def assert_object_root(schema: Mapping[str, Any]) -> None:
+    """The root every provider accepts: an object, no combinator or enum beside it."""
+    assert schema.get("type") == "object", f"$: type {schema.get('type')!r}, not 'object'"
+    assert isinstance(schema.get("properties"), dict), "$: no properties"
+    refused = ROOT_REFUSED & set(schema)
+    assert not refused, f"$: {sorted(refused)} at the top level"
+
+
 def assert_openai_strict(schema: Mapping[str, Any]) -> None:
     """OpenAI's strict-mode rules, then the SDK's own strict pass as a fixed point."""
-    assert schema["type"] == "object" and "anyOf" not in schema
+    assert_object_root(schema)
     defs = schema.get("$defs", {})
 
     def walk(node: Any, path: str) -> None:
@@ -64,7 +78,9 @@ def assert_openai_strict(schema: Mapping[str, Any]) -> None:
                 f"{path}: {ref}"
             )
             return
-        assert {"type", "anyOf", "enum", "const"} & set(node), f"{path}: untyped"
+        # Strict mode refuses a node without a type: "schema must have a 'type' key" (an enum
+        # or const alone too; a union's branches that only add constraints to it, as well).
+        assert {"type", "anyOf"} & set(node), f"{path}: no type"
         types = node.get("type")
         if types == "object" or (isinstance(types, list) and "object" in types):
             assert node["additionalProperties"] is False, path
@@ -90,3 +106,15 @@ def walk_keys(value: Any) -> set[str]:
     if isinstance(value, list):
         return {k for v in value for k in walk_keys(v)}
     return set()
+
+
+def assert_gemini_typed(schema: Mapping[str, Any], path: str = "$") -> None:
+    """Every node of a Gemini Schema says what it is (a ``type`` or an ``any_of``): a union of
+    branches that say nothing (``{"any_of": [{}, {}]}``) tells the model nothing."""
+    assert {"type", "any_of"} & set(schema), f"{path}: neither type nor any_of: {schema}"
+    for key, child in (schema.get("properties") or {}).items():
+        assert_gemini_typed(child, f"{path}.{key}")
+    if "items" in schema:
+        assert_gemini_typed(schema["items"], f"{path}[]")
+    for i, branch in enumerate(schema.get("any_of") or []):
+        assert_gemini_typed(branch, f"{path}|{i}")

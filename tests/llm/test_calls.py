@@ -271,3 +271,38 @@ def test_renamed_keys_map_back_by_the_calling_providers_rule() -> None:
     assert from_gemini.arguments == {"a.b": 1, "a b": "s"}
     use = {"type": "tool_use", "id": "t", "name": "both", "input": {"a.b": 1, "a_b": "s"}}
     assert parse_tool_call(use, [both]).arguments == {"a.b": 1, "a b": "s"}
+
+
+async def test_a_call_to_a_root_union_reads_back_against_the_object_it_was_sent_as() -> None:
+    """A union at the root goes to the provider as one object of every branch's properties; in
+    strict mode a model sends null for each one it leaves out, and for keys renamed there."""
+
+    async def echo(arguments: dict[str, object], ctx: object) -> object:
+        return arguments
+
+    from toolmesh import Tool
+
+    branch = {"type": "object", "required": [], "additionalProperties": False}
+    lookup = Tool(
+        ToolDefinition(name="lookup", description="By id or by path."),
+        echo,  # type: ignore[arg-type]
+        input_schema={
+            "anyOf": [
+                {**branch, "properties": {"$id": {"type": "string"}}, "required": ["$id"]},
+                {
+                    **branch,
+                    "properties": {"full_path": {"type": "string"}},
+                    "required": ["full_path"],
+                },
+            ]
+        },
+    )
+    (strict,) = to_openai([lookup])
+    assert strict["function"]["strict"] is True
+    call = parse_tool_call(openai_chat_call("lookup", '{"$id": "7", "full_path": null}'), [lookup])
+    assert call.arguments == {"$id": "7"}
+    use = {"type": "tool_use", "id": "t", "name": "lookup", "input": {"_id": "7"}}
+    assert parse_tool_call(use, [lookup]).arguments == {"$id": "7"}  # Anthropic's "_id"
+    async with Toolkit(lookup) as kit:
+        result = await kit.execute(call.name, call.arguments)
+    assert result.success, result

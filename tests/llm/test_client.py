@@ -105,9 +105,7 @@ async def test_a_retry_after_beyond_max_retry_wait_fails_at_once() -> None:
     quota = Answer({"error": "quota"}, 429, {"Retry-After": "3600"})
     with StubLLM(lambda body, i: quota) as llm:
         client = create_client(llm.base_url, model="m")
-        with pytest.raises(
-            ProviderError, match=r"wait 3\.6e\+03s .*max_retry_wait \(60s\)"
-        ) as caught:
+        with pytest.raises(ProviderError, match=r"wait 3600s .*max_retry_wait \(60s\)") as caught:
             await asyncio.wait_for(client.run("go"), 30)
         assert caught.value.status == 429 and caught.value.detail["retry_after"] == 3600.0
         assert len(llm.requests) == 1
@@ -573,3 +571,41 @@ async def test_tool_calls_that_are_not_a_list_of_objects_are_a_provider_error(
         client = create_client(llm.base_url, model="m", max_retries=0)
         with pytest.raises(ProviderError, match="tool_calls is not a list of objects"):
             await client.run("go")
+
+
+KEY = "sk-SECRET-1234567890abcdef"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"api_key": KEY}, {"headers": {"api-key": KEY}}],  # the second as Azure OpenAI takes it
+    ids=["api_key", "header"],
+)
+async def test_a_key_the_provider_echoes_is_masked_in_the_error(settings: dict[str, Any]) -> None:
+    """OpenAI answers a wrong key with "Incorrect API key provided: <the key>": it was in the
+    ProviderError's message and body, and from there in logs and tracebacks."""
+    refusal = Answer({"error": {"message": f"Incorrect API key provided: {KEY}."}}, 401)
+    with StubLLM(lambda body, i: refusal) as llm:
+        client = create_client(llm.base_url, model="m", **settings)
+        with pytest.raises(
+            ProviderError, match=r"answered 401: Incorrect API key provided: \*\*\*\."
+        ) as caught:
+            await client.run("hi")
+    assert KEY not in str(caught.value) and KEY not in caught.value.body
+    assert "***" in caught.value.body
+
+
+async def test_the_wait_a_provider_asks_for_is_reported_as_asked() -> None:
+    """A "Retry-After: 7200" was reported as "asks to wait 3.6e+03s", ``retry_after`` 3600:
+    the client's own cap on one wait, not the provider's ask."""
+    quota = Answer({"error": "quota"}, 429, {"Retry-After": "7200"})
+    with StubLLM(lambda body, i: quota) as llm:
+        with pytest.raises(ProviderError, match=r"asks to wait 7200s .*\(60s\)") as caught:
+            await create_client(llm.base_url, model="m").run("go")
+        assert caught.value.detail["retry_after"] == 7200.0
+        # Waiting that long is allowed, but one wait is capped: both are said.
+        client = create_client(llm.base_url, model="m", max_retry_wait=10_000)
+        with pytest.raises(
+            ProviderError, match=r"in 3600s; the provider asked for 7200s\) would pass"
+        ):
+            await client.run("go", timeout=30)

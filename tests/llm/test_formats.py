@@ -19,7 +19,13 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from openai.types.responses import FunctionToolParam
 
 from tests.llm.catalogue import CATALOGUE, FREE_FORM, RECURSIVE, add, count_nodes, metadata
-from tests.llm.checks import assert_openai_strict, check_typed_dict, walk_keys
+from tests.llm.checks import (
+    assert_gemini_typed,
+    assert_object_root,
+    assert_openai_strict,
+    check_typed_dict,
+    walk_keys,
+)
 from toolmesh import SchemaError, ToolDefinition, Toolkit, tool
 from toolmesh.llm import (
     gemini_schema,
@@ -49,6 +55,7 @@ def test_openai_every_tool_validates_and_strict_where_possible(api: str) -> None
             check_typed_dict(FunctionToolParam, entry)
             function = entry
         fastjsonschema.compile(function["parameters"])  # a JSON Schema at all
+        assert_object_root(function["parameters"])
         if function["name"] in FREE_FORM:
             assert function["strict"] is False
         else:
@@ -169,6 +176,7 @@ def test_anthropic_every_tool_validates() -> None:
             InputSchemaTyped, {k: entry["input_schema"][k] for k in ("type", "properties")}
         )
         fastjsonschema.compile(entry["input_schema"])
+        assert_object_root(entry["input_schema"])
     assert to_anthropic([add]) == [
         {"name": "add", "description": "Add two integers.", "input_schema": add.input_schema}
     ]
@@ -181,6 +189,9 @@ def test_gemini_every_expressible_tool_validates_against_genai_types() -> None:
     expressible = [t for t in CATALOGUE if t.name not in RECURSIVE]
     (entry,) = to_gemini(expressible)  # type: ignore[arg-type]
     parsed = genai.Tool.model_validate(entry)
+    for declaration in entry["function_declarations"]:
+        if "parameters" in declaration:
+            assert_gemini_typed(declaration["parameters"])
     assert [d.name for d in parsed.function_declarations or []] == [
         "fs_read" if t.name == "fs.read" else t.name for t in expressible
     ]
@@ -446,3 +457,209 @@ def test_strict_refuses_an_object_whose_other_keys_are_typed_even_at_the_root() 
     assert entry["function"]["parameters"]["additionalProperties"] == {"type": "string"}
     with pytest.raises(SchemaError, match=r"'kw' cannot be strict: \$: an object with free-form"):
         to_openai([kw], strict=True)
+
+
+# -- unions at the root, and unions that only add constraints ------------------------------------
+
+
+async def _ok(arguments: dict[str, Any], ctx: object) -> str:
+    return "ok"
+
+
+def _tool_with(name: str, schema: dict[str, Any]) -> Any:
+    from toolmesh import Tool
+
+    return Tool(ToolDefinition(name=name, description="A tool."), _ok, input_schema=schema)  # type: ignore[arg-type]
+
+
+ID_OR_EMAIL = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "email": {"type": "string"}},
+    "oneOf": [{"required": ["id"]}, {"required": ["email"]}],
+}
+ID_OR_PATH = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"full_path": {"type": "string"}},
+            "required": ["full_path"],
+            "additionalProperties": False,
+        },
+    ]
+}
+PETS = {
+    "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+    "$defs": {
+        "Cat": {
+            "title": "Cat",
+            "type": "object",
+            "properties": {
+                "kind": {"const": "cat", "type": "string"},
+                "lives": {"type": "integer"},
+            },
+            "required": ["kind"],
+        },
+        "Dog": {
+            "title": "Dog",
+            "type": "object",
+            "properties": {"kind": {"const": "dog", "type": "string"}, "bark": {"type": "boolean"}},
+            "required": ["kind", "bark"],
+        },
+    },
+}
+ROOT_UNIONS = {"find_user": ID_OR_EMAIL, "get_resource": ID_OR_PATH, "adopt_pet": PETS}
+
+
+def _assert_every_provider_accepts(tool: Any) -> None:
+    for strict in (None, False):
+        (entry,) = to_openai([tool], strict=strict)
+        check_typed_dict(ChatCompletionFunctionToolParam, entry)
+        assert_object_root(entry["function"]["parameters"])
+        if entry["function"]["strict"]:
+            assert_openai_strict(entry["function"]["parameters"])
+    (anthropic,) = to_anthropic([tool])
+    check_typed_dict(ToolParam, anthropic)
+    assert_object_root(anthropic["input_schema"])
+    (gemini,) = to_gemini([tool])
+    genai.Tool.model_validate(gemini)
+    assert_gemini_typed(gemini["function_declarations"][0]["parameters"])
+
+
+@pytest.mark.parametrize("name", list(ROOT_UNIONS))
+def test_a_union_at_the_root_goes_as_one_object_every_provider_accepts(name: str) -> None:
+    """Anthropic and OpenAI refuse oneOf/anyOf at the top level (and with it the whole request);
+    Gemini got ``{"any_of": [{}, {}]}``; a root that was only ``anyOf`` was a SchemaError."""
+    tool = _tool_with(name, ROOT_UNIONS[name])
+    _assert_every_provider_accepts(tool)
+    (entry,) = to_anthropic([tool])
+    assert entry["description"].startswith("A tool.\n\nThe arguments must match")
+
+
+def test_a_root_union_merges_the_branches_and_names_them_in_the_description() -> None:
+    (found,) = to_anthropic([_tool_with("find_user", ID_OR_EMAIL)])
+    assert found["input_schema"] == {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "email": {"type": "string"}},
+    }
+    assert found["description"].endswith("exactly one of: (1) requires id; (2) requires email.")
+    (got,) = to_openai([_tool_with("get_resource", ID_OR_PATH)])
+    parameters = got["function"]["parameters"]
+    assert got["function"]["strict"] is True
+    assert parameters["properties"] == {
+        "id": {"type": ["string", "null"]},
+        "full_path": {"type": ["string", "null"]},
+    }
+    assert (
+        "at least one of: (1) requires id; (2) requires full_path."
+        in got["function"]["description"]
+    )
+    (pets,) = to_gemini([_tool_with("adopt_pet", PETS)])
+    declaration = pets["function_declarations"][0]
+    kind = declaration["parameters"]["properties"]["kind"]
+    assert kind == {"type": "STRING", "enum": ["cat", "dog"], "format": "enum"}
+    assert declaration["parameters"]["required"] == ["kind"]
+    assert (
+        '(1) Cat: kind="cat"; (2) Dog: kind="dog", requires bark.' in (declaration["description"])
+    )
+
+
+SIBLING_UNIONS = {
+    "type": "object",
+    "properties": {
+        "when": {
+            "type": "string",
+            "description": "A date or a date-time.",
+            "anyOf": [{"format": "date"}, {"format": "date-time"}],
+        },
+        "target": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "email": {"type": "string"}},
+            "oneOf": [{"required": ["id"]}, {"required": ["email"]}],
+        },
+    },
+    "required": ["when", "target"],
+}
+
+
+def test_union_branches_that_only_add_constraints_carry_their_siblings() -> None:
+    """Strict mode refuses branches without a type ("schema must have a 'type' key"), and
+    Gemini got ``{"any_of": [{}, {}]}``: the siblings (type, properties) were not in them."""
+    tool = _tool_with("schedule", SIBLING_UNIONS)
+    _assert_every_provider_accepts(tool)
+    (strict,) = to_openai([tool])
+    assert strict["function"]["strict"] is True
+    when = strict["function"]["parameters"]["properties"]["when"]
+    assert when == {
+        "description": "A date or a date-time.",
+        "anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}],
+    }
+    (gemini,) = to_gemini([tool])
+    properties = gemini["function_declarations"][0]["parameters"]["properties"]
+    target = properties["target"]["any_of"]
+    assert [branch["required"] for branch in target] == [["id"], ["email"]]
+    assert all(list(branch["properties"]) == ["id", "email"] for branch in target)
+    assert {b["type"] for b in properties["when"]["any_of"]} == {"STRING"}
+
+
+def test_strict_gives_an_enum_the_type_of_its_values() -> None:
+    """``Literal[1, "x"]`` and an Enum of int and str values went out strict as a bare enum."""
+    import enum
+    from typing import Literal
+
+    class Mode(enum.Enum):
+        ONE = 1
+        B = "b"
+
+    @tool
+    def pick(a: Literal[1, "x"], mode: Mode, flag: Literal["on"] | None = None) -> str:
+        """Pick."""
+        return "ok"
+
+    (entry,) = to_openai([pick])
+    assert entry["function"]["strict"] is True
+    parameters = entry["function"]["parameters"]
+    assert_openai_strict(parameters)
+    assert parameters["properties"]["a"] == {
+        "anyOf": [{"type": "integer", "enum": [1]}, {"type": "string", "enum": ["x"]}]
+    }
+    # An enum of objects has no type to give: the tool is sent non-strict.
+    odd = _tool_with(
+        "odd", {"type": "object", "properties": {"v": {"enum": [{"a": 1}]}}, "required": ["v"]}
+    )
+    assert to_openai([odd])[0]["function"]["strict"] is False
+    with pytest.raises(SchemaError, match=r"\$\.properties\.v: an enum of dict values"):
+        openai_strict_schema(odd.input_schema)
+    with pytest.raises(SchemaError, match="without a type cannot be strict"):
+        openai_strict_schema({"type": "object", "properties": {"v": {"minimum": 1}}})
+
+
+def test_the_checks_refuse_what_the_providers_refuse() -> None:
+    """The provider-acceptance checks catch the shapes the providers answer 400 to."""
+    closed = {"additionalProperties": False}
+    typeless_branches = {
+        "type": "object",
+        "properties": {"w": {"anyOf": [{"format": "date"}, {"format": "date-time"}]}},
+        "required": ["w"],
+        **closed,
+    }
+    bare_enum = {
+        "type": "object",
+        "properties": {"a": {"enum": [1, "x"]}},
+        "required": ["a"],
+        **closed,
+    }
+    for bad in (typeless_branches, bare_enum):
+        with pytest.raises(AssertionError, match="no type"):
+            assert_openai_strict(bad)
+    with pytest.raises(AssertionError, match="top level"):
+        assert_object_root(ID_OR_EMAIL)
+    with pytest.raises(AssertionError, match="not 'object'"):
+        assert_object_root(ID_OR_PATH)
+    with pytest.raises(AssertionError, match="neither type nor any_of"):
+        assert_gemini_typed({"type": "OBJECT", "properties": {"t": {"any_of": [{}, {}]}}})

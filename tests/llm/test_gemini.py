@@ -471,7 +471,7 @@ async def test_the_retry_delay_gemini_gives_in_its_body_is_waited() -> None:
     assert result.text == "ok"
     assert [(e.status, e.wait) for e in events if e.kind == "retry"] == [(429, 0.01)]
     hour = Answer(exhausted("3600s"), 429)
-    with StubLLM(lambda body, i: hour) as llm, pytest.raises(ProviderError, match=r"wait 3\.6e"):
+    with StubLLM(lambda body, i: hour) as llm, pytest.raises(ProviderError, match=r"wait 3600s"):
         await gemini(llm.base_url).run("go")
     assert len(llm.requests) == 1
 

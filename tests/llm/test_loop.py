@@ -368,3 +368,54 @@ async def test_max_turn_result_chars_must_be_a_positive_whole_number(bad: Any) -
     client = create_client("http://127.0.0.1:9", model="m")
     with pytest.raises(ConfigError, match="max_turn_result_chars must be a whole number"):
         await client.run("go", toolkit=Toolkit(blob), max_turn_result_chars=bad)
+
+
+# -- calls read against the tools each request offered -------------------------------------------
+
+
+def deferred_tool_with_an_option() -> Tool:
+    async def forecast(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        return f"{arguments.get('days', 1)} days of sun in {arguments['city']}"
+
+    definition = ToolDefinition(
+        name="weather_forecast", description="Weather forecast for a city.", defer_loading=True
+    )
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    return Tool(definition, forecast, input_schema=schema)
+
+
+@pytest.mark.parametrize("own_search", [False, True], ids=["loops_search", "toolkits_search"])
+async def test_strict_nulls_reach_neither_tool_search_nor_a_tool_it_loaded(
+    own_search: bool,
+) -> None:
+    """OpenAI's strict mode makes optional arguments nullable and required, so a model leaves
+    one out as null: ``tool_search``'s ``limit``, then the optional argument of the deferred tool
+    it found. Both were run with the null and refused (``$.limit: must be integer``)."""
+    kit = Toolkit(add, deferred_tool_with_an_option(), tool_search=own_search)
+    search: dict[str, Any] = {"query": "weather forecast", "limit": None}
+    if own_search:
+        search = {"query": "weather forecast", **dict.fromkeys(_optional_of(kit), None)}
+    answers = scripted(
+        openai_calls(("s", "tool_search", search)),
+        openai_calls(("w", "weather_forecast", {"city": "Oslo", "days": None})),
+        openai_text("Sunny."),
+    )
+    with StubLLM(answers) as llm:
+        result = await create_client(llm.base_url, model="m").run("weather?", toolkit=kit)
+    first = {t["function"]["name"]: t["function"] for t in llm.requests[0].body["tools"]}
+    assert first["tool_search"]["strict"] is True
+    [(_, found), (call, ran)] = result.tool_calls
+    assert found.success, found
+    assert "weather_forecast" in [t["function"]["name"] for t in llm.requests[1].body["tools"]]
+    assert call.arguments == {"city": "Oslo"}
+    assert ran.success and ran.output == "1 days of sun in Oslo", ran
+
+
+def _optional_of(kit: Toolkit) -> list[str]:
+    schema = kit["tool_search"].input_schema
+    return [k for k in schema["properties"] if k not in schema.get("required", ())]

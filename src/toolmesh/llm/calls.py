@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolmesh import strictjson
-from toolmesh.errors import ToolCallParseError
+from toolmesh.errors import SchemaError, ToolCallParseError
+from toolmesh.llm.formats import sent_root
 from toolmesh.llm.keys import ANTHROPIC_KEY, GEMINI_KEY, restore_keys
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema, pointer_target
@@ -198,9 +199,15 @@ _KEY_RULES: dict[Provider, tuple[re.Pattern[str], ...]] = {
 
 
 def _drop_added_nulls(
-    arguments: dict[str, Any], schema: Mapping[str, Any], provider: Provider
+    arguments: dict[str, Any], schema: dict[str, Any], provider: Provider
 ) -> dict[str, Any]:
-    return _Restore(schema, _KEY_RULES[provider]).object(arguments, schema)
+    # Walked beside the root as the provider saw it: a union at the root went as one object of
+    # every branch's properties, and strict mode makes a model send null for each one it omits.
+    try:
+        sent = sent_root(schema)
+    except SchemaError:
+        sent = schema  # never sent as it is; what can be restored is restored
+    return _Restore(schema, _KEY_RULES[provider]).object(arguments, sent)
 
 
 class _Restore:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["RETRY_STATUSES", "LLMClient", "create_client", "retry_delay"]
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+MAX_RETRY_AFTER = 3600.0  # the longest one retry waits, whatever the provider asks for
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model's answer (whole or streamed); past it, refused
 _ERROR_BYTES = 64 * 1024  # of a refusal's body, kept to explain it
 
@@ -138,6 +139,7 @@ class LLMClient:
             self._endpoint if self._stream_url == self._url else httpx.URL(self._stream_url)
         )
         self._headers = {**style.headers(api_key), **headers}
+        self._secrets = _secrets(api_key, self._headers, base_url)
         self._http: httpx.AsyncClient | None = None
         self._lean: LeanClient | None = None
         self._lean_suits = lean_suits(self._url)  # plain http://, not proxied
@@ -180,38 +182,49 @@ class LLMClient:
                     on_text(delta)
 
             try:
-                return await self._request(body, stream=stream, on_text=heard)
+                return await self._request(body, tools, stream=stream, on_text=heard)
             except ProviderError as exc:
                 if streamed or not exc.retryable or attempt >= self.max_retries:
                     raise
                 failure = exc
-            wait = failure.detail.get("retry_after")
-            told = isinstance(wait, float)
-            if not isinstance(wait, float):
+            asked = failure.detail.get("retry_after")  # the provider's own words, uncapped
+            if isinstance(asked, float):
+                wait = min(asked, MAX_RETRY_AFTER)
+                waits = _seconds(wait) + (
+                    f"; the provider asked for {_seconds(asked)}" if wait < asked else ""
+                )
+            else:
                 wait = retry_delay({}, attempt, self.backoff, self.max_backoff)
+                waits = _seconds(wait)
             if deadline is not None and time.monotonic() + wait > deadline:
                 raise ProviderError(
-                    f"gave up after {attempt + 1} attempts: the next retry (in {wait:.3g}s) "
+                    f"gave up after {attempt + 1} attempts: the next retry (in {waits}) "
                     "would pass the run's deadline",
                     status=failure.status,
                     body=failure.body,
                 ) from failure
-            if told and wait > self.max_retry_wait:
+            if isinstance(asked, float) and asked > self.max_retry_wait:
                 refused = ProviderError(
-                    f"gave up after {attempt + 1} attempts: the provider asks to wait {wait:.3g}s "
-                    f"before a retry, more than max_retry_wait ({self.max_retry_wait:g}s)",
+                    f"gave up after {attempt + 1} attempts: the provider asks to wait "
+                    f"{_seconds(asked)} before a retry, more than max_retry_wait "
+                    f"({_seconds(self.max_retry_wait)})",
                     status=failure.status,
                     body=failure.body,
                 )
-                refused.detail["retry_after"] = wait  # when the caller may come back
+                refused.detail["retry_after"] = asked  # when the caller may come back
                 raise refused from failure
             if on_retry is not None:
-                on_retry(failure.status, wait)
+                on_retry(failure.status, wait)  # what is waited: at most MAX_RETRY_AFTER
             await asyncio.sleep(wait)
             attempt += 1
 
     async def _request(
-        self, body: dict[str, Any], *, stream: bool, on_text: Callable[[str], None]
+        self,
+        body: dict[str, Any],
+        tools: Sequence[Tool],
+        *,
+        stream: bool,
+        on_text: Callable[[str], None],
     ) -> Reply:
         # ``timeout`` bounds the whole request (the transports' own read timeouts apply to
         # each read only: a server sending a byte, or an SSE comment, now and then would hold
@@ -226,7 +239,7 @@ class LLMClient:
                         raise self._refused(response, start.decode("utf-8", "replace"), url)
                     kind = response.headers.get("content-type", "")
                     if stream and "text/event-stream" in kind:
-                        parser = self.style.stream_parser(on_text)
+                        parser = self.style.stream_parser(on_text, tools)
                         try:
                             streamed = 0
                             async for event, data in read_events(response):
@@ -263,7 +276,7 @@ class LLMClient:
                 body=payload[:500].decode("utf-8", "replace"),
             ) from None
         try:
-            reply = self.style.parse(decoded)
+            reply = self.style.parse(decoded, tools)
         except _SHAPE_ERRORS as exc:
             raise self._shape_error(exc, url) from exc
         if reply.text:
@@ -318,8 +331,9 @@ class LLMClient:
         self, response: httpx.Response | LeanResponse, text: str, url: str
     ) -> ProviderError:
         status = response.status_code
+        shown = self._masked(text)  # a provider may echo the key ("Incorrect API key: sk-...")
         error = ProviderError(
-            f"{url} answered {status}: {_error_text(text)}", status=status, body=text[:2000]
+            f"{url} answered {status}: {_error_text(shown)}", status=status, body=shown[:2000]
         )
         if status in RETRY_STATUSES:
             error.retryable = True
@@ -327,10 +341,15 @@ class LLMClient:
             if wait is None:
                 wait = _retry_info(text)
             if wait is not None:
-                error.detail["retry_after"] = min(wait, 3600.0)
+                error.detail["retry_after"] = wait  # as asked; ``complete`` caps what it waits
         else:
             error.retryable = False
         return error
+
+    def _masked(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     async def aclose(self) -> None:
         """Close pooled connections (the client opens new ones if used again)."""
@@ -393,16 +412,21 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     milliseconds = lowered.get("retry-after-ms")
     if milliseconds is not None:
         try:
-            return max(0.0, float(milliseconds) / 1000)
+            seconds = float(milliseconds) / 1000
         except ValueError:
             pass
+        else:
+            if math.isfinite(seconds):
+                return max(0.0, seconds)
     value = lowered.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -425,6 +449,25 @@ def _shown(url: str) -> str:
 
 
 _SECRET_PARAMS = frozenset({"key", "api_key", "apikey", "access_token"})
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+_SECRET_MIN_CHARS = 8  # shorter is no real key ("EMPTY" for vLLM), and masking it would garble
+
+
+def _secrets(api_key: str | None, headers: Mapping[str, str], url: str) -> list[str]:
+    """The credentials this client sends (its key, auth headers, a ``?key=``), longest first:
+    what an error message must not repeat."""
+    found = [api_key or ""]
+    for name, value in headers.items():
+        if name.lower() in _SECRET_HEADERS:
+            found += [value, value.partition(" ")[2]]  # "Bearer KEY": the key alone too
+    query = urllib.parse.urlsplit(url).query
+    found += [v for k, v in urllib.parse.parse_qsl(query) if k.lower() in _SECRET_PARAMS]
+    distinct = {s for s in found if len(s) >= _SECRET_MIN_CHARS}
+    return sorted(distinct, key=len, reverse=True)
+
+
+def _seconds(value: float) -> str:
+    return f"{round(value, 3):g}s"
 
 
 def _retry_info(text: str) -> float | None:

@@ -9,6 +9,9 @@ OpenAI's ``strict``: ``True`` makes every schema strict (``SchemaError`` for one
 such as a free-form dict), ``False`` sends schemas as they are, and ``None`` (the default) makes
 each tool strict when its schema allows and sends the others with ``strict: false``.
 ``parse_tool_call`` (toolmesh.llm.calls) reads the calls back, undoing what strict mode changed.
+A union at the root of a schema (which Anthropic and OpenAI refuse there) goes as one object with
+the branches' properties, the alternatives named in the tool's description
+(``toolmesh.llm.schemas.object_root``).
 The schemas in what these return are shared with the tools (and between calls): copy one before
 changing it.
 """
@@ -16,11 +19,11 @@ changing it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from toolmesh.errors import SchemaError
 from toolmesh.llm.keys import ANTHROPIC_KEY, GEMINI_KEY, legal_keys
-from toolmesh.llm.schemas import gemini_schema, openai_strict_schema
+from toolmesh.llm.schemas import gemini_schema, object_root, openai_strict_schema
 from toolmesh.models import ToolDefinition
 from toolmesh.schema import parameters_to_schema
 from toolmesh.tools import Tool
@@ -28,7 +31,7 @@ from toolmesh.tools import Tool
 if TYPE_CHECKING:
     from toolmesh.toolkit import Toolkit
 
-__all__ = ["ToolsLike", "to_anthropic", "to_gemini", "to_openai", "tool_entries"]
+__all__ = ["ToolsLike", "sent_root", "to_anthropic", "to_gemini", "to_openai", "tool_entries"]
 
 JsonSchema = dict[str, Any]
 ToolsLike = "Toolkit | Iterable[Tool | ToolDefinition]"
@@ -58,32 +61,37 @@ def tool_entries(
             )
         taken[legal] = name
         try:
-            out.append((legal, text, _remembered(_ROOTED, schema, _object_root)))
+            rooted, note = _remembered(_ROOTED, schema, object_root)
         except SchemaError as exc:
             raise SchemaError(f"tool {name!r}: {exc}") from None
+        out.append((legal, "\n\n".join(p for p in (text, note) if p), rooted))
     return out
+
+
+def sent_root(schema: JsonSchema) -> JsonSchema:
+    """The root of ``schema`` as the provider forms send it (a union at the root merged into
+    one object): what a model's call is read back against. ``SchemaError`` as ``tool_entries``."""
+    return _remembered(_ROOTED, schema, object_root)[0]
 
 
 # The provider forms of a tool's schema, kept while the schema object lives: an agent loop sends
 # the same tools with every model request, and a strict conversion copies the whole schema. A
 # tool's schema is never changed in place (a changed tool gets a new one), so identity is a
 # sound key; the schema itself is kept beside its form, so an id cannot be reused meanwhile.
-_ROOTED: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
-_STRICT: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
-_ANTHROPIC: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]] = {}
+Form = TypeVar("Form")
+Memo = dict[int, tuple[JsonSchema, Any]]  # id(schema): (schema, its form or its SchemaError)
+_ROOTED: Memo = {}  # (the object root, the note on a merged union for the description)
+_STRICT: Memo = {}
+_ANTHROPIC: Memo = {}
 _REMEMBER_LIMIT = 50_000
 
 
-def _remembered(
-    memo: dict[int, tuple[JsonSchema, JsonSchema | SchemaError]],
-    schema: JsonSchema,
-    convert: Callable[[JsonSchema], JsonSchema],
-) -> JsonSchema:
+def _remembered(memo: Memo, schema: JsonSchema, convert: Callable[[JsonSchema], Form]) -> Form:
     """``convert(schema)``, computed once per schema object (its SchemaError too)."""
     hit = memo.get(id(schema))
     if hit is None or hit[0] is not schema:
         try:
-            form: JsonSchema | SchemaError = convert(schema)
+            form: Form | SchemaError = convert(schema)
         except SchemaError as exc:
             form = exc
         if len(memo) >= _REMEMBER_LIMIT:
@@ -91,18 +99,8 @@ def _remembered(
         hit = memo[id(schema)] = (schema, form)
     if isinstance(hit[1], SchemaError):
         raise SchemaError(str(hit[1]))
-    return hit[1]
-
-
-def _object_root(schema: JsonSchema) -> JsonSchema:
-    """Providers want an object at the root of every input schema."""
-    if schema.get("type") == "object" and "properties" in schema:
-        return schema
-    if schema.get("type") in (None, "object") and not any(
-        k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")
-    ):
-        return {**schema, "type": "object", "properties": schema.get("properties", {})}
-    raise SchemaError("an input schema must be an object at its root")
+    remembered: Form = hit[1]
+    return remembered
 
 
 def _openai_parameters(

@@ -198,7 +198,7 @@ class _Loop:
             )
             self.usage.add(reply.usage)
             calls = self._identified(reply.tool_calls, used)
-            messages.append(ChatMessage("assistant", reply.text, calls))
+            messages.append(ChatMessage("assistant", reply.text, calls, thinking=reply.thinking))
             text, stop = reply.text, reply.stop_reason
             if not calls:
                 return self._result(text, messages, stop, done)

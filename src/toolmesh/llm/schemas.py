@@ -10,20 +10,26 @@ dropped (a default moves into the description).
 instead of null types, string-only enums, no ``$ref``/``$defs`` (references are inlined, so a
 recursive type is an error) and no ``additionalProperties``.
 
-Both raise ``SchemaError`` naming the JSON path of the part they cannot express.
+In both, a union whose siblings constrain it too (``{"type": "string", "anyOf": [{"format":
+"date"}, ...]}``) has the siblings copied into each branch: a provider reads each branch alone.
+
+``object_root`` gives the root every provider wants: one plain object, a union (or ``allOf``,
+``$ref``) at the root merged into it.
+
+All raise ``SchemaError`` naming the JSON path of the part they cannot express.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolmesh.errors import SchemaError
 from toolmesh.schema import def_ref, pointer_step, pointer_target
 
-__all__ = ["OPENAI_STRICT_LIMITS", "gemini_schema", "openai_strict_schema"]
+__all__ = ["OPENAI_STRICT_LIMITS", "gemini_schema", "object_root", "openai_strict_schema"]
 
 JsonSchema = dict[str, Any]
 
@@ -115,6 +121,84 @@ class _Refs:
         return node
 
 
+# Keywords that describe a schema rather than constrain its values: a union's siblings among
+# these stay beside it; the others are copied into its branches (``_distributed``).
+_DESCRIPTIVE = frozenset(
+    {
+        "description",
+        "title",
+        "default",
+        "examples",
+        "discriminator",  # OpenAPI's hint for a union of objects, about the branches as they are
+        "nullable",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$comment",
+        "$schema",
+        "$id",
+        "$defs",
+        "definitions",
+    }
+)
+
+
+def _distributed(schema: JsonSchema, union: str) -> JsonSchema:
+    """``schema``'s union (under the key ``union``) with the sibling keywords that constrain it
+    copied into each branch. ``{"type": "object", "properties": ..., "oneOf": [{"required":
+    ["id"]}, {"required": ["email"]}]}`` means each branch together with the siblings, but a
+    provider reads each branch alone, and a branch of constraints only tells it nothing (OpenAI's
+    strict mode refuses one without a type; Gemini saw ``{}``)."""
+    siblings = {k: v for k, v in schema.items() if k not in _DESCRIPTIVE and k != union}
+    if not siblings:
+        return schema
+    outer = {k: v for k, v in schema.items() if k in _DESCRIPTIVE}
+    return {**outer, union: [_with_siblings(siblings, b) for b in schema[union]]}
+
+
+# Keywords that constrain values of one type only: not copied into a branch of another type.
+_TYPE_KEYWORDS = {
+    "object": {
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "dependentRequired",
+    },
+    "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"},
+    "string": {"minLength", "maxLength", "pattern"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+}
+
+
+def _applies(keyword: str, types: Any) -> bool:
+    """Whether a sibling ``keyword`` constrains a branch declaring ``types`` (none: any)."""
+    declared = [types] if isinstance(types, str) else types
+    if not isinstance(declared, list):
+        return True
+    kinds = {"number" if t == "integer" else t for t in declared}
+    owners = {kind for kind, words in _TYPE_KEYWORDS.items() if keyword in words}
+    return not owners or bool(owners & kinds)
+
+
+def _with_siblings(siblings: Mapping[str, Any], branch: Any) -> Any:
+    if not isinstance(branch, Mapping) or branch.get("type") == "null":
+        return branch  # the siblings constrain the other values; null stays null
+    types = branch.get("type")
+    siblings = {k: v for k, v in siblings.items() if _applies(k, types)}
+    merged = {**siblings, **branch}
+    own, shared = branch.get("properties"), siblings.get("properties")
+    if isinstance(own, Mapping) and isinstance(shared, Mapping):
+        merged["properties"] = {**shared, **own}
+    needed = [*(siblings.get("required") or ()), *(branch.get("required") or ())]
+    if needed:
+        merged["required"] = list(dict.fromkeys(needed))
+    return merged
+
+
 def _with_default_in_description(schema: Mapping[str, Any]) -> JsonSchema:
     out = dict(schema)
     if "default" in out:
@@ -175,6 +259,8 @@ class _StrictConverter:
         schema = self._merge_all_of(schema, path)
         if "oneOf" in schema:
             schema["anyOf"] = [*schema.pop("oneOf"), *schema.get("anyOf", [])]
+        if isinstance(schema.get("anyOf"), list):
+            schema = _distributed(schema, "anyOf")
         out: JsonSchema = {}
         for key, value in schema.items():
             if key not in _OPENAI_KEYWORDS or key in ("$defs", "additionalProperties"):
@@ -183,10 +269,10 @@ class _StrictConverter:
                 continue
             out[key] = value
         if "anyOf" in out:
-            out["anyOf"] = [
+            out["anyOf"] = _spliced(
                 self.node(branch, (*path, "anyOf", i), depth=depth + 1)
                 for i, branch in enumerate(out["anyOf"])
-            ]
+            )
         if "items" not in out and isinstance(schema.get("prefixItems"), list):
             out["items"] = _tuple_items(schema["prefixItems"])
         if "items" in out:
@@ -199,6 +285,8 @@ class _StrictConverter:
             raise SchemaError(f"{_path_text(path)}: more than 1000 enum values")
         if _is_object(out, schema):
             self._object(out, schema, path, depth=depth)
+        if "type" not in out and "anyOf" not in out:
+            return _typed_values(out, path)
         return out
 
     def _ref(self, schema: JsonSchema, path: tuple[str | int, ...], *, depth: int) -> JsonSchema:
@@ -276,6 +364,56 @@ class _StrictConverter:
         out["properties"] = converted
         out["required"] = list(converted)
         out["additionalProperties"] = False
+
+
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),  # before int: True is an int too
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (type(None), "null"),
+)
+
+
+def _json_type(value: Any) -> str | None:
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), None)
+
+
+def _typed_values(out: JsonSchema, path: tuple[str | int, ...]) -> JsonSchema:
+    """A strict node without a type: strict mode refuses it ("schema must have a 'type' key").
+    An enum or const gets the type of its values (values of several types: one branch each, as
+    ``Literal[1, "x"]`` gives); anything else cannot be strict."""
+    values = [out["const"]] if "const" in out else out.get("enum")
+    if not isinstance(values, list) or not values:
+        raise SchemaError(f"{_path_text(path)}: a schema without a type cannot be strict")
+    by_type: dict[str, list[Any]] = {}
+    for value in values:
+        name = _json_type(value)
+        if name is None:
+            raise SchemaError(
+                f"{_path_text(path)}: an enum of {type(value).__name__} values cannot be strict"
+            )
+        by_type.setdefault(name, []).append(value)
+    if len(by_type) == 1:
+        return {**out, "type": next(iter(by_type))}
+    outer: JsonSchema = {k: out[k] for k in ("description", "title") if k in out}
+    branches = [
+        {"type": name} if name == "null" else {"type": name, "enum": group}
+        for name, group in by_type.items()
+    ]
+    return {**outer, "anyOf": branches}
+
+
+def _spliced(branches: Iterable[JsonSchema]) -> list[JsonSchema]:
+    """Branches of a union, the branches of a branch that is only a union put in its place."""
+    out: list[JsonSchema] = []
+    for branch in branches:
+        inner = branch.get("anyOf")
+        if isinstance(inner, list) and set(branch) <= {"anyOf", "description", "title"}:
+            out.extend(inner)
+        else:
+            out.append(branch)
+    return out
 
 
 def _meaningful(schema: Mapping[str, Any]) -> bool:
@@ -458,14 +596,17 @@ class _GeminiConverter:
     ) -> JsonSchema:
         concrete = [b for b in branches if not (isinstance(b, Mapping) and b.get("type") == "null")]
         nullable = len(concrete) < len(branches) or schema.get("nullable") is True
-        rest = {k: v for k, v in schema.items() if k not in ("type", "nullable")}
-        if len(concrete) == 1:
-            out = self.node({**concrete[0], **rest}, path)
+        concrete = _distributed({**schema, "anyOf": concrete}, "anyOf")["anyOf"]
+        described: JsonSchema = {k: schema[k] for k in ("description", "title") if k in schema}
+        if len(concrete) <= 1:
+            only = concrete[0] if concrete else {"type": "null"}
+            out = self.node({**only, **described}, path)
         else:
-            out = {"any_of": [self.node(b, (*path, "anyOf", i)) for i, b in enumerate(concrete)]}
-            for key in ("description", "title"):
-                if key in rest:
-                    out[key] = rest[key]
+            converted = [self.node(b, (*path, "anyOf", i)) for i, b in enumerate(concrete)]
+            # Branches that differed only in what Gemini cannot say (two string formats) are one.
+            distinct = [c for i, c in enumerate(converted) if c not in converted[:i]]
+            out = distinct[0] if len(distinct) == 1 else {"any_of": distinct}
+            out = {**out, **described}
         if nullable:
             out["nullable"] = True
         return out
@@ -505,3 +646,199 @@ def _implied_type(schema: Mapping[str, Any]) -> str | None:
     if "items" in schema:
         return "array"
     return None
+
+
+# -- the root: one object ------------------------------------------------------------------------
+
+# What providers refuse at the root of a tool's input schema (Anthropic: "input_schema does not
+# support oneOf, allOf, or anyOf at the top level"; OpenAI: "must have type 'object' and not have
+# 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top level"), and ``$ref``, followed here.
+_ROOT_REFUSED = ("anyOf", "oneOf", "allOf", "not", "enum", "$ref")
+_NOT_OBJECT = "an input schema must be an object at its root"
+
+
+def object_root(schema: JsonSchema) -> tuple[JsonSchema, str]:
+    """``schema`` as one plain object at its root, and a note for the tool's description ("" if
+    none). A union at the root (``anyOf``/``oneOf``, as ``z.union`` or "give id or email" make
+    it) becomes one object with every branch's properties, requiring what every branch requires,
+    and the note names the alternatives; ``allOf`` and ``$ref`` are merged in; ``not`` and
+    ``enum`` are dropped. The merged form accepts every call the schema does (and some more: the
+    pipeline still validates against the schema itself). ``SchemaError`` when the root, or a
+    branch of its union, is not an object."""
+    if not any(key in schema for key in _ROOT_REFUSED):
+        if schema.get("type") == "object" and "properties" in schema:
+            return schema, ""  # nearly every tool: as it is
+        if schema.get("type") in (None, "object"):
+            return {**schema, "type": "object", "properties": schema.get("properties", {})}, ""
+        raise SchemaError(_NOT_OBJECT)
+    merger = _RootMerger(schema)
+    merged = merger.object(schema, (), frozenset())
+    for key in ("$defs", "definitions"):
+        if key in schema:
+            merged[key] = schema[key]  # what the properties still refer to
+    return merged, " ".join(merger.notes)
+
+
+class _RootMerger:
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.refs = _Refs(root)
+        self.notes: list[str] = []
+
+    def object(self, node: Any, path: tuple[str | int, ...], seen: frozenset[str]) -> JsonSchema:
+        """``node`` as one object schema: its own keywords and all its parts merged."""
+        if node is True:
+            return {"type": "object", "properties": {}}
+        if not isinstance(node, Mapping):
+            raise SchemaError(f"{_NOT_OBJECT} ({_path_text(path)} is {node!r})")
+        declared = node.get("type")
+        if declared not in (None, "object") and not (
+            isinstance(declared, list) and "object" in declared
+        ):
+            raise SchemaError(f"{_NOT_OBJECT} ({_path_text(path)} is of type {declared!r})")
+        parts = [
+            {
+                **{k: v for k, v in node.items() if k not in _ROOT_REFUSED and k not in _DEFS},
+                "type": "object",
+            }
+        ]
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if ref in seen:
+                raise SchemaError(f"{_path_text(path)}: the root refers to itself ({ref!r})")
+            target = self.refs.target(ref, path)
+            parts.append(self.object(target, (*path, "$ref"), seen | {ref}))
+        for i, branch in enumerate(_listed(node.get("allOf"))):
+            parts.append(self.object(branch, (*path, "allOf", i), seen))
+        for union in ("anyOf", "oneOf"):
+            branches = _listed(node.get(union))
+            if branches:
+                parts.append(self._union(union, branches, path, seen))
+        return _conjunction(parts)
+
+    def _union(
+        self, union: str, branches: list[Any], path: tuple[str | int, ...], seen: frozenset[str]
+    ) -> JsonSchema:
+        objects = [
+            self.object(branch, (*path, union, i), seen)
+            for i, branch in enumerate(branches)
+            if not (isinstance(branch, Mapping) and branch.get("type") == "null")  # never null
+        ]
+        if not any(step in ("anyOf", "oneOf") for step in path):  # the alternatives of the tool
+            self.notes.append(_alternatives_note(union, objects))
+        return _disjunction(objects)
+
+
+_DEFS = ("$defs", "definitions")
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _distinct(schemas: list[Any]) -> list[Any]:
+    return [s for i, s in enumerate(schemas) if s not in schemas[:i]]
+
+
+def _conjunction(parts: list[JsonSchema]) -> JsonSchema:
+    """One object meaning all of ``parts``: their properties (a property two parts describe
+    differently, as the ``allOf`` of both) and all their required keys."""
+    out: JsonSchema = {}
+    properties: dict[str, list[Any]] = {}
+    required: list[Any] = []
+    closed = False
+    for part in parts:
+        for key, value in part.items():
+            if key == "properties" and isinstance(value, Mapping):
+                for name, prop in value.items():
+                    properties.setdefault(name, []).append(prop)
+            elif key == "required" and isinstance(value, list):
+                required.extend(value)
+            elif key == "additionalProperties" and value is False:
+                closed = True  # the keys of a value are within that part's, so within these
+            else:
+                out.setdefault(key, value)  # the root's own first (its description)
+    if closed:
+        out["additionalProperties"] = False
+    out["properties"] = {
+        name: found[0] if len(found) == 1 else {"allOf": found}
+        for name, found in ((name, _distinct(props)) for name, props in properties.items())
+    }
+    if required:
+        out["required"] = list(dict.fromkeys(required))
+    return out
+
+
+def _disjunction(objects: list[JsonSchema]) -> JsonSchema:
+    """One object accepting what any of ``objects`` does: every property (a property the
+    branches describe differently, as the ``anyOf`` of them), required only where every branch
+    requires it, closed only when every branch is."""
+    properties: dict[str, list[Any]] = {}
+    for obj in objects:
+        for name, prop in (obj.get("properties") or {}).items():
+            properties.setdefault(name, []).append(prop)
+    out: JsonSchema = {
+        "type": "object",
+        "properties": {name: _either(props) for name, props in properties.items()},
+    }
+    if objects:
+        first = objects[0].get("required") or []
+        required = [k for k in first if all(k in (o.get("required") or ()) for o in objects)]
+        if required:
+            out["required"] = required
+        if all(o.get("additionalProperties") is False for o in objects):
+            out["additionalProperties"] = False
+    return out
+
+
+def _either(schemas: list[Any]) -> Any:
+    """One schema for a property the branches of a union describe, each in its own way: the
+    constants of a discriminator (``kind: "cat"`` | ``kind: "dog"``) as one enum."""
+    distinct = _distinct(schemas)
+    if len(distinct) == 1:
+        return distinct[0]
+    values = [_constants(s) for s in distinct]
+    types = _distinct([s.get("type") for s in distinct if isinstance(s, Mapping)])
+    if all(v is not None for v in values) and len(types) == 1:
+        enum = _distinct([v for group in values if group is not None for v in group])
+        return {"type": types[0], "enum": enum} if types[0] is not None else {"enum": enum}
+    return {"anyOf": distinct}
+
+
+def _constants(schema: Any) -> list[Any] | None:
+    """The values a schema of constants allows (``const`` or ``enum``), None for another schema."""
+    if not isinstance(schema, Mapping) or not set(schema) <= {
+        "const",
+        "enum",
+        "type",
+        "title",
+        "description",
+    }:
+        return None
+    if "const" in schema:
+        return [schema["const"]]
+    enum = schema.get("enum")
+    return list(enum) if isinstance(enum, list) else None
+
+
+def _alternatives_note(union: str, objects: list[JsonSchema]) -> str:
+    """What tells a model the alternatives of a union merged away, in the tool's description:
+    ``The arguments must match exactly one of: (1) requires id; (2) requires email.``"""
+    how = "exactly one" if union == "oneOf" else "at least one"
+    forms = "; ".join(f"({i}) {_form(obj)}" for i, obj in enumerate(objects, 1))
+    return f"The arguments must match {how} of: {forms}."
+
+
+def _form(obj: JsonSchema) -> str:
+    properties = obj.get("properties") or {}
+    fixed = {
+        name: values[0]
+        for name, values in ((n, _constants(p)) for n, p in properties.items())
+        if values is not None and len(values) == 1
+    }
+    needed = [k for k in obj.get("required") or () if k not in fixed]
+    parts = [f"{name}={_json(value)}" for name, value in fixed.items()]
+    if needed:
+        parts.append("requires " + ", ".join(map(str, needed)))
+    text = ", ".join(parts) or "no required arguments"
+    label = obj.get("title") or obj.get("description")
+    return f"{label}: {text}" if isinstance(label, str) and label else text

@@ -3,21 +3,24 @@ Gemini generateContent.
 
 The agent loop keeps its conversation in one neutral form (``ChatMessage``: user text, an
 assistant reply with tool calls, a tool result). A ``Style`` turns it into one provider's request
-body and that provider's answer (whole, or streamed as server-sent events) back into a ``Reply``.
-Most OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LiteLLM, ...) speak the first style.
+body and that provider's answer (whole, or streamed as server-sent events) back into a ``Reply``,
+its tool calls read against the tools that request offered (their own names, keys and optional
+arguments back, as ``parse_tool_call`` gives them). Most OpenAI-compatible servers (vLLM,
+llama.cpp, Ollama, LiteLLM, ...) speak the first style.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from toolmesh import strictjson
-from toolmesh.errors import ConfigError, ProviderError, ToolCallParseError
+from toolmesh.errors import ConfigError, ProviderError, SchemaError, ToolCallParseError
 from toolmesh.llm.calls import parse_tool_call
 from toolmesh.llm.formats import to_anthropic, to_gemini, to_openai
 from toolmesh.models import new_id
@@ -36,12 +39,17 @@ __all__ = [
     "style_named",
 ]
 
+logger = logging.getLogger("toolmesh.llm")
+
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 GEMINI_MADE_UP_ID = "gemini_call_"  # starts the ids given to calls Gemini sent without one
 # The value Google documents for a call with no signature of its own (one another model made, a
 # history written by hand): Gemini 3 refuses a function call of the current turn without one.
 GEMINI_NO_SIGNATURE = "skip_thought_signature_validator"
+
+ANTHROPIC_THINKING = ("thinking", "redacted_thinking")  # blocks sent back as they came
+_LEFT_OUT_LIMIT = 10_000  # tools a client remembers having warned about
 
 OnText = Callable[[str], None]
 
@@ -77,31 +85,38 @@ class Usage:
 
 @dataclass(slots=True)
 class Reply:
-    """One answer of the model: its text, the tools it wants called, why it stopped."""
+    """One answer of the model: its text, the tools it wants called, why it stopped, and
+    Anthropic's thinking blocks (``ChatMessage.thinking``)."""
 
     text: str = ""
     tool_calls: list[ModelCall] = field(default_factory=list)
     stop_reason: str = ""
     usage: Usage = field(default_factory=Usage)
+    thinking: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class ChatMessage:
-    """One entry of the neutral conversation."""
+    """One entry of the neutral conversation. ``thinking``: an assistant reply's ``thinking``
+    and ``redacted_thinking`` blocks (Anthropic's extended thinking), verbatim with their
+    signatures: Anthropic refuses a tool-use turn sent back without them."""
 
     role: Literal["user", "assistant", "tool"]
     text: str = ""
     tool_calls: list[ModelCall] = field(default_factory=list)
     tool_call_id: str = ""
     is_error: bool = False
+    thinking: list[dict[str, Any]] = field(default_factory=list)
 
 
 class StreamParser(ABC):
-    """Collects one streamed answer from its server-sent events."""
+    """Collects one streamed answer from its server-sent events; its calls are read against
+    the ``tools`` the request offered."""
 
-    def __init__(self, on_text: OnText | None) -> None:
+    def __init__(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> None:
         self.reply = Reply()
         self._on_text = on_text
+        self._offered = _by_provider_name(tools)
         self.ended = False  # the provider said the answer is complete (a stream may be cut)
 
     def _text(self, delta: str) -> None:
@@ -119,9 +134,38 @@ class StreamParser(ABC):
 
 
 class Style(ABC):
-    """How one provider's API is asked and answers."""
+    """How one provider's API is asked and answers (one instance per client)."""
 
     name: str
+
+    def __init__(self) -> None:
+        self._left_out: set[tuple[str, str]] = set()  # (tool, why): warned about once
+
+    def expressible(
+        self, tools: Sequence[Tool], convert: Callable[[Sequence[Tool]], list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """``convert(tools)``, the request's tools in this provider's form. A tool the form
+        cannot express (a root that is no object; a recursive type, for Gemini) is left out of
+        the request, with a warning, rather than failing every request of the run."""
+        try:
+            return convert(tools)  # nearly always: all at once
+        except SchemaError:
+            pass
+        out: list[dict[str, Any]] = []
+        for tool in tools:
+            try:
+                out.extend(convert([tool]))
+            except SchemaError as exc:
+                self._warn_left_out(tool.name, str(exc))
+        return out
+
+    def _warn_left_out(self, name: str, why: str) -> None:
+        if (name, why) in self._left_out:
+            return
+        if len(self._left_out) >= _LEFT_OUT_LIMIT:
+            self._left_out.clear()
+        self._left_out.add((name, why))
+        logger.warning("tool %r is left out of the requests to %s: %s", name, self.name, why)
 
     @abstractmethod
     def url(self, base_url: str, model: str, *, stream: bool) -> str:
@@ -145,12 +189,13 @@ class Style(ABC):
         """The request body."""
 
     @abstractmethod
-    def parse(self, payload: Any) -> Reply:
-        """The reply in a whole (non-streamed) answer."""
+    def parse(self, payload: Any, tools: Sequence[Tool] = ()) -> Reply:
+        """The reply in a whole (non-streamed) answer, its calls read against the offered
+        ``tools``."""
 
     @abstractmethod
-    def stream_parser(self, on_text: OnText | None) -> StreamParser:
-        """A parser for one streamed answer."""
+    def stream_parser(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> StreamParser:
+        """A parser for one streamed answer to a request that offered ``tools``."""
 
 
 # -- OpenAI Chat Completions ---------------------------------------------------------------------
@@ -178,14 +223,15 @@ class OpenAIStyle(Style):
         wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         wire.extend(_openai_message(m) for m in messages)
         body: dict[str, Any] = {"model": model, "messages": wire, **options}
-        if tools:
-            body["tools"] = to_openai(tools)
+        sent = self.expressible(tools, to_openai)
+        if sent:
+            body["tools"] = sent
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def parse(self, payload: Any) -> Reply:
+    def parse(self, payload: Any, tools: Sequence[Tool] = ()) -> Reply:
         try:
             choice = payload["choices"][0]
             message = choice["message"]
@@ -195,8 +241,11 @@ class OpenAIStyle(Style):
         if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed):
             # A call that cannot be read cannot be answered either: not dropped in silence.
             raise _malformed(payload, "tool_calls is not a list of objects")
+        offered = _by_provider_name(tools)
         calls = [
-            _call(c, str(c.get("id") or ""), str((c.get("function") or {}).get("name") or ""))
+            _call(
+                c, str(c.get("id") or ""), str((c.get("function") or {}).get("name") or ""), offered
+            )
             for c in listed
         ]
         return Reply(
@@ -206,8 +255,8 @@ class OpenAIStyle(Style):
             usage=_openai_usage(payload.get("usage")),
         )
 
-    def stream_parser(self, on_text: OnText | None) -> StreamParser:
-        return _OpenAIStream(on_text)
+    def stream_parser(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> StreamParser:
+        return _OpenAIStream(on_text, tools)
 
 
 def _openai_message(message: ChatMessage) -> dict[str, Any]:
@@ -246,8 +295,8 @@ def _openai_usage(usage: Any) -> Usage:
 
 
 class _OpenAIStream(StreamParser):
-    def __init__(self, on_text: OnText | None) -> None:
-        super().__init__(on_text)
+    def __init__(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> None:
+        super().__init__(on_text, tools)
         self._calls: list[dict[str, str]] = []  # in the order they started
         self._at: dict[int, dict[str, str]] = {}  # a delta's index: the call it adds to now
 
@@ -300,6 +349,7 @@ class _OpenAIStream(StreamParser):
                 {"id": s["id"], "function": {"name": s["name"], "arguments": s["args"]}},
                 s["id"],
                 s["name"],
+                self._offered,
             )
             for s in self._calls
         ]
@@ -339,30 +389,33 @@ class AnthropicStyle(Style):
         }
         if system:
             body["system"] = system
-        if tools:
-            body["tools"] = to_anthropic(tools)
+        sent = self.expressible(tools, to_anthropic)
+        if sent:
+            body["tools"] = sent
         if stream:
             body["stream"] = True
         return body
 
-    def parse(self, payload: Any) -> Reply:
+    def parse(self, payload: Any, tools: Sequence[Tool] = ()) -> Reply:
         if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):
             raise _malformed(payload, "no content list")
         reply = Reply(
             stop_reason=payload.get("stop_reason") or "",
             usage=_anthropic_usage(payload.get("usage")),
         )
+        offered = _by_provider_name(tools)
         for block in payload["content"]:
             if block.get("type") == "text":
                 reply.text += block.get("text", "")
             elif block.get("type") == "tool_use":
-                reply.tool_calls.append(
-                    _call(block, str(block.get("id") or ""), str(block.get("name") or ""))
-                )
+                call_id, name = str(block.get("id") or ""), str(block.get("name") or "")
+                reply.tool_calls.append(_call(block, call_id, name, offered))
+            elif block.get("type") in ANTHROPIC_THINKING:
+                reply.thinking.append(dict(block))  # verbatim: Anthropic checks the signature
         return reply
 
-    def stream_parser(self, on_text: OnText | None) -> StreamParser:
-        return _AnthropicStream(on_text)
+    def stream_parser(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> StreamParser:
+        return _AnthropicStream(on_text, tools)
 
 
 def _anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -392,6 +445,10 @@ def _anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]
                 for c in message.tool_calls
             )
             if content:  # an empty reply (Claude may end a turn with none) is refused as history
+                # Thinking first, as it came: with thinking on, Anthropic refuses a tool-use
+                # turn without its thinking blocks ("Expected `thinking` or
+                # `redacted_thinking`, but found `tool_use`").
+                content[:0] = [dict(block) for block in message.thinking]
                 wire.append({"role": "assistant", "content": content})
     return wire
 
@@ -403,9 +460,10 @@ def _anthropic_usage(usage: Any) -> Usage:
 
 
 class _AnthropicStream(StreamParser):
-    def __init__(self, on_text: OnText | None) -> None:
-        super().__init__(on_text)
+    def __init__(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> None:
+        super().__init__(on_text, tools)
         self._blocks: dict[int, dict[str, str]] = {}
+        self._thinking: dict[int, dict[str, Any]] = {}  # by index: the blocks as they grow
 
     def feed(self, event: str, data: str) -> None:
         chunk = _json(data)
@@ -424,6 +482,8 @@ class _AnthropicStream(StreamParser):
                     # whole here and stream none: kept for a block no delta fills.
                     "start": json.dumps(given) if given else "",
                 }
+            elif block.get("type") in ANTHROPIC_THINKING:
+                self._thinking[int(chunk.get("index", 0))] = dict(block)
             elif block.get("text"):
                 self._text(block["text"])
         elif kind == "content_block_delta":
@@ -434,6 +494,8 @@ class _AnthropicStream(StreamParser):
                 slot = self._blocks.get(int(chunk.get("index", 0)))
                 if slot is not None:
                     slot["args"] += delta.get("partial_json", "")
+            elif delta.get("type") in ("thinking_delta", "signature_delta"):
+                self._think(int(chunk.get("index", 0)), delta)
         elif kind == "message_stop":
             self.ended = True
         elif kind == "message_delta":
@@ -448,6 +510,12 @@ class _AnthropicStream(StreamParser):
             error = chunk.get("error") or {}
             raise ProviderError(f"the stream reported an error: {error.get('message', chunk)}")
 
+    def _think(self, index: int, delta: Mapping[str, Any]) -> None:
+        """A thinking block grows by ``thinking_delta``s, and gets its signature last."""
+        block = self._thinking.setdefault(index, {"type": "thinking", "thinking": ""})
+        key = "thinking" if delta.get("type") == "thinking_delta" else "signature"
+        block[key] = str(block.get(key) or "") + str(delta.get(key) or "")
+
     def finish(self) -> Reply:
         self.reply.tool_calls = [
             _call(
@@ -459,9 +527,11 @@ class _AnthropicStream(StreamParser):
                 },
                 s["id"],
                 s["name"],
+                self._offered,
             )
             for _, s in sorted(self._blocks.items())
         ]
+        self.reply.thinking = [block for _, block in sorted(self._thinking.items())]
         return self.reply
 
 
@@ -502,11 +572,12 @@ class GeminiStyle(Style):
         body: dict[str, Any] = {"contents": _gemini_contents(messages), **options}
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
-        if tools:
-            body["tools"] = to_gemini(tools)
+        declarations = self.expressible(tools, _gemini_declarations)
+        if declarations:
+            body["tools"] = [{"function_declarations": declarations}]
         return body
 
-    def parse(self, payload: Any) -> Reply:
+    def parse(self, payload: Any, tools: Sequence[Tool] = ()) -> Reply:
         candidate = _gemini_candidate(payload)
         if candidate is None:
             raise _malformed(payload, "no candidates")
@@ -514,15 +585,16 @@ class GeminiStyle(Style):
             stop_reason=candidate.get("finishReason") or "",
             usage=_gemini_usage(payload.get("usageMetadata")),
         )
+        offered = _by_provider_name(tools)
         for part in _gemini_parts(candidate, payload):
             if "functionCall" in part:
-                reply.tool_calls.append(_gemini_call(part))
+                reply.tool_calls.append(_gemini_call(part, offered))
             elif not part.get("thought"):  # a thought summary (includeThoughts) is no answer
                 reply.text += part.get("text", "")
         return reply
 
-    def stream_parser(self, on_text: OnText | None) -> StreamParser:
-        return _GeminiStream(on_text)
+    def stream_parser(self, on_text: OnText | None, tools: Sequence[Tool] = ()) -> StreamParser:
+        return _GeminiStream(on_text, tools)
 
 
 def _gemini_contents(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -608,13 +680,14 @@ def _gemini_parts(candidate: dict[str, Any], payload: Any) -> list[dict[str, Any
     return parts
 
 
-def _gemini_call(part: dict[str, Any]) -> ModelCall:
+def _gemini_call(part: dict[str, Any], offered: Mapping[str, Tool]) -> ModelCall:
     """The call in a functionCall part. Gemini gives most calls no id; each gets a unique one
     here, since the loop would renumber it in a new ModelCall without its thoughtSignature
     (which Gemini 3 refuses the next request without)."""
     function = part["functionCall"]
     made_up = GEMINI_MADE_UP_ID + new_id()[:16]
-    call = _call(part, str(function.get("id") or made_up), str(function.get("name") or ""))
+    name = str(function.get("name") or "")
+    call = _call(part, str(function.get("id") or made_up), name, offered)
     call.signature = str(part.get("thoughtSignature") or "")
     return call
 
@@ -645,7 +718,7 @@ class _GeminiStream(StreamParser):
             return
         for part in _gemini_parts(candidate, chunk):
             if "functionCall" in part:
-                self.reply.tool_calls.append(_gemini_call(part))
+                self.reply.tool_calls.append(_gemini_call(part, self._offered))
             elif not part.get("thought"):
                 self._text(part.get("text", ""))
         if candidate.get("finishReason"):
@@ -656,10 +729,26 @@ class _GeminiStream(StreamParser):
 # -- shared ----------------------------------------------------------------------------------------
 
 
-def _call(raw: dict[str, Any], call_id: str, name: str) -> ModelCall:
-    """A call in a provider's own shape, read by ``parse_tool_call``."""
+def _gemini_declarations(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    declarations: list[dict[str, Any]] = to_gemini(tools)[0]["function_declarations"]
+    return declarations
+
+
+def _by_provider_name(tools: Sequence[Tool]) -> dict[str, Tool]:
+    """The tools of a request by the name the provider knows them by."""
+    from toolmesh.toolkit import sanitize_name
+
+    return {sanitize_name(tool.name): tool for tool in tools}
+
+
+def _call(raw: dict[str, Any], call_id: str, name: str, offered: Mapping[str, Tool]) -> ModelCall:
+    """A call in a provider's own shape, read by ``parse_tool_call`` against the tool the
+    request offered by that name: its own name, keys the provider's form renamed and no nulls
+    strict mode added. A name no offered tool has stays as it is, for the toolkit to refuse
+    (``unknown_tool``) rather than a parse error."""
+    tool = offered.get(name)
     try:
-        parsed = parse_tool_call(raw)
+        parsed = parse_tool_call(raw, None if tool is None else [tool])
     except ToolCallParseError as exc:
         return ModelCall(call_id, name, {}, str(exc))
     return ModelCall(parsed.id or call_id, parsed.name, parsed.arguments)
