@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.gate import NODE_GATE, PYTHON_GATE, PidGate, Snapshot, gone
-from toolmesh import ToolEvent, Toolkit, create_toolkit
+from toolmesh import ConfigError, ToolEvent, Toolkit, create_toolkit
 from toolmesh.sources.javascript import JavaScriptSource, sources_from_manifest
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
@@ -177,7 +177,6 @@ def test_manifest_entries(tmp_path: Path) -> None:
     )
     assert isinstance(source, JavaScriptSource) and source.folder == tmp_path / "tools" / "counter"
     assert source.allow_read == [str(tmp_path / "data")]
-    from toolmesh import ConfigError
 
     with pytest.raises(ConfigError, match="needs `path`"):
         sources_from_manifest({"kind": "javascript"}, base_dir=tmp_path)
@@ -862,3 +861,82 @@ async def test_integers_javascript_cannot_keep_exact_are_refused(tmp_path: Path)
         assert refused.error_code == "invalid_arguments"
         assert refused.metadata == {"path": "$.values[1].n"}
         assert "beyond what the tool's language keeps exact" in (refused.error or "")
+
+
+# -- settings of the wrong kind are refused, never read as "no sandbox" ------------------------
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "Bubblewrap", "sandbox", "", None, True])
+def test_an_unknown_isolation_is_refused_not_run_unsandboxed(
+    tmp_path: Path, isolation: object
+) -> None:
+    # Only "bubblewrap" was looked at: any other value ran the tool on the host, unsandboxed.
+    folder = package(tmp_path / "counter", COUNTER)
+    with pytest.raises(ConfigError, match=r"isolation: .* is not one of 'none', 'bubblewrap'"):
+        JavaScriptSource(folder, isolation=isolation)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="isolation"):
+        sources_from_manifest(
+            {"kind": "javascript", "path": "counter", "isolation": isolation}, base_dir=tmp_path
+        )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("network", "false", "network: expected bool, not str"),  # was true: --share-net
+        ("network", 0, "network: expected bool, not int"),
+        ("install", "false", "install: expected bool, not str"),
+        ("env", {"DEBUG": 1}, "env: "),
+        ("env", ["A=1"], "env: "),
+        ("node", 20, "node: expected str, not int"),
+        ("esbuild", ["esbuild"], "esbuild: "),
+        ("name", 7, "name: "),
+    ],
+)
+def test_settings_of_the_wrong_kind_are_refused_naming_them(
+    tmp_path: Path, setting: str, value: object, says: str
+) -> None:
+    package(tmp_path / "counter", COUNTER)
+    with pytest.raises(ConfigError, match=f"^javascript:counter.{says}"):
+        sources_from_manifest(
+            {"kind": "javascript", "path": "counter", "isolation": "bubblewrap", setting: value},
+            base_dir=tmp_path,
+        )
+
+
+def test_isolation_and_network_of_the_right_kind_are_kept(tmp_path: Path) -> None:
+    source = JavaScriptSource(
+        package(tmp_path / "counter", COUNTER), isolation="bubblewrap", network=True
+    )
+    assert (source.isolation, source.network) == ("bubblewrap", True)
+
+
+READER = """
+import fs from "node:fs";
+export default {
+  name: "read", description: "Reads a file.",
+  parameters: { type: "object", properties: { p: { type: "string" } }, required: ["p"] },
+  execute: ({ args }) => ({ output: fs.readFileSync(args.p, "utf8") }),
+};
+"""
+
+
+async def test_a_lone_folder_to_allow_is_one_folder_not_its_letters(tmp_path: Path) -> None:
+    # allow_read = "data" granted d, a, t and a next to the manifest, and denied data.
+    package(tmp_path / "reader", READER)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "file.txt").write_text("inside data")
+    (source,) = sources_from_manifest(
+        {"kind": "javascript", "path": "reader", "allow_read": "data", "allow_write": "out"},
+        base_dir=tmp_path,
+    )
+    assert isinstance(source, JavaScriptSource)
+    assert source.allow_read == [str(tmp_path / "data")]
+    assert source.allow_write == [str(tmp_path / "out")]
+    async with await create_toolkit(tools=[source]) as kit:
+        result = await kit.execute("read", {"p": str(tmp_path / "data" / "file.txt")})
+        assert result.success and result.data == "inside data", (result, source.status)
+    with pytest.raises(ConfigError, match="allow_read must be a string or a list of strings"):
+        sources_from_manifest(
+            {"kind": "javascript", "path": "reader", "allow_read": 3}, base_dir=tmp_path
+        )

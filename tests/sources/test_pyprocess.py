@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.gate import PYTHON_GATE, PidGate, Snapshot, gone
-from toolmesh import ConfigError, ToolEvent, Toolkit, create_toolkit
+from toolmesh import ConfigError, ToolEvent, Toolkit, create_toolkit, tool
 from toolmesh.sources.pyprocess import PythonPackageSource, ensure_venv, sources_from_manifest
 
 TOOL = """
@@ -390,3 +390,85 @@ async def test_closing_while_the_environment_is_built_kills_the_build(
         [built] = cache.iterdir()
         assert Path(result.data["prefix"]) == built and not built.name.startswith(".")
     assert await before.left() == (set(), set())
+
+
+# -- settings of the wrong kind are refused, never read as "no sandbox" ------------------------
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "Bubblewrap", "sandbox", None])
+def test_an_unknown_isolation_is_refused_not_run_unsandboxed(
+    tmp_path: Path, isolation: object
+) -> None:
+    # Only "bubblewrap" was looked at: any other value ran the tool on the host, unsandboxed.
+    with pytest.raises(ConfigError, match=r"isolation: .* is not one of 'none', 'bubblewrap'"):
+        PythonPackageSource(tmp_path, isolation=isolation)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="isolation"):
+        sources_from_manifest(
+            {"kind": "python", "path": "pkg", "isolation": isolation}, base_dir=tmp_path
+        )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("network", "false", "network: expected bool, not str"),  # was true: --share-net
+        ("network", 1, "network: expected bool, not int"),
+        ("env", {"DEBUG": True}, "env: "),
+        ("entry", 3, "entry: "),
+        ("python", ["python3"], "python: "),
+        ("name", 7, "name: "),
+    ],
+)
+def test_settings_of_the_wrong_kind_are_refused_naming_them(
+    tmp_path: Path, setting: str, value: object, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^python:pkg.{says}"):
+        sources_from_manifest(
+            {"kind": "python", "path": "pkg", "isolation": "bubblewrap", setting: value},
+            base_dir=tmp_path,
+        )
+
+
+def hello() -> str:
+    """Answers while a broken package fails beside it."""
+    return "fine"
+
+
+@pytest.mark.parametrize(
+    ("python", "says"),
+    [
+        ("/bin/false", "returned non-zero exit status 1"),
+        ("#!/bin/sh\necho 'this is no python' >&2; exit 3", "status 3.: this is no python"),
+    ],
+)
+async def test_a_python_that_cannot_be_asked_its_version_fails_only_its_source(
+    tmp_path: Path, python: str, says: str
+) -> None:
+    # Its CalledProcessError raised out of Toolkit.start: the whole toolkit failed.
+    if python.startswith("#!"):
+        script = tmp_path / "bin" / "python"
+        script.parent.mkdir()
+        script.write_text(python)
+        script.chmod(0o755)
+        python = str(script)
+    broken = PythonPackageSource(package(tmp_path / "pkg"), python=python, cache_dir=tmp_path)
+    async with Toolkit(tool(hello), broken) as kit:
+        assert (await kit.execute("hello", {})).data == "fine"
+        assert kit.names() == ["hello"]
+    assert broken.status.state == "failed"
+    assert broken.status.reason.startswith("python:pkg: Command ")
+    assert says in broken.status.reason
+
+
+async def test_isolation_without_bubblewrap_fails_only_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SandboxUnavailable raised out of Toolkit.start: the whole toolkit failed.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no bwrap on it
+    source = PythonPackageSource(
+        package(tmp_path / "pkg"), isolation="bubblewrap", cache_dir=tmp_path / "cache"
+    )
+    async with Toolkit(tool(hello), source) as kit:
+        assert kit.names() == ["hello"]
+    assert source.status.state == "failed"
+    assert "isolation needs bubblewrap, which is not installed" in source.status.reason

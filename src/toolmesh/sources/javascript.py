@@ -31,13 +31,21 @@ import os
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolmesh.capabilities import string_list
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
-from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
+from toolmesh.sources.builtins.settings import load
+from toolmesh.sources.worker import (
+    Isolation,
+    WorkerError,
+    WorkerSource,
+    cache_root,
+    package_entry,
+)
 
 __all__ = ["JavaScriptSource", "sources_from_manifest"]
 
@@ -45,6 +53,21 @@ RUNNER = Path(__file__).resolve().parent / "runners" / "node_runner.mjs"
 NODE_HINT = "install Node.js 20 or newer (`apt-get install nodejs`) or set `node` to its path"
 TYPESCRIPT = (".ts", ".mts", ".cts", ".tsx")
 _SKIP = {"node_modules", ".git", "dist", "build"}
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The types of JavaScriptSource's settings, checked as the built-ins check theirs: a
+    wrong kind (``isolation = "bwrap"``, ``network = "false"``) is a ConfigError naming the
+    setting, never a sandbox quietly left off."""
+
+    name: str | None
+    node: str
+    esbuild: str | None
+    install: bool
+    isolation: Isolation
+    network: bool
+    env: Mapping[str, str] | None
 
 
 class JavaScriptSource(WorkerSource):
@@ -63,14 +86,25 @@ class JavaScriptSource(WorkerSource):
         allow_write: Sequence[str] = (),
         esbuild: str | None = None,
         install: bool = True,
-        isolation: str = "none",
+        isolation: Isolation = "none",
         network: bool = False,
         env: Mapping[str, str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.folder = Path(path).resolve()
-        super().__init__(name or f"javascript:{self.folder.name}")
-        self.node = node
+        default_name = f"javascript:{self.folder.name}"
+        given = {
+            "name": name,
+            "node": node,
+            "esbuild": esbuild,
+            "install": install,
+            "isolation": isolation,
+            "network": network,
+            "env": env,
+        }
+        settings = load(_Settings, given, default_name)
+        super().__init__(settings.name or default_name)
+        self.node = settings.node
         self.allow_read = [
             str(Path(p).resolve()) for p in string_list(allow_read, where="allow_read", paths=True)
         ]
@@ -78,11 +112,11 @@ class JavaScriptSource(WorkerSource):
             str(Path(p).resolve())
             for p in string_list(allow_write, where="allow_write", paths=True)
         ]
-        self.esbuild = esbuild
-        self.install = install
-        self.isolation = isolation
-        self.network = network
-        self.env = dict(env or {})
+        self.esbuild = settings.esbuild
+        self.install = settings.install
+        self.isolation = settings.isolation
+        self.network = settings.network
+        self.env = dict(settings.env or {})
         self.cache = Path(cache_dir) if cache_dir else cache_root() / "javascript"
         self.entry: Path | None = None
         self._permission_flag = "--experimental-permission"
@@ -326,6 +360,7 @@ def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[S
     """A ``kind = "javascript"`` entry: ``path`` to the package folder (relative to the
     manifest) and the options of ``JavaScriptSource`` (top level or in ``config``)."""
     folder, config = package_entry(entry, base_dir=base_dir, kind="javascript", options=_OPTIONS)
-    for key in ("allow_read", "allow_write"):
-        config[key] = [str(base_dir / p) for p in config.get(key, [])]
+    for key in ("allow_read", "allow_write"):  # a lone string is one folder, not its letters
+        folders = string_list(config.get(key, []), where=f"kind 'javascript': {key}", paths=True)
+        config[key] = [str(base_dir / p) for p in folders]
     return [JavaScriptSource(folder, **config)]

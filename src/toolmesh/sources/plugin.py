@@ -4,6 +4,13 @@ A plugin implements ``_list_tools()`` and ``_execute_tool(tool_name, arguments) 
 ``_search_tools`` may be overridden for custom ranking. ``_execute_tool`` is blocking code, so it
 runs on a worker thread; ``emit`` from inside it reaches the right call even when several calls
 run at once (the call is tracked per thread context, not in the plugin-wide callback).
+
+A thread the plugin starts itself (``threading.Thread``, a ``ThreadPoolExecutor``) inherits no
+context, so its ``emit`` cannot tell whose it is: it goes to the plugin's running call when
+there is exactly one, and when several run, only to the plugin-wide callback (logged at debug
+level). Such a thread reaches its own call whatever runs beside it when it is started in the
+call's context: ``Thread(target=contextvars.copy_context().run, args=(work,))``, one copy per
+thread.
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from toolmesh.errors import ConfigError
@@ -26,10 +34,18 @@ __all__ = ["PluginSource", "ToolPlugin"]
 
 logger = logging.getLogger("toolmesh.plugin")
 
-# The call being run (its context and the event loop it belongs to), per thread context.
-_current_call: contextvars.ContextVar[tuple[ToolContext, asyncio.AbstractEventLoop] | None] = (
-    contextvars.ContextVar("toolmesh_plugin_call", default=None)
+# A call being run: its context and the event loop it belongs to.
+_Call = tuple[ToolContext, asyncio.AbstractEventLoop]
+
+# The call being run, per thread context.
+_current_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "toolmesh_plugin_call", default=None
 )
+
+# Each plugin's calls whose _execute_tool runs now, by id (of the plugin: it need not be
+# hashable; of the context), for an emit from a thread that has no call in its context.
+_running: dict[int, dict[int, _Call]] = {}
+_running_lock = threading.Lock()
 
 
 class ToolPlugin(ABC):
@@ -77,15 +93,16 @@ class ToolPlugin(ABC):
         self._event_cb = fn
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
-        """Emit a streaming event during ``_execute_tool``."""
-        current = _current_call.get()
-        if current is None:
-            if self._event_cb is not None:
-                self._event_cb(ToolEvent(kind=kind, data=data))
-            return
-        ctx, loop = current
+        """Emit a streaming event during ``_execute_tool``. From a thread the plugin started,
+        it reaches the call only when the plugin runs just one (see the module's docstring)."""
         payload = dict(data or {})
         check_event_data(kind, payload)  # a bad event fails in the tool, as ctx.emit does
+        current = _current_call.get() or _sole_running_call(self)
+        if current is None:
+            if self._event_cb is not None:
+                self._event_cb(ToolEvent(kind=kind, data=payload))
+            return
+        ctx, loop = current
         if _on_loop(loop):
             self._record(ctx, kind, payload)
         else:
@@ -167,15 +184,19 @@ class PluginSource(Source):
         def execute(
             arguments: dict[str, Any], ctx: ToolContext, loop: asyncio.AbstractEventLoop
         ) -> Any:
+            # Counted as running here, on its thread: until _execute_tool returns, also
+            # past the call's deadline, when the threads it started may still emit.
             _current_call.set((ctx, loop))
-            return plugin._execute_tool(tool_name, arguments)
+            with _running_call(plugin, (ctx, loop)):
+                return plugin._execute_tool(tool_name, arguments)
 
         async def run(arguments: dict[str, Any], ctx: ToolContext) -> Any:
             loop = asyncio.get_running_loop()
             if is_async:
                 token = _current_call.set((ctx, loop))
                 try:
-                    raw = await plugin._execute_tool(tool_name, arguments)  # type: ignore[misc]
+                    with _running_call(plugin, (ctx, loop)):
+                        raw = await plugin._execute_tool(tool_name, arguments)  # type: ignore[misc]
                 finally:
                     _current_call.reset(token)
             else:
@@ -183,6 +204,38 @@ class PluginSource(Source):
             return _plugin_result(tool_name, raw)
 
         return run
+
+
+@contextlib.contextmanager
+def _running_call(plugin: ToolPlugin, call: _Call) -> Iterator[None]:
+    """``call`` counted among ``plugin``'s running calls while the block runs."""
+    with _running_lock:
+        _running.setdefault(id(plugin), {})[id(call[0])] = call
+    try:
+        yield
+    finally:
+        with _running_lock:
+            calls = _running[id(plugin)]
+            del calls[id(call[0])]
+            if not calls:
+                del _running[id(plugin)]
+
+
+def _sole_running_call(plugin: ToolPlugin) -> _Call | None:
+    """The call an emit with no call in its context belongs to: ``plugin``'s only running
+    call; None when it runs none, or several (which one is then unknowable)."""
+    with _running_lock:
+        calls = list(_running.get(id(plugin), {}).values())
+    if len(calls) == 1:
+        return calls[0]
+    if calls:
+        logger.debug(
+            "plugin %s: an emit from outside any call's context while %d calls run goes "
+            "only to the plugin-wide callback",
+            plugin.name,
+            len(calls),
+        )
+    return None
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

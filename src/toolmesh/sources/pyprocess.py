@@ -36,16 +36,38 @@ import sys
 import tempfile
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolmesh.sources.base import Source
 from toolmesh.sources.builtins.sandbox import Sandbox
-from toolmesh.sources.worker import WorkerError, WorkerSource, cache_root, package_entry
+from toolmesh.sources.builtins.settings import load
+from toolmesh.sources.worker import (
+    Isolation,
+    WorkerError,
+    WorkerSource,
+    cache_root,
+    package_entry,
+)
 
 __all__ = ["PythonPackageSource", "ensure_venv", "sources_from_manifest"]
 
 RUNNER = Path(__file__).resolve().parent / "runners" / "python_runner.py"
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The types of PythonPackageSource's settings, checked as the built-ins check theirs: a
+    wrong kind (``isolation = "bwrap"``, ``network = "false"``) is a ConfigError naming the
+    setting, never a sandbox quietly left off."""
+
+    entry: str | None
+    name: str | None
+    python: str | None
+    isolation: Isolation
+    network: bool
+    env: Mapping[str, str] | None
 
 
 class PythonPackageSource(WorkerSource):
@@ -61,18 +83,28 @@ class PythonPackageSource(WorkerSource):
         name: str | None = None,
         python: str | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
-        isolation: str = "none",
+        isolation: Isolation = "none",
         network: bool = False,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.folder = Path(path).resolve()
-        super().__init__(name or f"python:{self.folder.name}")
-        self.entry = entry
-        self.python = python or sys.executable
+        default_name = f"python:{self.folder.name}"
+        given = {
+            "entry": entry,
+            "name": name,
+            "python": python,
+            "isolation": isolation,
+            "network": network,
+            "env": env,
+        }
+        settings = load(_Settings, given, default_name)
+        super().__init__(settings.name or default_name)
+        self.entry = settings.entry
+        self.python = settings.python or sys.executable
         self.cache = Path(cache_dir) if cache_dir else cache_root() / "venvs"
-        self.isolation = isolation
-        self.network = network
-        self.env = dict(env or {})
+        self.isolation = settings.isolation
+        self.network = settings.network
+        self.env = dict(settings.env or {})
         self.venv: Path | None = None
 
     async def prepare(self) -> None:

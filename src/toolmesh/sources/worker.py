@@ -33,16 +33,17 @@ import subprocess
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from toolmesh.errors import ArgumentError, ConfigError, ToolmeshError
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.schema import child_path, compile_validator
 from toolmesh.sources.base import Source, SourceStatus
+from toolmesh.sources.builtins.sandbox import SandboxUnavailable
 from toolmesh.sources.process_tree import MARK, kill_session, new_token
 from toolmesh.tools import Output, Tool, ToolContext
 
-__all__ = ["Worker", "WorkerError", "WorkerSource", "cache_root"]
+__all__ = ["Isolation", "Worker", "WorkerError", "WorkerSource", "cache_root"]
 
 logger = logging.getLogger("toolmesh.worker")
 
@@ -51,6 +52,10 @@ STDERR_LINES = 40
 _HEAD = 256  # bytes kept from the start of an oversize message, to tell whose it is
 _TYPE_RE = re.compile(rb'"type"\s*:\s*"(\w+)"')
 _ID_RE = re.compile(rb'"id"\s*:\s*"?([^",}\s]+)')
+
+Isolation = Literal["none", "bubblewrap"]
+"""Where a package's worker runs, as the built-ins' ``isolation`` says: on the host, or in a
+bubblewrap sandbox."""
 
 
 class WorkerError(ToolmeshError):
@@ -345,6 +350,30 @@ def _emit(ctx: ToolContext, message: Mapping[str, Any]) -> None:
         ctx.log(f"dropped an invalid {kind!r} event from the tool: {exc}", level="warning")
 
 
+# What fails a source's open, rather than the toolkit's start: the package, the worker or a
+# setup step failed (a command that exits non-zero or runs out of time raises subprocess's
+# own errors), or its sandbox cannot be had here.
+_LOAD_FAILURES = (
+    WorkerError,
+    OSError,
+    ValueError,
+    TypeError,
+    subprocess.SubprocessError,
+    SandboxUnavailable,
+)
+
+
+def _failure(name: str, exc: BaseException) -> str:
+    """Why a source failed, for its status: subprocess's errors say neither whose command it
+    was nor what the command printed."""
+    if not isinstance(exc, subprocess.SubprocessError):
+        return str(exc)
+    said = ""
+    if isinstance(exc, subprocess.CalledProcessError):
+        said = str(exc.stderr or exc.output or "").strip()[-800:]
+    return f"{name}: {exc}" + (f": {said}" if said else "")
+
+
 class WorkerSource(Source):
     """A source whose tools live in a worker process, started by ``open()``."""
 
@@ -454,10 +483,10 @@ class WorkerSource(Source):
                     self._preparing = None
                 worker = await self._start(epoch)
                 tools = [self._described(spec) for spec in worker.specs]
-            except (WorkerError, OSError, ValueError, TypeError) as exc:
+            except _LOAD_FAILURES as exc:
                 closed = epoch != self._epoch
                 await self._stop()
-                self.status = SourceStatus("failed", str(exc))
+                self.status = SourceStatus("failed", _failure(self.name, exc))
                 if not closed:
                     logger.warning("source %s failed: %s", self.name, exc)
                 return
