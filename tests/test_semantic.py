@@ -9,12 +9,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from toolmesh import ConfigError, Tool, ToolDefinition, Toolkit, ToolSet
+from toolmesh.search import MAX_QUERY_CHARS
 from toolmesh.semantic import (
+    MAX_QUERY_CLAUSES,
     EmbeddingCache,
     Encoder,
     HybridIndex,
@@ -122,6 +125,35 @@ def test_tool_text_and_query_parts() -> None:
         "book a hotel there",
     ]
     assert query_parts("weather in Oslo") == ["weather in Oslo"]
+
+
+class CountingEncoder:
+    """The real encoder, noting what it is asked to embed."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self._inner = encoder
+        self._np = encoder._np
+        self.model_id = encoder.model_id
+        self.asked: list[list[str]] = []
+
+    def encode(self, texts: list[str]) -> Any:
+        self.asked.append(list(texts))
+        return self._inner.encode(texts)
+
+
+def test_a_huge_query_is_embedded_as_far_as_it_is_read(encoder: Encoder, tmp_path: Path) -> None:
+    """A 40,000-character query was embedded whole, one vector per clause: 2,858 texts and
+    seconds of a host's event loop, though the lexical side reads only MAX_QUERY_CHARS."""
+    counting = CountingEncoder(encoder)
+    index = HybridIndex(encoder=counting, cache=tmp_path / "vectors.sqlite")  # type: ignore[arg-type]
+    index.add("weather", ToolDefinition(name="get_forecast", description="Weather forecast"))
+    index.embed_pending()
+    counting.asked.clear()
+    query = "find the weather in Oslo, " * 1600
+    assert index.search(query, limit=1)[0][0] == "weather"
+    (parts,) = counting.asked
+    assert parts[0] == query[:MAX_QUERY_CHARS]
+    assert len(parts) == 1 + MAX_QUERY_CLAUSES
 
 
 def test_toolkit_hybrid_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

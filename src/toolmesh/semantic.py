@@ -8,8 +8,8 @@ network. Nothing here is imported unless hybrid search is switched on.
 
 Each tool's text is embedded once, in batches, and the vectors are kept in a SQLite file keyed
 by a hash of the model id and the text, so a restart (or another toolkit with the same tools)
-embeds nothing again. ``HybridIndex`` is a ``SearchIndex`` that also keeps the vectors and fuses
-both rankings by weighted reciprocal rank.
+embeds nothing again. ``HybridIndex`` is a ``SearchIndex`` that also keeps the vectors and blends
+both rankings' scores (docs/search.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolmesh.errors import ConfigError
 from toolmesh.models import ToolDefinition
-from toolmesh.search import Ranking, SearchIndex
+from toolmesh.search import MAX_QUERY_CHARS, Ranking, SearchIndex
 
 if TYPE_CHECKING:
     import numpy as np
@@ -263,12 +263,14 @@ def tool_text(definition: ToolDefinition) -> str:
 
 
 _CLAUSES = re.compile(r"[.;?!]\s+|,\s+|\s+(?:and|then|also)\s+")
+MAX_QUERY_CLAUSES = 16  # clauses embedded beside the whole query
 
 
 def query_parts(query: str) -> list[str]:
-    """The query and its clauses of three words or more: a request that needs several tools
-    usually asks for each in a clause of its own, and one vector for all of them blurs them."""
-    clauses = [c for c in _CLAUSES.split(query) if len(c.split()) >= 3]
+    """The query and its clauses of three words or more (the first MAX_QUERY_CLAUSES): a
+    request that needs several tools usually asks for each in a clause of its own, and one
+    vector for all of them blurs them. Each part is embedded, so a huge query is bounded."""
+    clauses = [c for c in _CLAUSES.split(query) if len(c.split()) >= 3][:MAX_QUERY_CLAUSES]
     return [query, *clauses] if len(clauses) > 1 else [query]
 
 
@@ -348,6 +350,7 @@ class HybridIndex(SearchIndex):
         keys, position, matrix = self._matrix
         if matrix is None:
             return keys, position, np.zeros(0, dtype=np.float32)
+        query = query[:MAX_QUERY_CHARS]  # as the lexical side reads it (and the memo keeps)
         vectors = self._queries.get(query)
         if vectors is None:
             vectors = self.encoder.encode(query_parts(query))

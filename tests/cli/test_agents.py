@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tomllib
@@ -92,6 +93,11 @@ def test_tools_and_call_with_a_card_target(agent_url: str) -> None:
     result = json.loads(called.stdout)
     assert result["output"] == "hello from the desk"
     assert result["metadata"]["state"] == "completed"
+    # audited where `serve` audits (TOOLMESH_AUDIT here), as every call made here is
+    audit = sqlite3.connect(os.environ["TOOLMESH_AUDIT"])
+    assert audit.execute("SELECT tool_name, success FROM audit").fetchall() == [
+        ("desk_hello-world", 1)
+    ]
 
 
 def test_agents_add_and_list(agent_url: str, tmp_path: Path) -> None:

@@ -34,6 +34,21 @@ async def test_a_path_with_uri_characters(
     assert all(p.name.startswith(path.name) for p in tmp_path.iterdir())
 
 
+async def test_a_sqlite_url_names_the_file_as_serve_store_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--db sqlite:///PATH` was taken for a file path ("no audit database at sqlite:/...")."""
+    monkeypatch.chdir(tmp_path)
+    store = SqliteStore(tmp_path / "logs.db")
+    await store.open()
+    await store.append_audit(AuditEntry(tool_name="urled", success=True))
+    await store.close()
+    assert main(["audit", "--db", "sqlite:///logs.db"]) == 0  # relative, as --store reads it
+    assert "urled" in capsys.readouterr().out
+    assert main(["audit", "--db", f"sqlite:///{tmp_path}/logs.db"]) == 0  # sqlite:////abs
+    assert "urled" in capsys.readouterr().out
+
+
 def foreign_row(path: Path, **values: Any) -> None:
     """An audit table with toolmesh's columns but no constraints, holding one odd row."""
     row = {

@@ -189,14 +189,17 @@ def looks_like_card(target: str) -> bool:
     return "/.well-known/agent" in path or path.lower().endswith(".json")
 
 
-async def agent_toolkit(card_url: str, *, auth_token: str | None = None) -> Any:
+async def agent_toolkit(
+    card_url: str, *, auth_token: str | None = None, audit: str | None = None
+) -> Any:
     """A started toolkit holding the remote agent's tools, ``auth_token`` sent as its bearer
-    token; ConfigError if it is unavailable."""
+    token, its calls audited to ``audit`` (None: kept in memory); ConfigError if it is
+    unavailable."""
     from toolmesh.a2a import agent
     from toolmesh.toolkit import create_toolkit
 
     headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
-    toolkit = await create_toolkit(agents=[agent(card_url, headers)], name="agent")
+    toolkit = await create_toolkit(agents=[agent(card_url, headers)], name="agent", audit=audit)
     source = toolkit.sources[0]
     if source.status.state != "connected":
         await toolkit.close()

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from toolmesh.audit import AuditEntry
 from toolmesh.cli.loading import DEFAULT_AUDIT, default_audit
 from toolmesh.errors import ConfigError
-from toolmesh.store import open_store
+from toolmesh.store import open_store, sqlite_path
 from toolmesh.store.sqlite import read_audit
 
 __all__ = ["add_parser"]
@@ -55,7 +55,7 @@ def _limit(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     if str(args.db).startswith(("postgresql://", "postgres://")):
         return _show(asyncio.run(_shared_audit(args.db, args.limit)), args)
-    path = Path(args.db)
+    path = Path(sqlite_path(args.db) if str(args.db).startswith("sqlite://") else args.db)
     if not path.is_file():
         raise ConfigError(f"no audit database at {path} (serve with --audit {path} first)")
     try:

@@ -129,7 +129,7 @@ async def _target(args: argparse.Namespace, audited: bool) -> Any:
     # an empty --target is an error, not "no target"
     target = parse_target(args.target, audit=audit)
     if isinstance(target, str) and looks_like_card(target):  # a remote A2A agent's skills
-        return await agent_toolkit(target, auth_token=args.auth_token)
+        return await agent_toolkit(target, auth_token=args.auth_token, audit=audit)
     if isinstance(target, Host | Toolkit) and args.auth_token:
         await target.close()
         _refuse_token_here(args)

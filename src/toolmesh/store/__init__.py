@@ -17,7 +17,15 @@ __all__ = [
     "StateRecord",
     "Store",
     "open_store",
+    "sqlite_path",
 ]
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite:///PATH`` URL names. SQLAlchemy's convention: what follows the third
+    slash is the path, so sqlite:///audit.db is relative and sqlite:////var/lib/audit.db
+    absolute."""
+    return url.removeprefix("sqlite://").removeprefix("/")
 
 
 def open_store(target: str | Path | Store | None) -> Store:
@@ -33,10 +41,7 @@ def open_store(target: str | Path | Store | None) -> Store:
     if text in ("memory", "memory://"):
         return MemoryStore()
     if text.startswith("sqlite://"):
-        # SQLAlchemy's convention: what follows the third slash is the path, so
-        # sqlite:///audit.db is relative and sqlite:////var/lib/audit.db absolute.
-        path = text.removeprefix("sqlite://").removeprefix("/")
-        return SqliteStore(path or ":memory:")
+        return SqliteStore(sqlite_path(text) or ":memory:")
     if text.startswith(("postgresql://", "postgres://")):
         return _postgres(text)
     if "://" in text:
