@@ -422,3 +422,51 @@ def test_a_manifest_may_start_with_a_bom(tmp_path: Path) -> None:
     manifest = tmp_path / "toolmesh.toml"
     manifest.write_bytes(b'\xef\xbb\xbf[toolkit]\nname = "desk"\n')
     assert load_manifest(manifest).name == "desk"
+
+
+@pytest.mark.parametrize(
+    ("text", "places"),
+    [
+        (
+            "[mcpServers.x]\ncommand = 'a'\n[servers.x]\ncommand = 'b'\n",
+            "server 'x' of mcpServers and server 'x' of servers",
+        ),
+        (
+            "[[tools]]\nkind = 'mcp'\nname = 'x'\ncommand = 'a'\n"
+            "[[tools]]\nkind = 'mcp'\nname = 'x'\ncommand = 'b'\n",
+            "server 'x' of tools[0] and server 'x' of tools[1]",
+        ),
+        (
+            "[[tools]]\nkind = 'mcp'\nname = 'x'\ncommand = 'a'\n[mcpServers.y]\ncommand = 'b'\n"
+            "prefix = 'x'\n",
+            "server 'x' of tools[0] and server 'y' of mcpServers",
+        ),
+        (
+            "[[tools]]\nkind = 'mcp'\nname = 'a'\nprefix = 'x'\ncommand = 'a'\n"
+            "[mcp.servers.x]\ncommand = 'b'\n",
+            "server 'a' of tools[0] and server 'x' of mcp",
+        ),
+    ],
+)
+def test_mcp_servers_of_different_tables_cannot_share_a_prefix(
+    tmp_path: Path, text: str, places: str
+) -> None:
+    # Each table checked only its own servers: both servers started, and every tool of the
+    # second was dropped as a name already taken, with only warnings.
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_manifest(path)
+    assert str(caught.value) == (
+        f"{path}: {places} would both name their tools x_*; give one of them another 'prefix'"
+    )
+
+
+def test_mcp_servers_of_different_tables_with_their_own_prefixes_load(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[[tools]]\nkind = 'mcp'\nname = 'x'\nprefix = 'y'\ncommand = 'a'\n"
+        "[[tools]]\nkind = 'mcp'\nname = 'off'\nprefix = 'x'\ncommand = 'b'\nenabled = false\n"
+        "[mcpServers.x]\ncommand = 'b'\n[servers.z]\ncommand = 'c'\nprefix = ''\n"
+        "[mcp.servers.w]\ncommand = 'd'\nprefix = ''\n",
+    )
+    assert len(load_manifest(path).sources) == 4  # the disabled entry is no source

@@ -13,7 +13,13 @@ from toolmesh import (
     parameters_to_schema,
     schema_to_parameters,
 )
-from toolmesh.schema import Validator, compile_validator, is_lossless, validates_as_2020_12
+from toolmesh.schema import (
+    Validator,
+    compile_validator,
+    is_lossless,
+    ref_cycle,
+    validates_as_2020_12,
+)
 
 P = ToolParameter
 
@@ -429,3 +435,140 @@ def test_compiling_leaves_the_schema_as_it_was() -> None:
     with pytest.raises(ArgumentError, match="integer"):
         Validator(schema, formats=False)({"qty": "one"})
     assert schema["properties"] == {"qty": {"$ref": "#/$defs/qty"}}
+
+
+# -- cycles and depth: SchemaError (or ArgumentError), never RecursionError ---------------------
+
+
+def _with_q(q: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"q": q}, "$defs": defs}
+
+
+REF_CYCLES = [
+    # S = allOf[T], T = allOf[S]: an MCP server's tool with it crashed the toolkit's start
+    _with_q(
+        {"$ref": "#/$defs/S"},
+        {"S": {"allOf": [{"$ref": "#/$defs/T"}]}, "T": {"allOf": [{"$ref": "#/$defs/S"}]}},
+    ),
+    _with_q(
+        {"anyOf": [{"$ref": "#/$defs/U"}, {"type": "null"}]},
+        {"U": {"oneOf": [{"$ref": "#/$defs/V"}]}, "V": {"anyOf": [{"$ref": "#/$defs/U"}]}},
+    ),
+    _with_q({"$ref": "#/$defs/A"}, {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}),
+    _with_q({"$ref": "#/$defs/A"}, {"A": {"description": "a", "$ref": "#/$defs/A"}}),
+]
+
+
+@pytest.mark.parametrize("schema", REF_CYCLES)
+def test_a_ref_cycle_that_never_reaches_a_schema_is_a_schema_error(schema: Any) -> None:
+    with pytest.raises(SchemaError, match=r"\$ref '#/\$defs/[A-Z]' (leads back|refers) to itself"):
+        schema_to_parameters(schema)
+    assert not is_lossless(schema)
+    with pytest.raises(SchemaError, match=r"\$ref '#/\$defs/[A-Z]' leads back to itself"):
+        compile_validator(schema)  # fastjsonschema took it, then recursed on every call
+    assert ref_cycle(schema) is not None
+
+
+def test_a_cycle_off_the_parameters_path_fails_when_the_schema_is_compiled() -> None:
+    # Two allOf branches: not collapsed into a parameter, so only the validator meets the cycle.
+    schema = _with_q(
+        {"allOf": [{"$ref": "#/$defs/S"}, {"minLength": 1}]},
+        {"S": {"not": {"allOf": [{"$ref": "#/$defs/S"}, {}]}}},
+    )
+    assert [p.name for p in schema_to_parameters(schema)] == ["q"]
+    assert ref_cycle(schema) == "#/$defs/S"
+    with pytest.raises(SchemaError, match=r"\$ref '#/\$defs/S' leads back to itself"):
+        Validator(schema)({"q": "x"})  # the pipeline: a tool_error, "tool schema is broken"
+
+
+def test_recursive_types_are_no_cycle() -> None:
+    # A property or an item between the references: each step checks a smaller value.
+    tree = _with_q(
+        {"$ref": "#/$defs/T"},
+        {
+            "T": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]},
+            "N": {"type": "object", "properties": {"kids": {"items": {"$ref": "#/$defs/T"}}}},
+        },
+    )
+    assert ref_cycle(tree) is None
+    compile_validator(tree)({"q": {"kids": [None, {"kids": []}]}})
+    assert ref_cycle({"$ref": "https://127.0.0.1:9/x.json"}) is None
+
+
+def test_a_schema_that_contains_itself_as_python_objects_is_a_schema_error() -> None:
+    looped: dict[str, Any] = {}
+    looped["allOf"] = [looped]
+    schema = {"type": "object", "properties": {"q": looped}}
+    with pytest.raises(SchemaError, match="a union contains itself"):
+        schema_to_parameters(schema)
+    with pytest.raises(SchemaError, match="cannot compile schema: it contains itself"):
+        compile_validator(schema)
+    assert ref_cycle(schema) is None  # no $ref in it; and the walk ends
+
+
+def _nested(levels: int, wrap: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = wrap(schema)
+    return {"type": "object", "properties": {"q": schema}}
+
+
+def _all_of(inner: Any) -> dict[str, Any]:
+    return {"allOf": [inner]}
+
+
+def _properties(inner: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": {"a": inner}}
+
+
+def _items(inner: Any) -> dict[str, Any]:
+    return {"type": "array", "items": inner}
+
+
+@pytest.mark.parametrize("levels", [120, 200, 5000])
+@pytest.mark.parametrize("wrap", [_all_of, _properties, _items])
+def test_deep_schemas_are_schema_errors_not_recursion(levels: int, wrap: Any) -> None:
+    schema = _nested(levels, wrap)
+    if wrap is _all_of and levels > 256:
+        with pytest.raises(SchemaError, match="nest more than 256 deep"):
+            schema_to_parameters(schema)
+    else:  # nesting stops at 32 levels: the exact schema travels beside the parameters
+        assert [p.name for p in schema_to_parameters(schema)] == ["q"]
+    with pytest.raises(SchemaError, match="cannot compile schema: it is nested too deeply"):
+        compile_validator(schema)
+
+
+def test_a_deep_enum_value_is_a_schema_error() -> None:
+    value: Any = "x"
+    for _ in range(5000):
+        value = [value]
+    with pytest.raises(SchemaError, match="an enum value cannot be used: it is nested too deeply"):
+        schema_to_parameters({"type": "object", "properties": {"q": {"enum": [value]}}})
+
+
+def test_deep_parameters_are_schema_errors_not_recursion() -> None:
+    parameter = P(name="q", type="string", description="")
+    for _ in range(5000):
+        parameter = P(name="q", type="array", description="", items=parameter)
+    with pytest.raises(SchemaError, match="parameter 'q' is nested more than 100 levels deep"):
+        parameters_to_schema([parameter])
+
+
+def test_values_nested_deeper_than_the_stack_are_argument_errors() -> None:
+    # A recursive schema is checked a call deeper per level of the value, and explaining a
+    # refusal follows the bad value down too.
+    chain = _with_q(
+        {"$ref": "#/$defs/T"},
+        {
+            "T": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]},
+            "N": {"type": "object", "properties": {"c": {"$ref": "#/$defs/T"}}},
+        },
+    )
+    validator = Validator(chain)
+    for levels, path in ((100, "$.q" + ".c" * 100), (600, "$"), (5000, "$")):
+        value: Any = 5
+        for _ in range(levels):
+            value = {"c": value}
+        with pytest.raises(ArgumentError) as caught:
+            validator({"q": value})
+        assert caught.value.path == path

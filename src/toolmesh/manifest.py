@@ -178,6 +178,7 @@ class _Loader:
     def __init__(self, label: str, base_dir: Path) -> None:
         self.label = label
         self.base_dir = base_dir
+        self._mcp: list[tuple[str, Source]] = []  # each MCP source, with where it is declared
 
     def at(self, where: str) -> str:
         return f"{self.label}: {where}"
@@ -213,6 +214,10 @@ class _Loader:
             if not isinstance(table, dict):
                 raise ConfigError("[policy] must be a table", location=self.at("policy"))
             manifest.policy = Policy.from_config(table, where=self.at("policy"))
+        if len(self._mcp) > 1:  # one table checks its own servers; this, across all of them
+            from toolmesh.mcp.config import check_manifest_prefixes
+
+            check_manifest_prefixes(self._mcp, location=self.label)
         return manifest
 
     # -- [toolkit] -------------------------------------------------------------------------------
@@ -316,6 +321,8 @@ class _Loader:
             sources = self._python(spec, where)
         else:
             sources = self._call(KIND_MODULES[kind], kind, spec, where)
+        if kind == "mcp":
+            self._mcp += [(f"tools[{index}]", source) for source in sources]
         return [self._wrap(source, options) for source in sources]
 
     def _options(self, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -398,7 +405,10 @@ class _Loader:
             entry = {"kind": "a2a", "agents": value}
         else:
             entry = value
-        return self._call(module, kind, entry, table)
+        sources = self._call(module, kind, entry, table)
+        if kind == "mcp":
+            self._mcp += [(table, source) for source in sources]
+        return sources
 
     def _call(self, module: str, kind: str, entry: Mapping[str, Any], where: str) -> list[Source]:
         location = self.at(where)

@@ -9,6 +9,11 @@ was dropped, so the exact schema can travel beside the parameters when it was.
 
 Validators compile a schema once (fastjsonschema generates Python code for it) and are shared by
 every tool whose schema is identical. Remote ``$ref`` targets are never fetched.
+
+Schemas come from untrusted peers (MCP servers, OpenAPI documents), so no walker here recurses
+without bound: a ``$ref`` cycle that never reaches a schema (``S = allOf[T]``, ``T = allOf[S]``)
+and a schema or parameter nested too deeply to convert or compile are ``SchemaError``s, and a
+value nested deeper than its check can follow is an ``ArgumentError``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ __all__ = [
     "parameters_to_schema",
     "pointer_step",
     "pointer_target",
+    "ref_cycle",
     "schema_to_parameters",
     "validates_as_2020_12",
 ]
@@ -46,11 +52,26 @@ EMPTY_OBJECT_SCHEMA: JsonSchema = {"type": "object", "properties": {}}
 # -- parameters -> schema ------------------------------------------------------------------------
 
 
+# Parameters nested deeper than this are refused: converting them recurses a few frames per
+# level, and schema_to_parameters never nests more than _MAX_DEPTH (32) levels itself.
+_MAX_PARAMETER_DEPTH = 100
+
+
 def parameters_to_schema(parameters: Sequence[ToolParameter]) -> JsonSchema:
     """The JSON Schema object whose properties are ``parameters``."""
+    return _object_schema(parameters, depth=0)
+
+
+def parameter_to_schema(parameter: ToolParameter) -> JsonSchema:
+    """The JSON Schema of one parameter (its ``required`` flag belongs to the parent);
+    ``SchemaError`` when it nests more than 100 levels deep."""
+    return _parameter_schema(parameter, depth=0)
+
+
+def _object_schema(parameters: Sequence[ToolParameter], *, depth: int) -> JsonSchema:
     schema: JsonSchema = {
         "type": "object",
-        "properties": {p.name: parameter_to_schema(p) for p in parameters},
+        "properties": {p.name: _parameter_schema(p, depth=depth) for p in parameters},
     }
     required = [p.name for p in parameters if p.required]
     if required:
@@ -58,22 +79,26 @@ def parameters_to_schema(parameters: Sequence[ToolParameter]) -> JsonSchema:
     return schema
 
 
-def parameter_to_schema(parameter: ToolParameter) -> JsonSchema:
-    """The JSON Schema of one parameter (its ``required`` flag belongs to the parent)."""
+def _parameter_schema(parameter: ToolParameter, *, depth: int) -> JsonSchema:
+    if depth >= _MAX_PARAMETER_DEPTH:
+        raise SchemaError(
+            f"parameter {parameter.name!r} is nested more than {_MAX_PARAMETER_DEPTH} levels deep"
+        )
     schema: JsonSchema = {"type": parameter.type}
     if parameter.description:
         schema["description"] = parameter.description
     if parameter.enum is not None:
         schema["enum"] = [_typed_enum_value(v, parameter.type) for v in parameter.enum]
     if parameter.properties is not None:
-        nested = parameters_to_schema(
-            [p.model_copy(update={"name": key}) for key, p in parameter.properties.items()]
+        nested = _object_schema(
+            [p.model_copy(update={"name": key}) for key, p in parameter.properties.items()],
+            depth=depth + 1,
         )
         schema["properties"] = nested["properties"]
         if "required" in nested:
             schema["required"] = nested["required"]
     if parameter.items is not None:
-        schema["items"] = parameter_to_schema(parameter.items)
+        schema["items"] = _parameter_schema(parameter.items, depth=depth + 1)
     return schema
 
 
@@ -101,7 +126,20 @@ def _enum_text(value: Any) -> str:
         return value
     if isinstance(value, int | float):
         return repr(value)
-    return json.dumps(value, sort_keys=True)
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (RecursionError, ValueError, TypeError) as exc:  # a schema given as Python objects
+        # no repr of the value in the message: that recurses as deep as it is nested
+        raise SchemaError(f"an enum value cannot be used: {_json_fault(exc)}") from None
+
+
+def _json_fault(exc: Exception) -> str:
+    """Why ``json.dumps`` refused a value, in words."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(exc, ValueError):
+        return "it contains itself"  # json's "Circular reference detected"
+    return f"it is not JSON ({exc})"
 
 
 # -- schema -> parameters ------------------------------------------------------------------------
@@ -186,27 +224,64 @@ def _to_parameter(
     )
 
 
+_MAX_CHAIN = 256  # unions inside unions ({"allOf": [{"allOf": [...]}]}) deeper: a SchemaError
+
+
 def _collapse(
     schema: Mapping[str, Any], resolver: _Resolver, followed: set[str]
 ) -> Mapping[str, Any]:
-    """Reduce ``Optional[X]`` style unions and single-branch ``allOf`` to the branch itself."""
+    """Reduce ``Optional[X]`` style unions and single-branch ``allOf`` to the branch itself,
+    unions inside unions too. Iterative, so a long chain cannot exhaust the stack; a branch met
+    again is a loop that never reaches a schema (``S = allOf[T]``, ``T = allOf[S]``)."""
     if "anyOf" not in schema and "oneOf" not in schema and "allOf" not in schema:
         return schema  # the common case, kept cheap: registration walks every parameter
+    outer: list[dict[str, Any]] = []  # the keywords beside each union, outermost first
+    taken: set[int] = set()  # the branches followed, by identity (they are the schema's own)
+    while (step := _chosen_branch(schema, resolver)) is not None:
+        branch, resolved, refs, beside = step
+        if id(branch) in taken:
+            ref = branch.get("$ref")
+            raise SchemaError(_cycle_message(ref if isinstance(ref, str) else None))
+        if len(outer) >= _MAX_CHAIN:
+            raise SchemaError(f"unions (anyOf/oneOf/allOf) nest more than {_MAX_CHAIN} deep")
+        taken.add(id(branch))
+        followed |= refs
+        outer.append(beside)
+        schema = resolved
+    for beside in reversed(outer):  # the outer union's own keywords win, as written
+        schema = {**schema, **beside}
+    return schema
+
+
+def _chosen_branch(
+    schema: Mapping[str, Any], resolver: _Resolver
+) -> tuple[Mapping[str, Any], Mapping[str, Any], set[str], dict[str, Any]] | None:
+    """The branch that stands for ``schema``'s union (the first one not null, or an allOf's
+    only one), resolved, with the refs followed and the keywords beside the union; or None."""
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if isinstance(branches, list):
             for branch in branches:
+                if not isinstance(branch, Mapping):
+                    continue
                 refs: set[str] = set()  # only the chosen branch's refs count
-                resolved = resolver.resolve(branch, refs) if isinstance(branch, Mapping) else None
-                if resolved is not None and resolved.get("type") != "null":
-                    followed |= refs
-                    merged = {k: v for k, v in schema.items() if k != key}
-                    return {**_collapse(resolved, resolver, followed), **merged}
+                resolved = resolver.resolve(branch, refs)
+                if resolved.get("type") != "null":
+                    return branch, resolved, refs, {k: v for k, v in schema.items() if k != key}
     all_of = schema.get("allOf")
     if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], Mapping):
-        merged = {k: v for k, v in schema.items() if k != "allOf"}
-        return {**_collapse(resolver.resolve(all_of[0], followed), resolver, followed), **merged}
-    return schema
+        refs = set()
+        resolved = resolver.resolve(all_of[0], refs)
+        return all_of[0], resolved, refs, {k: v for k, v in schema.items() if k != "allOf"}
+    return None
+
+
+def _cycle_message(ref: str | None) -> str:
+    where = f"$ref {ref!r} leads back to itself" if ref else "a union contains itself"
+    return (
+        f"{where} through allOf/anyOf/oneOf/not/if alone: a cycle that never reaches a schema "
+        "(a recursive type needs properties or items between its references)"
+    )
 
 
 def _type_of(schema: Mapping[str, Any]) -> str:
@@ -250,6 +325,96 @@ def pointer_step(part: str) -> str:
     return part.replace("~1", "/").replace("~0", "~")
 
 
+# Keywords whose subschemas apply to the value itself, not to a part of it: a $ref reached again
+# through these alone is a cycle a validator follows forever (the value never gets smaller).
+_IN_PLACE = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else"})
+_IN_PLACE_MAPS = frozenset({"dependentSchemas", "dependencies"})
+# ... and those that apply to a part of it: an item, a property, a key
+_TO_PARTS = frozenset(
+    {
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contentSchema",
+    }
+)
+_TO_PARTS_MAPS = frozenset({"properties", "patternProperties"})
+
+
+def ref_cycle(schema: Mapping[str, Any]) -> str | None:
+    """The first local ``$ref`` reachable in ``schema`` that leads back to itself through
+    ``$ref``, ``allOf``, ``anyOf``, ``oneOf``, ``not`` or ``if``/``then``/``else`` alone
+    (``S = allOf[T]``, ``T = allOf[S]``): a validator follows it forever, whatever the value.
+    None when there is none; a recursive type, which descends into a property or an item between
+    its references, is fine."""
+    in_place: dict[str, list[str]] = {}  # each reachable ref: the refs its target applies in place
+    pending = _refs_in(schema, in_place_only=False)
+    while pending:
+        ref = pending.pop()
+        if ref in in_place:
+            continue
+        target = pointer_target(schema, ref) if ref.startswith("#") else None
+        if not isinstance(target, Mapping):
+            in_place[ref] = []  # remote, an anchor or nowhere: the compiler judges it
+            continue
+        in_place[ref] = _refs_in(target, in_place_only=True)
+        pending += _refs_in(target, in_place_only=False)
+    return _first_cycle(in_place)
+
+
+def _refs_in(schema: Mapping[str, Any], *, in_place_only: bool) -> list[str]:
+    """The ``$ref``s of ``schema`` and of its subschemas (those applying in place only, if
+    asked), definitions left out: they count where they are referred to. Iterative."""
+    refs: list[str] = []
+    stack = [schema]
+    visited: set[int] = set()  # a schema built in Python may contain itself
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            refs.append(ref)
+        for key, value in node.items():
+            if key in _IN_PLACE_MAPS or (not in_place_only and key in _TO_PARTS_MAPS):
+                children = list(value.values()) if isinstance(value, Mapping) else []
+            elif key in _IN_PLACE or (not in_place_only and key in _TO_PARTS):
+                children = value if isinstance(value, list) else [value]
+            else:
+                continue
+            stack += [child for child in children if isinstance(child, Mapping)]
+    return refs
+
+
+def _first_cycle(graph: Mapping[str, Sequence[str]]) -> str | None:
+    """A node of ``graph`` on a cycle, found by an iterative depth-first search; or None."""
+    done: set[str] = set()
+    for start in graph:
+        if start in done:
+            continue
+        path = [(start, iter(graph[start]))]
+        on_path = {start}
+        while path:
+            node, successors = path[-1]
+            following = next(successors, None)
+            if following is None:
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif following in on_path:
+                return following
+            elif following not in done and following in graph:
+                path.append((following, iter(graph[following])))
+                on_path.add(following)
+    return None
+
+
 def def_ref(name: str) -> str:
     """The ``$ref`` of ``$defs[name]``, the name escaped as a JSON pointer step."""
     return "#/$defs/" + name.replace("~", "~0").replace("/", "~1")
@@ -267,8 +432,13 @@ class _Resolver:
         """``schema`` with its ``$ref`` chain followed; the refs go into ``followed``."""
         seen: set[str] = set()
         while isinstance(ref := schema.get("$ref"), str):
-            if ref in seen or not ref.startswith("#/"):
+            if not ref.startswith("#/"):
                 return {k: v for k, v in schema.items() if k != "$ref"}
+            if ref in seen:
+                raise SchemaError(
+                    f"$ref {ref!r} refers to itself (a cycle of references that never "
+                    "reaches a schema)"
+                )
             seen.add(ref)
             if followed is not None:
                 followed.add(ref)
@@ -307,11 +477,17 @@ _CACHE_LIMIT = 4096
 
 
 def _compiled(schema: Mapping[str, Any], formats: bool = True) -> Callable[[Any], Any]:
-    text = json.dumps(schema, sort_keys=True, default=str)
+    try:
+        text = json.dumps(schema, sort_keys=True, default=str)
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise SchemaError(f"cannot compile schema: {_json_fault(exc)}") from None
     key = text if formats else "~" + text
     fn = _cache.get(key)
     if fn is not None:
         return fn
+    cycle = ref_cycle(schema)
+    if cycle is not None:  # fastjsonschema compiles it, then recurses without end on each call
+        raise SchemaError(f"cannot compile schema: {_cycle_message(cycle)}")
     import fastjsonschema  # on first compile: importing it costs 15 ms at startup
 
     try:
@@ -324,6 +500,11 @@ def _compiled(schema: Mapping[str, Any], formats: bool = True) -> Callable[[Any]
         )
     except fastjsonschema.JsonSchemaDefinitionException as exc:
         raise SchemaError(f"cannot compile schema: {exc}") from exc
+    except (RecursionError, SyntaxError, MemoryError):
+        # The generated code nests as deep as the schema: Python's stack or its parser (100
+        # levels of indentation, 20 nested blocks; a parser stack overflow is a MemoryError)
+        # gives out from a few dozen levels on.
+        raise SchemaError("cannot compile schema: it is nested too deeply") from None
     with _cache_lock:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.pop(next(iter(_cache)))
@@ -351,10 +532,12 @@ class Validator:
             fn = self._fn = _compiled(self.schema, self.formats)
         try:
             fn(arguments)
+        except RecursionError:  # a recursive schema is checked a call deeper per level
+            raise ArgumentError("the value is nested too deeply to check", path="$") from None
         except Exception as exc:
             if type(exc).__name__ != "JsonSchemaValueException":
                 raise
-            raise _argument_error(exc, arguments, self.schema) from None
+            raise _explained(exc, arguments, self.schema) from None
 
 
 # Keywords a draft-07 validator (fastjsonschema's newest) reads differently from a 2020-12 one,
@@ -449,6 +632,17 @@ def compile_validator(schema: Mapping[str, Any]) -> Validator:
     validator = Validator(schema)
     validator._fn = _compiled(schema)
     return validator
+
+
+def _explained(exc: Any, arguments: Any, root: Mapping[str, Any]) -> ArgumentError:
+    """``_argument_error``, or fastjsonschema's own words where explaining runs out of stack
+    (it follows the bad value down, as deep as that is nested)."""
+    try:
+        return _argument_error(exc, arguments, root)
+    except RecursionError:
+        name = exc.name or "data"
+        path = "$" + name[len("data") :] if name.startswith("data") else f"$.{name}"
+        return ArgumentError(exc.message.removeprefix(name).strip(), path=path)
 
 
 def _argument_error(exc: Any, arguments: Any, root: Mapping[str, Any]) -> ArgumentError:

@@ -147,6 +147,25 @@ def test_two_servers_cannot_share_a_prefix() -> None:
     assert [c.tool_prefix for c in ok] == ["a_b", "ab"]
 
 
+def test_servers_of_a_list_or_of_different_toml_tables_cannot_share_a_prefix(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(
+        ConfigError, match="mcp: servers 'x' and 'x' would both name their tools x_"
+    ):
+        parse_mcp_config([{"name": "x", "command": "a"}, {"name": "x", "command": "b"}])
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        "[[tools]]\nkind = 'mcp'\nname = 'x'\ncommand = 'a'\n[servers.x]\ncommand = 'b'\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_mcp_config(manifest)
+    assert str(caught.value) == (
+        f"{manifest}: server 'x' of servers and server 'x' of tools[0] would both name their "
+        "tools x_*; give one of them another 'prefix'"
+    )
+
+
 def test_json_and_toml_files(tmp_path: Path) -> None:
     json_file = tmp_path / "mcp.json"
     json_file.write_text(json.dumps({"mcpServers": {"one": {"command": "srv"}}}))

@@ -386,6 +386,46 @@ async def test_an_entry_with_a_blank_name_is_left_out(
     assert f"MCP server 'raw': {reason}" in warnings
 
 
+async def test_a_schema_with_a_ref_cycle_is_ignored_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # S = allOf[T], T = allOf[S]: deriving the parameters recursed without end, and the
+    # RecursionError took down the toolkit's start, every other source with it.
+    caplog.set_level(logging.WARNING, logger="toolmesh.mcp")
+    async with await started(raw_server("cycles")) as toolkit:
+        source = toolkit.sources[0]
+        assert source.status.state == "connected", source.status.reason
+        assert toolkit.names() == ["raw_fine", "raw_grow", "raw_cyc", "raw_cyc_output"]
+        reason = source.status.reason
+        assert "tool 'cyc': ignored inputSchema ($ref '#/$defs/" in reason
+        assert "tool 'cyc_output': ignored outputSchema ($ref '#/$defs/" in reason
+        assert f"MCP server 'raw': {reason}" in [r.getMessage() for r in caplog.records]
+        # The bad schema is dropped as any bad field is: the server checks its own arguments.
+        assert toolkit["raw_cyc"].input_schema == {"type": "object", "properties": {}}
+        called = await toolkit.execute("raw_cyc", {"q": 1})
+        assert called.success and called.output == "called cyc", called.error
+        assert toolkit["raw_cyc_output"].definition.output_schema is None
+        structured = await toolkit.execute("raw_cyc_output", {})
+        assert structured.success and structured.data == {"q": 1}, structured.error
+        fine = await toolkit.execute("raw_fine", {})
+        assert fine.success and fine.output == "called fine"
+
+
+async def test_a_ref_cycle_listed_at_a_refresh_is_ignored_too() -> None:
+    async with await started(raw_server("cycles_later")) as toolkit:
+        source = toolkit.sources[0]
+        assert source.status.reason == ""
+        changed = asyncio.Event()
+        source.subscribe(lambda _s: changed.set())
+        grown = await toolkit.execute("raw_grow", {})
+        assert grown.success, grown.error
+        await asyncio.wait_for(changed.wait(), 10)  # the refresh died before it changed anything
+        assert toolkit.names() == ["raw_fine", "raw_grow", "raw_later"]
+        assert "tool 'later': ignored inputSchema ($ref '#/$defs/" in source.status.reason
+        later = await toolkit.execute("raw_later", {})
+        assert later.success and later.output == "called later", later.error
+
+
 async def test_a_malformed_call_result_is_a_short_tool_error() -> None:
     async with await started(raw_server("calls")) as toolkit:
         result = await toolkit.execute("raw_video", {})

@@ -549,6 +549,29 @@ def _with_body(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, 
             {"schemas": {"A": {"$ref": "#/components/schemas/A"}}},
             r"\$ref '#/components/schemas/A' refers to itself",
         ),
+        # components that only refer to each other through allOf/anyOf/oneOf: a RecursionError
+        # out of OpenAPISource (deriving the parameters), or on every call (validating)
+        (
+            {"allOf": [{"$ref": "#/components/schemas/S"}]},
+            {
+                "schemas": {
+                    "S": {"allOf": [{"$ref": "#/components/schemas/T"}]},
+                    "T": {"allOf": [{"$ref": "#/components/schemas/S"}]},
+                }
+            },
+            r"paths\./x\.post: schema '#/components/schemas/[ST]' leads back to itself through "
+            "allOf/anyOf/oneOf/not alone",
+        ),
+        (
+            {"type": "object", "properties": {"q": {"$ref": "#/components/schemas/U"}}},
+            {
+                "schemas": {
+                    "U": {"anyOf": [{"type": "string"}, {"$ref": "#/components/schemas/V"}]},
+                    "V": {"allOf": [{"$ref": "#/components/schemas/U"}, {"minLength": 1}]},
+                }
+            },
+            r"schema '#/components/schemas/[UV]' leads back to itself",
+        ),
     ],
 )
 def test_reference_cycles_are_config_errors_not_recursion(
@@ -556,6 +579,18 @@ def test_reference_cycles_are_config_errors_not_recursion(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         OpenAPISource(_with_body(schema, components))
+
+
+def test_a_document_nested_too_deeply_is_a_config_error() -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(5000):
+        deep = {"allOf": [deep]}
+    with pytest.raises(ConfigError, match="the document is nested too deeply"):
+        OpenAPISource(_with_body(deep, {}))
+    nested = "[" * 5000 + "]" * 5000
+    for text in ('{"openapi": "3.0.3", "x": ' + nested + "}", f"openapi: 3.0.3\nx: {nested}\n"):
+        with pytest.raises(ConfigError, match="x: the document is nested too deeply"):
+            load_document(text, where="x")  # JSON, then YAML
 
 
 def _one_operation(**document: Any) -> dict[str, Any]:
@@ -730,3 +765,132 @@ async def test_a_document_larger_than_the_bound_is_refused(monkeypatch: pytest.M
             assert len(kit) == 0
     assert source.status.state == "failed"
     assert "the document is larger than 1000 bytes" in source.status.reason
+
+
+async def test_renamed_arguments_never_replace_another() -> None:
+    # Query `id` became `id_query`, replacing the real `id_query` (an integer): that one could
+    # no longer be sent, and one value went out for both. `body` likewise: `request_body`.
+    string, integer = {"type": "string"}, {"type": "integer"}
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/items/{id}": {
+                "post": {
+                    "operationId": "put_item",
+                    "parameters": [
+                        {"name": "id", "in": "path", "required": True, "schema": string},
+                        {"name": "id_query", "in": "query", "required": True, "schema": integer},
+                        {"name": "id", "in": "query", "schema": {"enum": ["a", "b"]}},
+                        {"name": "body", "in": "query", "schema": string},
+                        {"name": "request_body", "in": "query", "schema": string},
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                }
+            }
+        },
+    }
+
+    async def put_item(request: Request) -> Response:
+        query = sorted(request.query_params.multi_items())
+        return JSONResponse(
+            {"id": request.path_params["id"], "query": query, "body": await request.json()}
+        )
+
+    async with serve_app(
+        Starlette(routes=[Route("/items/{id}", put_item, methods=["POST"])])
+    ) as url:
+        kit = Toolkit(OpenAPISource(document, base_url=url))
+        schema = kit["put_item"].input_schema
+        arguments = {
+            "id": "7",
+            "id_query": 42,
+            "id_query_2": "a",
+            "body": "b",
+            "request_body": "rb",
+            "request_body_2": {"n": 1},
+        }
+        result = await kit.execute("put_item", arguments)
+        await kit.close()
+    assert list(schema["properties"]) == list(arguments)
+    assert schema["properties"]["id_query"] == integer
+    assert schema["required"] == ["id", "id_query", "request_body_2"]
+    assert result.success, result.error
+    assert result.data == {
+        "id": "7",
+        "query": [["body", "b"], ["id", "a"], ["id_query", "42"], ["request_body", "rb"]],
+        "body": {"n": 1},
+    }
+
+
+def test_path_placeholders_renamed_in_one_pass() -> None:
+    # Renamed one by one, `{a}` became `{a_path}`, then `{a_path}` (both of them) `{a_path_path}`.
+    string = {"type": "string"}
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/x/{a}/{a_path}/{q}": {
+                "get": {
+                    "operationId": "x",
+                    "parameters": [
+                        {"name": "a", "in": "query", "schema": string},
+                        {"name": "q", "in": "query", "schema": string},
+                        {"name": "a", "in": "path", "schema": string},
+                        {"name": "a_path", "in": "path", "schema": string},
+                    ],  # {q} is in the path only by its placeholder
+                }
+            }
+        },
+    }
+    (endpoint,) = openapi_endpoints(document, base_url="http://127.0.0.1:9")
+    assert endpoint.url == "http://127.0.0.1:9/x/{a_path}/{a_path_path}/{q_path}"
+    assert endpoint.query == {"a": "{a}", "q": "{q}"}
+    schema = endpoint.schema()
+    assert list(schema["properties"]) == ["a", "q", "a_path", "a_path_path", "q_path"]
+    assert schema["required"] == ["a_path", "a_path_path", "q_path"]
+
+
+async def test_parameter_names_with_a_dollar_are_sent_as_named() -> None:
+    # OData's `$top`: the `{$top}` placeholder was not one (a `$` in it read as ${VARIABLE}),
+    # so `?$top={$top}` went out literally, and the value again as an extra query parameter.
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/items/{$id}": {
+                "get": {
+                    "operationId": "list_items",
+                    "parameters": [
+                        {
+                            "name": "$id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                        {"name": "$top", "in": "query", "schema": {"type": "integer"}},
+                        {"name": "X-$Trace", "in": "header", "schema": {"type": "string"}},
+                    ],
+                }
+            }
+        },
+    }
+
+    async def list_items(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "path": request.url.path,
+                "query": sorted(request.query_params.multi_items()),
+                "trace": request.headers.get("X-$Trace"),
+            }
+        )
+
+    async with serve_app(
+        Starlette(routes=[Route("/items/{rest:path}", list_items, methods=["GET"])])
+    ) as url:
+        kit = Toolkit(OpenAPISource(document, base_url=url))
+        arguments = {"$id": "7", "$top": 3, "X-$Trace": "t1"}
+        result = await kit.execute("list_items", arguments)
+        await kit.close()
+    assert result.success, result.error
+    assert result.data == {"path": "/items/7", "query": [["$top", "3"]], "trace": "t1"}

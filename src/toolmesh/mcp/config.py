@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MCPServerConfig",
+    "check_manifest_prefixes",
     "expand_env",
     "load_mcp_config",
     "mcp_configs",
@@ -171,7 +172,9 @@ def parse_mcp_config(
     if isinstance(obj, MCPServerConfig):
         return [obj]
     if isinstance(obj, list | tuple):
-        return [_one_of_list(item, i, base_dir, location) for i, item in enumerate(obj)]
+        listed = [_one_of_list(item, i, base_dir, location) for i, item in enumerate(obj)]
+        _check_prefixes([("", config) for config in listed], location)
+        return listed
     if not isinstance(obj, Mapping):
         raise ConfigError(
             f"{location}: expected an object of MCP servers, not {type(obj).__name__}"
@@ -180,7 +183,7 @@ def parse_mcp_config(
     configs = []
     for name, table in servers.items():
         configs.append(parse_mcp_server(str(name), table, base_dir=base_dir, location=location))
-    _check_prefixes(configs, location)
+    _check_prefixes([("", config) for config in configs], location)
     return configs
 
 
@@ -217,10 +220,11 @@ def _manifest_servers(
     document: Mapping[str, Any], *, base_dir: Path, location: str
 ) -> list[MCPServerConfig]:
     """The MCP servers of a toolmesh.toml: its server tables and ``kind = "mcp"`` tools."""
-    configs = []
+    servers: list[tuple[str, MCPServerConfig]] = []  # each with where it is declared
     for key in _WRAPPERS:
         if key in document:
-            configs += parse_mcp_config({key: document[key]}, base_dir=base_dir, location=location)
+            configs = parse_mcp_config({key: document[key]}, base_dir=base_dir, location=location)
+            servers += [(key, config) for config in configs]
     for index, entry in enumerate(document.get("tools") or ()):
         if isinstance(entry, Mapping) and entry.get("kind") == "mcp":
             where = f"{location}: tools[{index}]"
@@ -228,8 +232,31 @@ def _manifest_servers(
             if not isinstance(name, str):
                 raise ConfigError(f'{where} (kind "mcp"): needs a name')
             table = {k: v for k, v in entry.items() if k not in ("kind", "name")}
-            configs.append(parse_mcp_server(name, table, base_dir=base_dir, location=where))
-    return configs
+            config = parse_mcp_server(name, table, base_dir=base_dir, location=where)
+            servers.append((f"tools[{index}]", config))
+    _check_prefixes(servers, location)
+    return [config for _, config in servers]
+
+
+def check_manifest_prefixes(declared: Sequence[tuple[str, Source]], *, location: str) -> None:
+    """The manifest loader's check across its ``[mcpServers]``, ``[servers]`` and ``[mcp]``
+    tables and ``kind = "mcp"`` entries (each table checks its own servers): no two MCP servers
+    of one manifest may give their tools one prefix. ``declared``: each source with where it is
+    declared (``mcpServers``, ``tools[2]``)."""
+    servers = [
+        (where, config) for where, source in declared if (config := _config_of(source)) is not None
+    ]
+    _check_prefixes(servers, location)
+
+
+def _config_of(source: Source) -> MCPServerConfig | None:
+    """The settings of the MCP server inside ``source`` (filtered, tagged, prefixed), if any."""
+    from toolmesh.sources.wrappers import WrapperSource
+
+    while isinstance(source, WrapperSource):
+        source = source.wrapped
+    config = getattr(source, "config", None)
+    return config if isinstance(config, MCPServerConfig) else None
 
 
 def parse_mcp_server(
@@ -462,19 +489,28 @@ def _mode(value: Any, where: str) -> ConnectMode:
     return mode
 
 
-def _check_prefixes(configs: Sequence[MCPServerConfig], location: str) -> None:
-    """Two servers must not give their tools one prefix: names would collide."""
-    seen: dict[str, str] = {}
-    for config in configs:
+def _check_prefixes(servers: Sequence[tuple[str, MCPServerConfig]], location: str) -> None:
+    """Two servers must not give their tools one prefix: names would collide. Each server comes
+    with where it is declared, so the error can name both places; two servers of one name in
+    two places collide too."""
+    first: dict[str, tuple[str, MCPServerConfig]] = {}
+    for where, config in servers:
         prefix = config.tool_prefix
         if not prefix:
             continue
-        other = seen.setdefault(prefix, config.name)
-        if other != config.name:
-            raise ConfigError(
-                f"{location}: servers {other!r} and {config.name!r} would both name their tools "
-                f"{prefix}_*; give one of them another 'prefix'"
-            )
+        if prefix not in first:
+            first[prefix] = (where, config)
+            continue
+        other_where, other = first[prefix]
+        both = (
+            f"servers {other.name!r} and {config.name!r}"
+            if where == other_where
+            else f"server {other.name!r} of {other_where} and server {config.name!r} of {where}"
+        )
+        raise ConfigError(
+            f"{location}: {both} would both name their tools {prefix}_*; give one of them "
+            "another 'prefix'"
+        )
 
 
 def _check_capabilities(tags: Sequence[str], where: str) -> None:

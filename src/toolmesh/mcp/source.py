@@ -39,7 +39,7 @@ from toolmesh.mcp.config import MCPServerConfig
 from toolmesh.mcp.definitions import definition_from_mcp, input_schema_of, usable_tool_entries
 from toolmesh.mcp.results import result_from_mcp
 from toolmesh.models import ToolErrorCode, ToolResult
-from toolmesh.schema import Validator, compile_validator, validates_as_2020_12
+from toolmesh.schema import Validator, compile_validator, ref_cycle, validates_as_2020_12
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.sources.wrappers import Filtered, Prefixed, Tagged
 from toolmesh.tools import Tool, ToolContext
@@ -192,22 +192,46 @@ class MCPSource(Source):
     def _set_tools(self, listing: list[dict[str, Any]], problems: Sequence[str]) -> None:
         listing, duplicates = _without_duplicates(listing)
         problems = [*problems, *duplicates]
-        self.status = SourceStatus("connected", _listing_reason(problems))
-        if problems:
-            logger.warning("MCP server %r: %s", self.name, self.status.reason)
         known = {t.name: t for t in self._tools}
         defer = self.config.defers(len(listing))
         tools = []
         for entry in listing:
             previous = known.get(str(entry["name"]))
-            made = self._tool(entry, defer)
+            made = self._built(entry, defer, problems)
+            if made is None:
+                continue
             if previous is not None and previous.definition == made.definition:
                 made = previous  # unchanged: the toolkit keeps its index entry
             tools.append(made)
+        self.status = SourceStatus("connected", _listing_reason(problems))
+        if problems:
+            logger.warning("MCP server %r: %s", self.name, self.status.reason)
         changed = [id(t) for t in tools] != [id(t) for t in self._tools]
         self._tools = tools
         if changed:
             self.changed()
+
+    def _built(self, entry: dict[str, Any], defer: bool, problems: list[str]) -> Tool | None:
+        """The tool of one listed entry, mended as far as needed (what was mended, or why it is
+        left out, goes into ``problems``): one entry never costs the server its other tools,
+        at the first listing or at a refresh."""
+        name = str(entry["name"])
+        for key in ("inputSchema", "outputSchema"):
+            schema = entry.get(key)
+            cycle = ref_cycle(schema) if isinstance(schema, dict) else None
+            if cycle is not None:
+                # No validator ever finishes with it, so it is dropped as any bad field is (an
+                # input schema becomes the empty object one: the server checks its arguments).
+                problems.append(
+                    f"tool {name!r}: ignored {key} ($ref {cycle!r} leads back to itself "
+                    "without reaching a schema)"
+                )
+                entry = {k: v for k, v in entry.items() if k != key}
+        try:
+            return self._tool(entry, defer)
+        except Exception as exc:  # an entry of a shape nothing above foresaw
+            problems.append(f"tool {name!r}: left out ({type(exc).__name__}: {exc})")
+            return None
 
     def _tool(self, entry: dict[str, Any], defer: bool) -> Tool:
         name = str(entry["name"])
@@ -917,12 +941,13 @@ _SDK_CHECKS: Any = object()  # a tool whose structured content the SDK's own che
 
 def _output_checks(listing: Sequence[dict[str, Any]]) -> dict[str, Validator | None]:
     """The check of each listed tool's structured content: its outputSchema compiled on first
-    use, ``format`` an annotation only, as the SDK's check has it (None: no outputSchema).
-    Schemas our validator would read otherwise than 2020-12 are left out, for the SDK."""
+    use, ``format`` an annotation only, as the SDK's check has it (None: no outputSchema, or
+    one with a $ref cycle, which the tool ignores). Schemas our validator would read otherwise
+    than 2020-12 are left out, for the SDK."""
     checks: dict[str, Validator | None] = {}
     for entry in listing:
         schema = entry.get("outputSchema")
-        if schema is None:
+        if schema is None or (isinstance(schema, dict) and ref_cycle(schema) is not None):
             checks[str(entry["name"])] = None
         elif isinstance(schema, dict) and validates_as_2020_12(schema):
             checks[str(entry["name"])] = Validator(schema, formats=False)

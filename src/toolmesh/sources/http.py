@@ -49,9 +49,11 @@ JsonSchema = dict[str, Any]
 BodyFormat = Literal["json", "form", "multipart", "raw"]
 ResultFormat = Literal["auto", "text", "json", "status"]
 
-_PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}$]+)\}")
+# {argument}: any name without braces ("$top", an OData query's, too); ${VARIABLE} is the
+# environment's
+_PLACEHOLDER = re.compile(r"(?<!\$)\{([^{}]+)\}")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_HEADER_TOKEN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\{([^{}$]+)\}")
+_HEADER_TOKEN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|(?<!\$)\{([^{}]+)\}")
 # what would end a header line or that HTTP refuses in a value (a tab is allowed)
 _HEADER_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})

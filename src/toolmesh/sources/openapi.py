@@ -5,12 +5,14 @@ operation becomes an HTTP tool (``toolmesh.sources.http``) named by its ``operat
 method and path), described by its summary and description, and taking its path, query, header
 and cookie parameters as arguments, plus ``body`` for a request body (``request_body`` if a
 parameter already holds that name). Parameters of one name in two places get the place as a
-suffix (``id_query``).
+suffix (``id_query``), and a number after that when another argument has that name too
+(``id_query_2``, ``request_body_2``): no argument ever replaces another.
 
 ``$ref``s to the document's own parts are resolved: ``#/components/schemas/X`` becomes
 ``#/$defs/X`` inside each tool's schema (so recursive types keep working), other references are
 inlined. A reference to another document is a ``ConfigError``: nothing is fetched beyond the
-document itself. OpenAPI 3.0's ``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum``
+document itself; so is a cycle of references that never reaches a schema (``S = allOf[T]``,
+``T = allOf[S]``). OpenAPI 3.0's ``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum``
 and its annotation-only keywords (``example``, ``xml``, ``discriminator``, ...) are rewritten to
 plain JSON Schema.
 
@@ -34,8 +36,8 @@ from urllib.parse import urljoin
 import httpx
 import yaml
 
-from toolmesh.errors import ConfigError
-from toolmesh.schema import def_ref, pointer_step, pointer_target
+from toolmesh.errors import ConfigError, SchemaError
+from toolmesh.schema import def_ref, pointer_step, pointer_target, ref_cycle
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.sources.http import HttpEndpoint, HttpSource
 from toolmesh.tools import Tool
@@ -47,6 +49,8 @@ JsonSchema = dict[str, Any]
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch")
 _ANNOTATIONS_ONLY = frozenset({"example", "xml", "discriminator", "externalDocs", "x-examples"})
 _SCHEMA_PREFIX = "#/components/schemas/"
+_DEFS_PREFIX = "#/$defs/"  # where component schemas land in a tool's schema
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")  # {name} in a path template
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 _PLACES = frozenset({"path", "query", "header", "cookie"})
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024  # the largest public API descriptions are tens of MB
@@ -89,12 +93,14 @@ def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
     try:
         raw = text.decode() if isinstance(text, bytes) else text
         document = json.loads(raw) if raw.lstrip().startswith("{") else yaml.safe_load(raw)
+        if not isinstance(document, dict):
+            raise ConfigError(f"{where}: an OpenAPI document must be an object")
+        # YAML's unquoted dates are text in JSON Schema; aliases become copies, within a budget
+        document = dict(_plain_json(document, _Budget(raw), where))
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"{where}: not JSON or YAML: {exc}") from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{where}: an OpenAPI document must be an object")
-    # YAML's unquoted dates are text in JSON Schema; aliases become copies, within a budget
-    document = dict(_plain_json(document, _Budget(raw), where))
+    except RecursionError:  # both parsers, and the walk above, go one call deeper per level
+        raise ConfigError(f"{where}: the document is nested too deeply") from None
     version = str(document.get("openapi", ""))
     if not version.startswith("3."):
         found = f"swagger {document['swagger']}" if "swagger" in document else repr(version)
@@ -219,6 +225,19 @@ def openapi_endpoints(
     where: str = "openapi",
 ) -> list[HttpEndpoint]:
     """One HTTP endpoint per operation of ``document``."""
+    try:
+        return _endpoints(document, base_url, document_url, timeout, where)
+    except RecursionError:  # schemas are rewritten one call deeper per level they nest
+        raise ConfigError(f"{where}: the document's schemas are nested too deeply") from None
+
+
+def _endpoints(
+    document: Mapping[str, Any],
+    base_url: str | None,
+    document_url: str | None,
+    timeout: float,
+    where: str,
+) -> list[HttpEndpoint]:
     doc = _Document(document)
     root = _base_url(document, base_url, document_url, where)
     taken: set[str] = set()
@@ -237,10 +256,26 @@ def openapi_endpoints(
             if not isinstance(operation, Mapping):
                 raise ConfigError(f"{op_where}: an operation must be an object")
             name = _unique(_operation_name(operation, method, path), taken)
-            endpoints.append(
-                _endpoint(doc, name, method, path, operation, shared, root, timeout, op_where)
+            endpoint = _endpoint(
+                doc, name, method, path, operation, shared, root, timeout, op_where
             )
+            _check_no_cycle(endpoint.input_schema or {}, op_where)
+            endpoints.append(endpoint)
     return endpoints
+
+
+def _check_no_cycle(schema: Mapping[str, Any], where: str) -> None:
+    """Refuse a schema whose references go round without reaching a schema (``S = allOf[T]``,
+    ``T = allOf[S]``): no validator ever finishes checking a value against it."""
+    cycle = ref_cycle(schema)
+    if cycle is None:
+        return
+    if cycle.startswith(_DEFS_PREFIX):  # named as the document names it
+        cycle = _SCHEMA_PREFIX + cycle[len(_DEFS_PREFIX) :]
+    raise ConfigError(
+        f"{where}: schema {cycle!r} leads back to itself through allOf/anyOf/oneOf/not alone "
+        "(a cycle of references that never reaches a schema)"
+    )
 
 
 def _base_url(
@@ -289,6 +324,17 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _argument_name(name: str, fallback: str, arguments: Mapping[str, Any]) -> str:
+    """``name``, or when an argument has it, ``fallback`` (``id_query``), ``fallback_2``, ...:
+    the first no argument has, so a renamed argument never replaces another."""
+    if name not in arguments:
+        return name
+    candidate, n = fallback, 2
+    while candidate in arguments:
+        candidate, n = f"{fallback}_{n}", n + 1
+    return candidate
+
+
 def _endpoint(
     doc: _Document,
     name: str,
@@ -309,7 +355,8 @@ def _endpoint(
     defs: dict[str, Any] = {}
     properties: JsonSchema = {}
     required: list[str] = []
-    url, query, headers, cookies = root + path, {}, {}, []
+    query, headers, cookies = {}, {}, []
+    path_arguments: dict[str, str] = {}  # each path placeholder's argument
     joined: list[str] = []
     for (pname, place), param in parameters.items():
         if place not in _PLACES:
@@ -319,7 +366,7 @@ def _endpoint(
             )
         if place == "header" and pname.lower() in _IGNORED_HEADERS:
             continue  # described by the media types and security schemes instead (the spec)
-        arg = pname if pname not in properties else f"{pname}_{place}"
+        arg = _argument_name(pname, f"{pname}_{place}", properties)
         schema = doc.schema(param.get("schema") or {"type": "string"}, f"{where}.{pname}", defs)
         if param.get("description") and "description" not in schema:
             schema = {**schema, "description": param["description"]}
@@ -327,7 +374,7 @@ def _endpoint(
         if param.get("required") or place == "path":
             required.append(arg)
         if place == "path":
-            url = url.replace("{" + pname + "}", "{" + arg + "}")
+            path_arguments[pname] = arg
         elif place == "query":
             query[pname] = "{" + arg + "}"
             # style form (the query's default) explodes lists unless explode is false
@@ -339,10 +386,14 @@ def _endpoint(
             cookies.append(f"{pname}={{{arg}}}")
     if cookies:
         headers["Cookie"] = "; ".join(cookies)
-    for undeclared in re.findall(r"\{([^{}]+)\}", path):  # in the path, not in parameters
-        if undeclared not in properties and (undeclared, "path") not in parameters:
-            properties[undeclared] = {"type": "string"}
-            required.append(undeclared)
+    for placeholder in _PLACEHOLDER.findall(path):
+        if placeholder not in path_arguments:  # in the path, not in parameters
+            arg = _argument_name(placeholder, f"{placeholder}_path", properties)
+            properties[arg] = {"type": "string"}
+            required.append(arg)
+            path_arguments[placeholder] = arg
+    # in one pass: renaming placeholder by placeholder could rename one renamed before
+    url = root + _PLACEHOLDER.sub(lambda m: "{" + path_arguments[m[1]] + "}", path)
     body, body_format, content_type, file_fields = _request_body(
         doc, operation, properties, required, defs, where
     )
@@ -402,7 +453,7 @@ def _request_body(
         schema, files = _multipart_schema(_component_of(schema, defs))
     if body.get("description") and "description" not in schema:
         schema = {**schema, "description": body["description"]}
-    arg = "body" if "body" not in properties else "request_body"
+    arg = _argument_name("body", "request_body", properties)
     properties[arg] = schema
     if body.get("required"):
         required.append(arg)
@@ -480,7 +531,7 @@ class OpenAPISource(Source):
             self.status = SourceStatus("pending", "the document is fetched when the source opens")
             return
         if isinstance(document, Mapping):
-            where, loaded = "openapi", load_document(json.dumps(document), where="openapi")
+            where, loaded = "openapi", load_document(_json_text(document), where="openapi")
         else:
             path = Path(document)
             where = str(path)
@@ -502,7 +553,11 @@ class OpenAPISource(Source):
             timeout=self.timeout,
             where=where,
         )
-        self._inner = HttpSource(endpoints, name=self.name, headers=self.headers, kind="openapi")
+        try:
+            inner = HttpSource(endpoints, name=self.name, headers=self.headers, kind="openapi")
+        except SchemaError as exc:  # parameters cannot be derived from a schema
+            raise ConfigError(f"{where}: {exc}") from None
+        self._inner = inner
         self.status = SourceStatus("connected")
 
     def tools(self) -> Sequence[Tool]:
@@ -552,6 +607,16 @@ class OpenAPISource(Source):
     async def close(self) -> None:
         if self._inner is not None:
             await self._inner.close()
+
+
+def _json_text(document: Mapping[str, Any]) -> str:
+    """A document given as a mapping, as JSON text (it is read as a file's would be)."""
+    try:
+        return json.dumps(document)
+    except RecursionError:
+        raise ConfigError("openapi: the document is nested too deeply") from None
+    except (TypeError, ValueError) as exc:  # not JSON values, or one containing itself
+        raise ConfigError(f"openapi: the document is not JSON: {exc}") from None
 
 
 def sources_from_manifest(entry: Mapping[str, Any], *, base_dir: Path) -> list[Source]:

@@ -9,6 +9,8 @@ python raw_server.py cursor      # tools/list answers with nextCursor "" (meanin
 python raw_server.py answers     # a banner on stdout, then calls answered with broken envelopes
 python raw_server.py structured  # tools with an outputSchema, answering what the call asks for
 python raw_server.py deaf        # calling `deaf` makes it stop reading its stdin for good
+python raw_server.py cycles      # tools whose schemas are $ref cycles (S = allOf[T], T = allOf[S])
+python raw_server.py cycles_later  # a clean listing; calling `grow` lists a tool with a cycle
 """
 
 import json
@@ -27,6 +29,18 @@ PAIR = {  # prefixItems: a JSON Schema 2020-12 keyword
     "type": "object",
     "properties": {"pair": {"type": "array", "prefixItems": [{"type": "integer"}]}},
 }
+# $ref cycles that never reach a schema: a validator (or a converter) follows them forever
+ALL_OF_CYCLE = {
+    "type": "object",
+    "properties": {"q": {"$ref": "#/$defs/S"}},
+    "$defs": {"S": {"allOf": [{"$ref": "#/$defs/T"}]}, "T": {"allOf": [{"$ref": "#/$defs/S"}]}},
+}
+ANY_OF_CYCLE = {
+    "type": "object",
+    "properties": {"q": {"anyOf": [{"$ref": "#/$defs/U"}, {"type": "null"}]}},
+    "$defs": {"U": {"oneOf": [{"$ref": "#/$defs/V"}]}, "V": {"anyOf": [{"$ref": "#/$defs/U"}]}},
+}
+GROWN = [False]  # `grow` was called: the listing has one more tool
 STRUCTURED = {  # what the `count` and `pair` tools answer, by the call's `send` argument
     "good": {"n": 3, "mail": "not an address"},
     "wrong": {"n": "three"},
@@ -57,6 +71,16 @@ def listing() -> dict[str, Any]:
         tools = [{"name": n, "inputSchema": OBJECT} for n in ("", " \t", "good")]
         if MODE.endswith("bad_schema"):
             tools.append({"name": "no_schema"})  # no inputSchema: the SDK refuses the listing
+        return {"tools": tools}
+    if MODE.startswith("cycles"):
+        tools = [{"name": n, "inputSchema": OBJECT} for n in ("fine", "grow")]
+        if MODE == "cycles":
+            tools.append({"name": "cyc", "inputSchema": ALL_OF_CYCLE})
+            tools.append(
+                {"name": "cyc_output", "inputSchema": OBJECT, "outputSchema": ANY_OF_CYCLE}
+            )
+        if GROWN[0]:
+            tools.append({"name": "later", "inputSchema": ANY_OF_CYCLE})
         return {"tools": tools}
     if MODE == "answers":
         names = ("text_result", "bad_error", "no_version", "good")
@@ -90,6 +114,11 @@ def call(params: dict[str, Any]) -> dict[str, Any]:
         if send_back in STRUCTURED:
             result["structuredContent"] = STRUCTURED[send_back]
         return result
+    if name == "grow":
+        GROWN[0] = True
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    if name == "cyc_output":
+        return {"content": [{"type": "text", "text": "q"}], "structuredContent": {"q": 1}}
     if name == "video":
         return {"content": [{"type": "video", "data": "?"}]}  # no such content block
     if name == "list_requests":
