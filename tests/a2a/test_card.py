@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,42 @@ async def test_a_card_answered_with_an_html_page_is_named_in_one_short_line(
 )
 def test_excerpt(text: str, shown: str) -> None:
     assert excerpt(text) == shown
+
+
+async def test_a_card_past_the_limit_is_refused_without_reading_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 1 MB limit was checked once the whole card was in memory (a 300 MB card took 700 MB):
+    past MAX_CARD_BYTES it is refused at once (this card stalls after its first bytes: reading
+    on would wait), and its source fails naming the limit."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from tests.fixtures.web import serve_app
+    from toolmesh import create_toolkit
+    from toolmesh.a2a import AgentSource, card
+
+    monkeypatch.setattr(card, "MAX_CARD_BYTES", 1000)
+    ended = asyncio.Event()
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b'{"name": "big", "description": "' + b"x" * 5000
+        await ended.wait()
+
+    async def big_card(request: object) -> StreamingResponse:
+        return StreamingResponse(stalled(), media_type="application/json")
+
+    app = Starlette(routes=[Route("/.well-known/agent-card.json", big_card)])
+    async with serve_app(app) as base:
+        try:
+            async with asyncio.timeout(10):  # the old fetch waited for the rest
+                with pytest.raises(ConfigError, match="larger than 1000 bytes; not read on"):
+                    await fetch_card(f"{base}/.well-known/agent-card.json", {}, 30)
+                kit = await create_toolkit(agents=[f"{base}/.well-known/agent-card.json"])
+                async with kit:
+                    (source,) = [s for s in kit.sources if isinstance(s, AgentSource)]
+        finally:
+            ended.set()
+    assert source.status.state == "failed"
+    assert "is larger than 1000 bytes" in source.status.reason

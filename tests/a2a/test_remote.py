@@ -4,7 +4,10 @@ auth-required, rejected, timeout -> CancelTask, a cancelled call -> CancelTask, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -106,8 +109,10 @@ async def test_sessions_waiting_for_input_are_bounded(
 async def test_timeout_cancels_the_remote_task(polled_peer: PeerProcess) -> None:
     async with await toolkit_for(polled_peer, timeout=0.5) as kit:
         result = await kit.execute(SCRIPT, {"task": "hang"})
-    assert result.error_code == "timeout"
-    assert result.metadata["state"] == "canceled"  # CancelTask answered with the canceled task
+    # answered at the timeout; CancelTask went out in the background, which the close waits for
+    assert result.error_code == "timeout" and "its task is being cancelled" in (result.error or "")
+    states = {t["id"]: t["status"]["state"] for t in await peer_tasks(polled_peer)}
+    assert states[result.metadata["taskId"]] == "TASK_STATE_CANCELED"
 
 
 async def test_cancelling_the_call_cancels_the_remote_task(streaming_peer: PeerProcess) -> None:
@@ -157,7 +162,8 @@ async def test_streaming_turns_updates_into_events(streaming_peer: PeerProcess) 
     assert result.metadata["polls"] == 0 and result.metadata["state"] == "completed"
     chunks = [e.data["chunk"] for e in events if e.kind == "artifact"]
     assert chunks == ["a", "b", "c", "!"]
-    assert [e.data["final"] for e in events if e.kind == "artifact"][-1] is True
+    # the a2a-sdk leaves a false lastChunk out (proto3 JSON): only the last chunk is final
+    assert [e.data["final"] for e in events if e.kind == "artifact"] == [False, False, False, True]
     statuses = [e.data["message"] for e in events if e.kind == "status"]
     assert statuses[0] == "working: starting" and statuses[-1] == "completed"
     assert [e.seq for e in events] == list(range(len(events)))
@@ -318,7 +324,10 @@ async def test_an_agent_without_cancel_task_keeps_its_dialect() -> None:
             second = await kit.execute("nocancel_go", {"task": "finish"})
     assert second.success, second
     sent = [method for mode, method in seen if method != "GetTask"]
-    assert sent == ["SendMessage", "CancelTask", "tasks/cancel", "SendMessage"]
+    # the timeout's CancelTask goes in the background, next to the second call: trying v0.3
+    # there must not send that call to v0.3 (message/send) meanwhile
+    assert sorted(sent) == sorted(["SendMessage", "CancelTask", "tasks/cancel", "SendMessage"])
+    assert [m for m in sent if "ancel" in m] == ["CancelTask", "tasks/cancel"]
 
 
 @pytest.mark.parametrize(
@@ -447,7 +456,209 @@ def test_an_http_refusal_is_quoted_in_one_short_line(content_type: str, body: st
     """A proxy's HTML error page (or a JSON error of many lines) was quoted with its breaks."""
     response = httpx.Response(502, text=body, headers={"content-type": content_type})
     with pytest.raises(TransportError) as refused:
-        remote._answer(response, "http://127.0.0.1:9/a2a")
+        remote._answer(response, response.content, "http://127.0.0.1:9/a2a")
     said = refused.value.message
     assert said.startswith("http://127.0.0.1:9/a2a answered 502: ") and "\n" not in said
     assert len(said) <= len("http://127.0.0.1:9/a2a answered 502: ") + 200
+
+
+# -- answers held back: a first request in flight, a slow CancelTask, answers without end --------
+
+
+@dataclass
+class Gate:
+    """What a gated agent (``gated_agent``) was asked, and the events that hold its answers."""
+
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)  # a held request came in
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # held answers go out now
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the test is over
+    seen: list[tuple[str, str]] = field(default_factory=list)  # (method, task id asked about)
+
+
+STREAMING_MODES = ("streamedsend", "hugeevent")
+HUGE = 256 * 1024  # what a huge answer sends before it stalls: past the limit the tests set
+
+
+@contextlib.asynccontextmanager
+async def gated_agent() -> AsyncIterator[tuple[str, Gate]]:
+    """An agent per mode at ``BASE/MODE/.well-known/agent-card.json`` (skill ``go``), its tasks
+    all ``t1``; it holds some answers until ``gate.release``:
+
+    - send, streamedsend: the SendMessage (SendStreamingMessage: its first event, the task);
+    - slowcancel: the CancelTask; v03cancel: CancelTask is unknown, tasks/cancel is held;
+    - hugeanswer, hugeevent: answer HUGE bytes of one answer (of one event) and then stall.
+    """
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    from tests.fixtures.web import serve_app
+
+    gate = Gate()
+
+    async def card(request: Request) -> Response:
+        mode = request.path_params["mode"]
+        rpc = str(request.url).replace("/.well-known/agent-card.json", "/rpc")
+        interface = {"url": rpc, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        return JSONResponse(
+            {
+                "name": mode,
+                "supportedInterfaces": [interface],
+                "capabilities": {"streaming": mode in STREAMING_MODES},
+                "skills": [{"id": "go", "name": "go"}],
+            }
+        )
+
+    def task(state: str = "WORKING") -> dict[str, Any]:
+        return {"id": "t1", "contextId": "c1", "status": {"state": f"TASK_STATE_{state}"}}
+
+    async def held() -> None:
+        gate.arrived.set()
+        await gate.release.wait()
+
+    async def stalled(first: bytes) -> AsyncIterator[bytes]:
+        yield first
+        await gate.ended.wait()
+
+    async def rpc(request: Request) -> Response:
+        mode, body = request.path_params["mode"], await request.json()
+        method, params = body["method"], body["params"]
+        gate.seen.append((method, str(params.get("id", ""))))
+
+        def answer(result: Any) -> Response:
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": result})
+
+        if method == "SendStreamingMessage":
+            if mode == "hugeevent":
+                huge = b"data: " + b"x" * HUGE
+                return StreamingResponse(stalled(huge), media_type="text/event-stream")
+            await held()
+            first = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": {"task": task()}})
+            event = f"data: {first}\n\n".encode()
+            return StreamingResponse(stalled(event), media_type="text/event-stream")
+        if method == "SendMessage":
+            if mode == "hugeanswer":
+                huge = b'{"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "' + b"x" * HUGE
+                return StreamingResponse(stalled(huge), media_type="application/json")
+            if mode == "send":
+                await held()
+            asked = params["message"]["parts"][0]["text"]
+            return answer({"task": task("COMPLETED" if asked == "finish" else "WORKING")})
+        if method == "GetTask":
+            return answer(task())
+        if (method, mode) in (("CancelTask", "slowcancel"), ("tasks/cancel", "v03cancel")):
+            await held()
+        if method == "CancelTask" and mode != "v03cancel":
+            return answer(task("CANCELED"))
+        error = {"code": -32601, "message": "Method not found"}
+        return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "error": error})
+
+    routes = [
+        Route("/{mode}/.well-known/agent-card.json", card),
+        Route("/{mode}/rpc", rpc, methods=["POST"]),
+    ]
+    async with serve_app(Starlette(routes=routes)) as base:
+        try:
+            yield base, gate
+        finally:  # nothing held is left for the server's shutdown to wait on
+            gate.release.set()
+            gate.ended.set()
+
+
+def gated_card(base: str, mode: str) -> str:
+    return f"{base}/{mode}/.well-known/agent-card.json"
+
+
+@pytest.mark.parametrize("mode", ["send", "streamedsend"])
+async def test_a_call_cancelled_before_its_task_is_named_still_cancels_it(mode: str) -> None:
+    """Cancelled while its SendMessage (streaming: before the stream's first event) was in
+    flight, the call dropped the request, never learnt the task's id and left the task working
+    for nobody. The request is let finish, and the task its answer names is cancelled."""
+    async with gated_agent() as (base, gate):
+        async with await create_toolkit(agents=[agent(gated_card(base, mode))]) as kit:
+            call = asyncio.ensure_future(kit.execute(f"{mode}_go", {"task": "x"}))
+            await gate.arrived.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            gate.release.set()  # the answer naming t1 goes out only now
+        # the toolkit's close waited for the cleanup
+        assert ("CancelTask", "t1") in gate.seen
+
+
+async def test_a_call_timing_out_before_its_task_is_named_still_cancels_it() -> None:
+    async with gated_agent() as (base, gate):
+        async with await create_toolkit(
+            agents=[agent(gated_card(base, "send"), timeout=0.2)]
+        ) as kit:
+            result = await kit.execute("send_go", {"task": "x"})
+            assert result.error_code == "timeout", result
+            assert "had not answered the first request" in (result.error or "")
+            gate.release.set()
+        assert ("CancelTask", "t1") in gate.seen
+
+
+async def test_a_timeout_is_answered_at_the_deadline_though_cancel_task_is_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The result waited for CancelTask's answer (up to CANCEL_TIMEOUT, 5 s) after the agent's
+    timeout: it is answered at the timeout, CancelTask going on in the background until the
+    toolkit closes."""
+    monkeypatch.setattr(remote, "CANCEL_TIMEOUT", 60.0)
+    async with gated_agent() as (base, gate):
+        card = gated_card(base, "slowcancel")
+        kit = await create_toolkit(agents=[agent(card, timeout=0.3, poll_every=0.05)])
+        async with kit:
+            (source,) = [s for s in kit.sources if isinstance(s, AgentSource)]
+            peer = source._peer
+            async with asyncio.timeout(10):  # the old call waited CANCEL_TIMEOUT for it
+                result = await kit.execute("slowcancel_go", {"task": "x"})
+            assert result.error_code == "timeout", result
+            assert "did not finish within 0.3s" in (result.error or "")
+            assert not gate.release.is_set()  # answered while CancelTask is held, or not sent
+            gate.release.set()
+        assert ("CancelTask", "t1") in gate.seen
+        assert peer is not None and not peer._settling  # the close waited for it
+
+
+async def test_a_cancel_trying_the_other_dialect_leaves_the_other_calls_in_theirs() -> None:
+    """A peer without CancelTask is tried in v0.3 (tasks/cancel) in the background: a call
+    made meanwhile still goes out as SendMessage (the peer was switched to v0.3 while the
+    retry was in flight, and left there when it timed out)."""
+    async with gated_agent() as (base, gate):
+        card = gated_card(base, "v03cancel")
+        async with await create_toolkit(agents=[agent(card, timeout=0.3, poll_every=0.05)]) as kit:
+            first = await kit.execute("v03cancel_go", {"task": "x"})
+            assert first.error_code == "timeout", first
+            await gate.arrived.wait()  # tasks/cancel is held
+            second = await kit.execute("v03cancel_go", {"task": "finish"})
+            gate.release.set()
+    assert second.success, second
+    sent = [method for method, _id in gate.seen if method != "GetTask"]
+    assert sent == ["SendMessage", "CancelTask", "tasks/cancel", "SendMessage"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("hugeanswer", "answered with more than 65536 bytes (the limit of an agent's answer)"),
+        ("hugeevent", "an event of the stream is larger than 65536 bytes; not read on"),
+    ],
+    ids=["answer", "event"],
+)
+async def test_an_answer_past_the_limit_fails_the_call_without_reading_on(
+    mode: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer (or one event of a stream) was read whole whatever its size: a peer sending
+    300 MB took 1.8 GB of the caller's memory. Past MAX_ANSWER_BYTES the call fails at once,
+    naming the limit (the agent here stalls after its first bytes: reading on would wait)."""
+    monkeypatch.setattr(remote, "MAX_ANSWER_BYTES", 64 * 1024, raising=False)
+    async with (
+        gated_agent() as (base, _gate),
+        await create_toolkit(agents=[agent(gated_card(base, mode))]) as kit,
+        asyncio.timeout(10),
+    ):
+        result = await kit.execute(f"{mode}_go", {"task": "x"})
+    assert result.error_code == "tool_error", result
+    assert says in (result.error or ""), result

@@ -20,6 +20,7 @@ import pytest
 from a2a.client import ClientConfig
 from a2a.client import create_client as a2a_client
 from a2a.client.card_resolver import parse_agent_card
+from a2a.compat.v0_3 import types as v03
 from a2a.helpers import new_text_part
 from a2a.types import (
     CancelTaskRequest,
@@ -200,6 +201,75 @@ async def test_tool_calls_stream_as_status_updates(llm: StubLLM) -> None:
     ]
     assert said == ["calling lookup"]
     assert events[-2].artifact_update.artifact.parts[0].text == "it means yes"
+
+
+async def test_a_subscriber_and_get_task_see_the_tool_a_task_calls() -> None:
+    """Progress was recorded only when the task had a streaming listener as it started: a task
+    sent with returnImmediately and then subscribed to never told its subscriber (nor GetTask)
+    which tool it was calling."""
+    subscribed, calling, finish = threading.Event(), asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def lookup(term: str) -> str:
+        """Look a term up."""
+        calling.set()
+        await finish.wait()
+        return f"{term} means yes"
+
+    def model(body: dict[str, Any], index: int) -> Answer:
+        if index == 0:
+            subscribed.wait(30)  # the model asks for the tool once the subscriber listens
+            return openai_calls(("c", "lookup", {"term": "ok"}))
+        return openai_text("it means yes")
+
+    with StubLLM(model) as stub:
+        kit = await create_toolkit(tools=[lookup], skills_dir=SKILLS)
+        handle = await kit.serve(client=create_client(stub.base_url, model="m"), a2a="desk")
+        url = handle.url + "/a2a"
+        try:
+            params = {
+                "message": _wire_message("what is ok?"),
+                "configuration": {"returnImmediately": True},
+            }
+            task_id = (await rpc(url, "SendMessage", params))["result"]["task"]["id"]
+            subscribe = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "SubscribeToTask",
+                "params": {"id": task_id},
+            }
+            async with (
+                httpx.AsyncClient(timeout=10) as http,
+                http.stream("POST", url, json=subscribe) as stream,
+            ):
+                events = _data_events(stream.aiter_lines())
+                first = await anext(events)
+                assert first["result"]["task"]["id"] == task_id
+                subscribed.set()
+                await calling.wait()
+                polled = (await rpc(url, "GetTask", {"id": task_id}))["result"]["status"]
+                finish.set()
+                rest = [event["result"] async for event in events]
+        finally:
+            subscribed.set()
+            finish.set()
+            await handle.stop()
+            await kit.close()
+    assert polled["message"]["parts"][0]["text"] == "calling lookup"
+    said = [
+        u["statusUpdate"]["status"].get("message", {}).get("parts", [{}])[0].get("text")
+        for u in rest
+        if "statusUpdate" in u
+    ]
+    assert "calling lookup" in said
+    assert rest[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def _data_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON-RPC answers of an A2A event stream (one ``data:`` line each)."""
+    async for line in lines:
+        if line.startswith("data:"):
+            yield json.loads(line[5:])
 
 
 async def test_cancel_task() -> None:
@@ -469,6 +539,15 @@ async def test_auth_token_guards_the_endpoint(llm: StubLLM) -> None:
     assert "bearer" in card["securitySchemes"]
     assert refused.status_code == 401
     assert allowed["error"]["code"] == -32001
+    # The card says it is read by v0.3 clients too (url, protocolVersion 0.3.0): its scheme was
+    # read there as a mutualTLS scheme, and no security asked for
+    scheme = v03.AgentCard.model_validate(card).security_schemes or {}
+    assert isinstance(scheme["bearer"].root, v03.HTTPAuthSecurityScheme)
+    assert scheme["bearer"].root.scheme.lower() == "bearer"
+    assert v03.AgentCard.model_validate(card).security == [{"bearer": []}]
+    parsed = parse_agent_card(json.loads(json.dumps(card)))  # (it changes what it reads)
+    assert parsed.security_schemes["bearer"].http_auth_security_scheme.scheme == "Bearer"
+    assert list(parsed.security_requirements[0].schemes) == ["bearer"]
 
 
 async def test_serve_settings_are_checked(llm: StubLLM) -> None:

@@ -147,6 +147,12 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
             yield json.loads(line[5:])["result"]
 
 
+def _said(update: dict[str, Any]) -> str:
+    """What a status update's message says."""
+    message = update["statusUpdate"]["status"].get("message") or {}
+    return "".join(part.get("text", "") for part in message.get("parts", []))
+
+
 async def test_a_task_is_seen_and_cancelled_through_another_host(postgres_url: str) -> None:
     release = threading.Event()
 
@@ -490,7 +496,10 @@ async def test_a_task_canceled_elsewhere_stops_at_its_next_write_if_the_notice_i
             created = (await asyncio.wait_for(waiting, 30))["result"]["task"]
             assert created["status"] == canceled["status"], created["status"]
             told = {"taskId": task_id, "contextId": canceled["contextId"]}
-            assert streamed == [{"statusUpdate": {**told, "status": canceled["status"]}}]
+            # the subscriber heard the call asked for (as a streaming creator does), then the end
+            *progress, end = streamed
+            assert [_said(update) for update in progress] == ["calling deploy"]
+            assert end == {"statusUpdate": {**told, "status": canceled["status"]}}
             await asyncio.wait_for(asyncio.gather(job, return_exceptions=True), 10)
             assert job.cancelled()  # stopped, as the notice would have stopped it
             assert task_id not in board.running and running.approval is None

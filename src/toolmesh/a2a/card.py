@@ -18,7 +18,15 @@ import httpx
 
 from toolmesh.errors import ConfigError, TransportError, excerpt
 
-__all__ = ["WELL_KNOWN_CARD", "Endpoint", "endpoint_of", "fetch_card", "skills_of"]
+__all__ = [
+    "MAX_CARD_BYTES",
+    "WELL_KNOWN_CARD",
+    "Endpoint",
+    "endpoint_of",
+    "fetch_card",
+    "read_at_most",
+    "skills_of",
+]
 
 WELL_KNOWN_CARD = "/.well-known/agent-card.json"
 MAX_CARD_BYTES = 1024 * 1024
@@ -36,27 +44,42 @@ class Endpoint:
 
 
 async def fetch_card(card_url: str, headers: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
-    """GET the agent card at ``card_url``; unreachable -> TransportError, not a card ->
-    ConfigError."""
+    """GET the agent card at ``card_url``; unreachable -> TransportError, not a card (or one
+    larger than ``MAX_CARD_BYTES``, not read past that) -> ConfigError."""
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=True) as http:
-            response = await http.get(card_url, headers=dict(headers))
+        async with (
+            httpx.AsyncClient(timeout=timeout_s, follow_redirects=True) as http,
+            http.stream("GET", card_url, headers=dict(headers)) as response,
+        ):
+            body, cut = await read_at_most(response, MAX_CARD_BYTES)
     except httpx.HTTPError as exc:
         reason = str(exc) or type(exc).__name__  # httpx's timeouts have no message
         raise TransportError(f"cannot fetch the agent card {card_url}: {reason}") from exc
     if response.status_code != 200:
-        raise TransportError(
-            f"the agent card {card_url} answered {response.status_code}: {excerpt(response.text)}"
+        said = excerpt(body.decode("utf-8", "replace"))
+        raise TransportError(f"the agent card {card_url} answered {response.status_code}: {said}")
+    if cut:
+        raise ConfigError(
+            f"the agent card {card_url} is larger than {MAX_CARD_BYTES} bytes; not read on"
         )
-    if len(response.content) > MAX_CARD_BYTES:
-        raise ConfigError(f"the agent card {card_url} is larger than {MAX_CARD_BYTES} bytes")
     try:
-        card = response.json()
-    except json.JSONDecodeError as exc:
+        card = json.loads(body)
+    except ValueError as exc:  # not JSON, or not UTF-8 either
         raise ConfigError(f"the agent card {card_url} is not JSON: {exc}") from exc
     if not isinstance(card, dict):
         raise ConfigError(f"the agent card {card_url} is not a JSON object")
     return card
+
+
+async def read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of a streamed body, and whether there was more (not read on: a
+    peer sending without end cannot make the reader hold more)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return bytes(body[:limit]), True
+    return bytes(body), False
 
 
 def check_card(card: Any, card_url: str) -> dict[str, Any]:

@@ -6,7 +6,10 @@ When the agent's card says it streams, the call uses ``SendStreamingMessage`` in
 the status and artifact updates into ToolEvents. A task that needs input or authentication ends
 the call at once with a result saying what the agent needs; calling the same tool again (in the
 same session) answers it. At the agent's ``timeout``, or when the call is cancelled, the task is
-cancelled with ``CancelTask``. Every result carries ``{agent, taskId, state, polls, ms}``.
+cancelled with ``CancelTask``, in the background (a timeout is answered at once); a first request
+still in flight then is let finish, as its answer names the task. An answer (or one streamed
+event) larger than ``MAX_ANSWER_BYTES`` fails the call. Every result carries ``{agent, taskId,
+state, polls, ms}``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,9 +30,11 @@ from toolmesh import strictjson
 from toolmesh.a2a import wire
 from toolmesh.a2a.card import (
     WELL_KNOWN_CARD,
+    Dialect,
     Endpoint,
     check_card,
     endpoint_of,
+    read_at_most,
     skills_of,
 )
 from toolmesh.errors import ConfigError, TransportError, excerpt
@@ -50,8 +55,11 @@ TASK_SCHEMA: dict[str, Any] = {
 FIRST_POLL = 0.05
 CARD_TIMEOUT = 30.0
 REQUEST_TIMEOUT = 30.0
+# Of one answer of an agent (or one event of its stream); past it, refused: a peer cannot make
+# the caller hold more (toolmesh's own server takes requests up to 4 MB).
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 CANCEL_TIMEOUT = 5.0
-DEADLINE_MARGIN = 0.1  # end before the pipeline's deadline, so CancelTask can still go out
+DEADLINE_MARGIN = 0.1  # answer before the pipeline's deadline: the result is the agent's
 # Sessions whose last call left a remote task waiting for input, kept per skill: a session that
 # never calls again leaves its entry, so the oldest go first beyond this many.
 MAX_WAITING_SESSIONS = 10_000
@@ -148,12 +156,13 @@ class Peer:
 
     def __init__(self, endpoint: Endpoint, headers: Mapping[str, str]) -> None:
         self.url = endpoint.url
-        self.dialect = endpoint.dialect
+        self.dialect: Dialect = endpoint.dialect
         self.streaming = endpoint.streaming
         self.headers = {"Content-Type": "application/json", **headers}
         self._switched = False
         self._shared: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._settling: set[asyncio.Task[None]] = set()  # calls' cleanups (SkillCall._settle)
 
     def new_client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -165,60 +174,81 @@ class Peer:
         self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
+        # The calls' cleanups first (each ends within CANCEL_TIMEOUT): one may wait for a first
+        # request on the shared client, whose answer names the task it cancels.
+        here = asyncio.get_running_loop()
+        settling = [job for job in self._settling if job.get_loop() is here]
+        if settling:
+            await asyncio.wait(settling)
         shared, self._shared = self._shared, None
         if shared is not None:
             await shared.aclose()
 
-    @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[httpx.AsyncClient]:
+    def client(self) -> tuple[httpx.AsyncClient, bool]:
+        """The shared client while open (on this loop), else a new one, and whether it is new
+        (then the caller closes it)."""
         if self._shared is not None and self._loop is asyncio.get_running_loop():
-            yield self._shared
-            return
-        async with self.new_client() as http:
-            yield http
+            return self._shared, False
+        return self.new_client(), True
 
-    def _body(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        if self.dialect == "0.3":
+    def track(self, job: asyncio.Task[None]) -> None:
+        """Keep a call's cleanup until it ends, and have ``close`` wait for it."""
+        for jobs in (self._settling, _background):
+            jobs.add(job)
+            job.add_done_callback(jobs.discard)
+
+    def _body(
+        self, method: str, params: dict[str, Any], dialect: Dialect
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        if dialect == "0.3":
             name = wire.METHODS_V03[method]
             return _rpc(name, wire.params_to_v03(method, params)), {}
         return _rpc(method, params), {wire.VERSION_HEADER: wire.A2A_VERSION}
 
     async def call(self, http: httpx.AsyncClient, method: str, params: dict[str, Any]) -> Any:
         """The result of one request, in the 1.0 shape; RpcError for an error answer."""
+        dialect = self.dialect
         try:
-            return await self._call(http, method, params)
+            return await self._call(http, method, params, dialect)
         except wire.RpcError as exc:
-            if not self._may_switch(exc):
+            if not self._may_retry(exc, dialect):
                 raise
+            other = _other(dialect)
             try:
-                return await self._call(http, method, params)
+                result = await self._call(http, method, params, other)
             except wire.RpcError as retry:
-                self._keep_switch_unless(retry)
-                raise exc if _refuses_dialect(retry) else retry from None
+                if _refuses_dialect(retry):  # the peer lacks the method in both (a CancelTask
+                    raise exc from None  # it does not offer): its other calls keep the dialect
+                self._switch(other)
+                raise retry from None
+            self._switch(other)
+            return result
 
-    async def _call(self, http: httpx.AsyncClient, method: str, params: dict[str, Any]) -> Any:
-        body, headers = self._body(method, params)
-        response = await http.post(self.url, json=body, headers=headers)
-        payload = _answer(response, self.url)
-        return self._result(method, payload["result"])
+    async def _call(
+        self, http: httpx.AsyncClient, method: str, params: dict[str, Any], dialect: Dialect
+    ) -> Any:
+        body, headers = self._body(method, params, dialect)
+        async with http.stream("POST", self.url, json=body, headers=headers) as response:
+            answer = await _read_answer(response, self.url)
+        payload = _answer(response, answer, self.url)
+        return self._result(method, payload["result"], dialect)
 
-    def _may_switch(self, exc: wire.RpcError) -> bool:
-        if self._switched or not _refuses_dialect(exc):
-            return False
+    def _may_retry(self, exc: wire.RpcError, dialect: Dialect) -> bool:
+        """Whether a request refused in ``dialect`` goes again in the other one: not once the
+        peer was found to speak ``dialect`` (each dialect is tried once, ever)."""
+        return _refuses_dialect(exc) and not (self._switched and self.dialect == dialect)
+
+    def _switch(self, dialect: Dialect) -> None:
+        """Speak ``dialect`` from now on: the peer answered in it. Only then is the switch made,
+        so the calls running meanwhile keep the dialect that works (a CancelTask in the
+        background trying the other one does not send them there)."""
+        if self.dialect != dialect:
+            logger.info("A2A peer %s speaks v%s; switching", self.url, dialect)
         self._switched = True
-        self.dialect = "1.0" if self.dialect == "0.3" else "0.3"
-        logger.info("A2A peer %s speaks v%s; switching", self.url, self.dialect)
-        return True
+        self.dialect = dialect
 
-    def _keep_switch_unless(self, retry: wire.RpcError) -> None:
-        """Undo a switch the other dialect refused as well: the peer lacks that one method
-        (a CancelTask it does not offer), and its other calls still work in the first one."""
-        if _refuses_dialect(retry):
-            self._switched = False
-            self.dialect = "1.0" if self.dialect == "0.3" else "0.3"
-
-    def _result(self, method: str, result: Any) -> Any:
-        if self.dialect == "0.3":
+    def _result(self, method: str, result: Any, dialect: Dialect) -> Any:
+        if dialect == "0.3":
             if method == "SendMessage":
                 return wire.from_v03(result)
             return wire.task_from_v03(result)
@@ -230,31 +260,56 @@ class Peer:
         self, http: httpx.AsyncClient, params: dict[str, Any]
     ) -> AsyncGenerator[dict[str, Any]]:
         """The events of a SendStreamingMessage, each as a 1.0 StreamResponse."""
-        for attempt in (0, 1):
-            body, headers = self._body("SendStreamingMessage", params)
-            headers["Accept"] = "text/event-stream"
-            async with http.stream("POST", self.url, json=body, headers=headers) as response:
-                if "text/event-stream" not in response.headers.get("content-type", ""):
-                    await response.aread()
-                    try:
-                        _answer(response, self.url)
-                    except wire.RpcError as exc:
-                        if attempt == 0 and self._may_switch(exc):
-                            continue
-                        if attempt == 1:
-                            self._keep_switch_unless(exc)
-                        raise
-                    raise TransportError(f"{self.url} did not answer with an event stream")
-                async for _event, data in read_events(response):
-                    payload = _decode(data, self.url)
-                    if "error" in payload:
-                        raise _rpc_error(payload["error"])
-                    item = payload.get("result")
-                    if self.dialect == "0.3":
-                        yield wire.stream_item_from_v03(item)
-                    elif isinstance(item, dict):
-                        yield item
-                return
+        response, dialect = await self._open_stream(http, params)
+        try:
+            async for _event, data in read_events(response, MAX_ANSWER_BYTES):
+                payload = _decode(data, self.url)
+                if "error" in payload:
+                    raise _rpc_error(payload["error"])
+                item = payload.get("result")
+                if dialect == "0.3":
+                    yield wire.stream_item_from_v03(item)
+                elif isinstance(item, dict):
+                    yield item
+        finally:
+            await response.aclose()
+
+    async def _open_stream(
+        self, http: httpx.AsyncClient, params: dict[str, Any]
+    ) -> tuple[httpx.Response, Dialect]:
+        """The event stream answering a SendStreamingMessage, and its dialect (the other one
+        tried once, as ``call`` does)."""
+        dialect = self.dialect
+        try:
+            return await self._stream_response(http, params, dialect), dialect
+        except wire.RpcError as exc:
+            if not self._may_retry(exc, dialect):
+                raise
+        other = _other(dialect)
+        try:
+            response = await self._stream_response(http, params, other)
+        except wire.RpcError as retry:
+            if not _refuses_dialect(retry):
+                self._switch(other)
+            raise
+        self._switch(other)
+        return response, other
+
+    async def _stream_response(
+        self, http: httpx.AsyncClient, params: dict[str, Any], dialect: Dialect
+    ) -> httpx.Response:
+        body, headers = self._body("SendStreamingMessage", params, dialect)
+        headers["Accept"] = "text/event-stream"
+        request = http.build_request("POST", self.url, json=body, headers=headers)
+        response = await http.send(request, stream=True)
+        if "text/event-stream" in response.headers.get("content-type", ""):
+            return response
+        try:
+            answer = await _read_answer(response, self.url)
+        finally:
+            await response.aclose()
+        _answer(response, answer, self.url)  # an error answer raises what it says
+        raise TransportError(f"{self.url} did not answer with an event stream")
 
 
 def _refuses_dialect(exc: wire.RpcError) -> bool:
@@ -266,13 +321,29 @@ def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params}
 
 
-def _answer(response: httpx.Response, url: str) -> dict[str, Any]:
+def _other(dialect: Dialect) -> Dialect:
+    return "1.0" if dialect == "0.3" else "0.3"
+
+
+async def _read_answer(response: httpx.Response, url: str) -> bytes:
+    """A response's body, refused once it passes ``MAX_ANSWER_BYTES`` (not read on)."""
+    body, cut = await read_at_most(response, MAX_ANSWER_BYTES)
+    if cut:
+        raise TransportError(
+            f"{url} answered with more than {MAX_ANSWER_BYTES} bytes (the limit of an "
+            "agent's answer); not read on"
+        )
+    return body
+
+
+def _answer(response: httpx.Response, body: bytes, url: str) -> dict[str, Any]:
+    """The JSON-RPC response ``body`` of ``response``, an error answer raised as what it says."""
     if response.status_code >= 400 and "json" not in response.headers.get("content-type", ""):
-        raise TransportError(f"{url} answered {response.status_code}: {excerpt(response.text)}")
-    payload = _decode(response.text, url)
+        raise TransportError(f"{url} answered {response.status_code}: {excerpt(_text(body))}")
+    payload = _decode(body, url)
     if response.status_code >= 400 and not isinstance(payload.get("error"), dict):
         # an HTTP refusal with a JSON body (401 {"error": "missing or wrong bearer token"})
-        detail = payload.get("error") or payload.get("message") or response.text
+        detail = payload.get("error") or payload.get("message") or _text(body)
         raise TransportError(f"{url} answered {response.status_code}: {excerpt(str(detail))}")
     if "error" in payload:
         raise _rpc_error(payload["error"])
@@ -281,9 +352,13 @@ def _answer(response: httpx.Response, url: str) -> dict[str, Any]:
     return payload
 
 
-def _decode(text: str, url: str) -> dict[str, Any]:
+def _text(body: bytes) -> str:
+    return body.decode("utf-8", "replace")
+
+
+def _decode(data: str | bytes, url: str) -> dict[str, Any]:
     try:
-        payload = strictjson.loads(text)
+        payload = strictjson.loads(data)
     except ValueError:
         raise TransportError(f"{url} answered with something that is not JSON") from None
     if not isinstance(payload, dict):
@@ -315,6 +390,14 @@ class _Progress:
     polls: int = 0
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)  # agent messages, in order
+    named: asyncio.Event = field(default_factory=asyncio.Event)  # set once task_id is known
+
+    def name_task(self, task_id: Any, context_id: Any) -> None:
+        """The ids the agent gave its task (the first known ones stay)."""
+        self.task_id = self.task_id or str(task_id or "")
+        self.context_id = self.context_id or str(context_id or "")
+        if self.task_id:
+            self.named.set()
 
     def take_task(self, task: Any) -> None:
         if not isinstance(task, dict) or not isinstance(task.get("status"), dict):
@@ -323,6 +406,7 @@ class _Progress:
             raise TransportError("the agent answered with a task that has no id")
         self.task_id = str(task.get("id") or self.task_id)
         self.context_id = str(task.get("contextId") or self.context_id)
+        self.named.set()
         self.state = wire.task_state(task)
         if task.get("artifacts"):
             self.artifacts = _objects(task["artifacts"], "the task's artifacts")
@@ -385,39 +469,62 @@ class SkillCall:
         budget = self.agent.timeout
         if ctx.deadline is not None:
             budget = min(budget, ctx.deadline - started - DEADLINE_MARGIN)
-        async with self.peer.session() as http:
-            try:
-                async with asyncio.timeout(max(budget, 0.001)):
-                    if self.peer.streaming:
-                        await self._streamed(http, message, progress, ctx)
-                    else:
-                        await self._polled(http, message, progress, ctx)
-            except TimeoutError:
-                asked = await self._cancel(http, progress)
-                return self._result(
-                    ctx,
-                    progress,
-                    started,
-                    ToolErrorCode.TIMEOUT,
-                    f"the agent {self.agent_name!r} did not finish within {budget:.3g}s"
-                    + ("; its task was cancelled" if asked else ""),
-                )
-            except asyncio.CancelledError:
-                await self._cancel_in_background(progress)
+        http, own_client = self.peer.client()
+        # The exchange runs as a task of its own, so that a call ending early (its timeout, or
+        # cancelled) can leave a first request in flight to finish: its answer names the task
+        # to cancel (see _settle).
+        work = asyncio.ensure_future(self._exchange(http, message, progress, ctx))
+        settle: asyncio.Task[None] | None = None
+        try:
+            async with asyncio.timeout(max(budget, 0.001)):
+                await asyncio.shield(work)
+        except TimeoutError:
+            settle = self._settle_in_background(work, progress, http if own_client else None)
+            return self._result(
+                ctx,
+                progress,
+                started,
+                ToolErrorCode.TIMEOUT,
+                f"the agent {self.agent_name!r} did not finish within {budget:.3g}s; "
+                + (
+                    "its task is being cancelled"
+                    if progress.task_id
+                    else "it had not answered the first request (the task it names is cancelled)"
+                ),
+            )
+        except asyncio.CancelledError:
+            settle = self._settle_in_background(work, progress, http if own_client else None)
+            with contextlib.suppress(BaseException):  # cancelled again: it goes on alone
+                await asyncio.shield(settle)
+            raise
+        except (wire.RpcError, TransportError, httpx.HTTPError, RuntimeError) as exc:
+            if http.is_closed:  # the source closed (and its shared client) under the call
+                return await self._closed_under(progress, ctx, started)
+            if isinstance(exc, RuntimeError):
                 raise
-            except (wire.RpcError, TransportError, httpx.HTTPError, RuntimeError) as exc:
-                if http.is_closed:  # the source closed (and its shared client) under the call
-                    return await self._closed_under(progress, ctx, started)
-                if isinstance(exc, RuntimeError):
-                    raise
-                return self._result(
-                    ctx,
-                    progress,
-                    started,
-                    ToolErrorCode.TOOL_ERROR,
-                    f"the agent {self.agent_name!r} failed: {exc}",
-                )
+            return self._result(
+                ctx,
+                progress,
+                started,
+                ToolErrorCode.TOOL_ERROR,
+                f"the agent {self.agent_name!r} failed: {exc}",
+            )
+        finally:
+            if settle is None and own_client:  # else the cleanup closes it when done
+                await http.aclose()
         return self._result(ctx, progress, started)
+
+    async def _exchange(
+        self,
+        http: httpx.AsyncClient,
+        message: dict[str, Any],
+        progress: _Progress,
+        ctx: ToolContext,
+    ) -> None:
+        if self.peer.streaming:
+            await self._streamed(http, message, progress, ctx)
+        else:
+            await self._polled(http, message, progress, ctx)
 
     async def _polled(
         self,
@@ -475,8 +582,7 @@ class SkillCall:
                 progress.state = "completed"
         elif "statusUpdate" in item:
             update = _shaped(item["statusUpdate"], "a status update")
-            progress.task_id = progress.task_id or str(update.get("taskId") or "")
-            progress.context_id = progress.context_id or str(update.get("contextId") or "")
+            progress.name_task(update.get("taskId"), update.get("contextId"))
             status = _shaped(update.get("status"), "a status update's status")
             progress.state = wire.short_state(status.get("state"))
             message = _shaped(status.get("message"), "a status update's message")
@@ -486,11 +592,13 @@ class SkillCall:
             ctx.status(f"{progress.state}: {said}" if said else progress.state)
         elif "artifactUpdate" in item:
             update = _shaped(item["artifactUpdate"], "an artifact update")
+            progress.name_task(update.get("taskId"), update.get("contextId"))
             artifact = progress.take_artifact(update)
             ctx.artifact(
                 str(artifact.get("name") or artifact.get("artifactId") or "artifact"),
                 wire.text_of(artifact.get("parts")),
-                final=bool(update.get("lastChunk", True)),
+                # proto3 JSON leaves a false lastChunk out: a chunk without one is not the last
+                final=bool(update.get("lastChunk", False)),
             )
 
     async def _cancel(self, http: httpx.AsyncClient, progress: _Progress) -> bool:
@@ -522,19 +630,38 @@ class SkillCall:
             + ("; its task was cancelled" if asked else ""),
         )
 
-    async def _cancel_in_background(self, progress: _Progress) -> None:
-        """Cancel the remote task although this call is being cancelled itself (with a client
-        of its own: the shared one may be closing with the toolkit)."""
+    def _settle_in_background(
+        self, work: asyncio.Task[None], progress: _Progress, own_client: httpx.AsyncClient | None
+    ) -> asyncio.Task[None]:
+        """Start (and track) the cleanup of a call that ended early; ``own_client`` is the
+        call's own client, which the cleanup closes."""
+        job = asyncio.ensure_future(self._settle(work, progress, own_client))
+        self.peer.track(job)
+        return job
 
-        async def cancel() -> None:
-            async with self.peer.new_client() as http:
-                await self._cancel(http, progress)
-
-        job = asyncio.ensure_future(cancel())
-        _background.add(job)
-        job.add_done_callback(_background.discard)
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(job)
+    async def _settle(
+        self, work: asyncio.Task[None], progress: _Progress, own_client: httpx.AsyncClient | None
+    ) -> None:
+        """Cancel the remote task of a call that ended early (timed out, or cancelled itself).
+        A first request still in flight is let finish first, as its answer names the task: all
+        within CANCEL_TIMEOUT. CancelTask goes on a client of its own: the shared one may be
+        closing with the toolkit."""
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT):
+                await _named_or_done(work, progress)
+                await _stopped(work)
+                async with self.peer.new_client() as http:
+                    await self._cancel(http, progress)
+        except TimeoutError:
+            logger.info(
+                "the agent %s did not name or cancel the task of an ended call within %ss",
+                self.peer.url,
+                CANCEL_TIMEOUT,
+            )
+        finally:
+            await _stopped(work)
+            if own_client is not None:
+                await own_client.aclose()
 
     def _result(
         self,
@@ -588,6 +715,23 @@ class SkillCall:
             )
         code = ToolErrorCode.CANCELLED if state == "canceled" else ToolErrorCode.TOOL_ERROR
         return code, f"the agent's task was {state}: {said or 'no reason given'}"
+
+
+async def _named_or_done(work: asyncio.Task[None], progress: _Progress) -> None:
+    """Until the agent has named the call's task, or the exchange ``work`` ended."""
+    if progress.task_id or work.done():
+        return
+    named = asyncio.ensure_future(progress.named.wait())
+    try:
+        await asyncio.wait({work, named}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        named.cancel()
+
+
+async def _stopped(work: asyncio.Task[None]) -> None:
+    """Cancel the exchange ``work`` and wait for its end (its outcome is not the call's now)."""
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
 
 
 def _shaped(value: Any, what: str) -> dict[str, Any]:

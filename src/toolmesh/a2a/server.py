@@ -264,8 +264,17 @@ class A2AServer:
             "preferredTransport": "JSONRPC",
         }
         if self.auth_token:
-            card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
-            card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+            # Both shapes in one: 1.0 readers take the httpAuthSecurityScheme (the a2a-sdk's
+            # parse_agent_card ignores the rest), v0.3 readers the type and scheme beside it
+            # (else they read a mutualTLS scheme), and each its own list of requirements.
+            bearer = {
+                "httpAuthSecurityScheme": {"scheme": "Bearer"},  # 1.0
+                "type": "http",  # v0.3
+                "scheme": "Bearer",  # v0.3
+            }
+            card["securitySchemes"] = {"bearer": bearer}
+            card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]  # 1.0
+            card["security"] = [{"bearer": []}]  # v0.3
         return card
 
     def _skills(self) -> list[JsonObject]:
@@ -558,7 +567,9 @@ class A2AServer:
 
     async def _execute(self, running: RunningTask) -> None:
         running.set_status("working")
-        on_event = _progress_reporter(running) if running.listeners else None
+        # Always: a SubscribeToTask (or a GetTask) coming later sees the tool being called too,
+        # not only a streaming creator; set_status tells only the listeners there are.
+        on_event = _progress_reporter(running)
         # A call needing approval puts the task in input-required until the client answers.
         # The session is the task's conversation (its contextId): its tools' state is that
         # conversation's, kept across its tasks and apart from every other conversation's.
