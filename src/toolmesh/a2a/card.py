@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from toolmesh.errors import ConfigError, TransportError, excerpt
+from toolmesh.transports.bodies import read_at_most
 
 __all__ = [
     "MAX_CARD_BYTES",
@@ -24,7 +25,6 @@ __all__ = [
     "Endpoint",
     "endpoint_of",
     "fetch_card",
-    "read_at_most",
     "skills_of",
 ]
 
@@ -69,17 +69,6 @@ async def fetch_card(card_url: str, headers: Mapping[str, str], timeout_s: float
     if not isinstance(card, dict):
         raise ConfigError(f"the agent card {card_url} is not a JSON object")
     return card
-
-
-async def read_at_most(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes of a streamed body, and whether there was more (not read on: a
-    peer sending without end cannot make the reader hold more)."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > limit:
-            return bytes(body[:limit]), True
-    return bytes(body), False
 
 
 def check_card(card: Any, card_url: str) -> dict[str, Any]:

@@ -34,12 +34,12 @@ from toolmesh.a2a.card import (
     Endpoint,
     check_card,
     endpoint_of,
-    read_at_most,
     skills_of,
 )
 from toolmesh.errors import ConfigError, TransportError, excerpt
 from toolmesh.models import ToolDefinition, ToolErrorCode, ToolResult
 from toolmesh.tools import Tool, ToolContext
+from toolmesh.transports.bodies import read_at_most
 from toolmesh.transports.sse import read_events
 
 __all__ = ["TASK_SCHEMA", "Agent", "Peer", "agent", "agent_tools", "tools_from_card"]

@@ -202,16 +202,21 @@ def build_host(
 
         workspace = getattr(args, "workspace", DEFAULT_WORKSPACE)  # `tools`/`call` have none
         sources = [builtin_source(True, workspace=workspace)]
-    return Host(
-        *sources,
-        audit=audit,
-        capabilities=getattr(args, "capability", None),
-        capability_policy=getattr(args, "capability_policy", None),
-        max_parallel=getattr(args, "max_parallel", 8),
-        auth_token=getattr(args, "auth_token", None),
-        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
-        limits=cli_limits(args),
-    )
+    return Host(*sources, audit=audit, limits=cli_limits(args), **_host_options(args))
+
+
+def _host_options(args: argparse.Namespace, *, capabilities: bool = True) -> dict[str, Any]:
+    """What the command line sets of a host beside its sources, store and limits (with
+    ``capabilities``: its capability set and policy too, else a manifest's toolkit has them)."""
+    options: dict[str, Any] = {
+        "max_parallel": getattr(args, "max_parallel", 8),
+        "auth_token": getattr(args, "auth_token", None),
+        "max_message_bytes": getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+    }
+    if capabilities:
+        options["capabilities"] = getattr(args, "capability", None)
+        options["capability_policy"] = getattr(args, "capability_policy", None)
+    return options
 
 
 def cli_sources(args: argparse.Namespace, *, lone_toolkit_served: bool = False) -> list[Any]:
@@ -277,13 +282,9 @@ def _toolkit_host(
     return Host(
         toolkit,
         audit=audit,
-        capabilities=getattr(args, "capability", None),
-        capability_policy=getattr(args, "capability_policy", None),
-        max_parallel=getattr(args, "max_parallel", 8),
-        auth_token=getattr(args, "auth_token", None),
-        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
         limits=cli_limits(args, toolkit.pipeline.limits),
         owns_toolkit=True,  # served by this host alone: it opens the sources and closes them
+        **_host_options(args),
     )
 
 
@@ -317,11 +318,9 @@ def _manifest_host(
     )
     return Host(
         toolkit,
-        max_parallel=getattr(args, "max_parallel", 8),
-        auth_token=getattr(args, "auth_token", None),
-        max_message_bytes=getattr(args, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
-        limits=cli_limits(args),
+        limits=cli_limits(args, toolkit.pipeline.limits),
         owns_toolkit=True,  # built for this host: it opens the sources and closes them
+        **_host_options(args, capabilities=False),
     )
 
 

@@ -29,6 +29,7 @@ from toolmesh import strictjson
 from toolmesh.errors import ConfigError, ProviderError
 from toolmesh.llm.styles import ChatMessage, Reply, Style, style_named
 from toolmesh.tools import Tool
+from toolmesh.transports.bodies import read_at_most
 from toolmesh.transports.lean_http import LeanClient, LeanError, LeanResponse, lean_suits
 from toolmesh.transports.sse import read_events
 
@@ -235,7 +236,7 @@ class LLMClient:
             async with asyncio.timeout(self.timeout) as bound:
                 async with self._exchange(body, stream=stream) as response:
                     if response.status_code != 200:
-                        start, _ = await _read_bounded(response, _ERROR_BYTES)
+                        start, _ = await read_at_most(response, _ERROR_BYTES)
                         raise self._refused(response, start.decode("utf-8", "replace"), url)
                     kind = response.headers.get("content-type", "")
                     if stream and "text/event-stream" in kind:
@@ -258,7 +259,7 @@ class LLMClient:
                                 status=200,
                             )
                         return reply
-                    payload, cut = await _read_bounded(response, MAX_ANSWER_BYTES)
+                    payload, cut = await read_at_most(response, MAX_ANSWER_BYTES)
                     if cut:
                         raise self._too_large(url)
         except (httpx.HTTPError, LeanError) as exc:
@@ -512,13 +513,3 @@ def _error_text(text: str) -> str:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-async def _read_bounded(response: Any, limit: int) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes of a body, and whether there was more (not read on)."""
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > limit:
-            return bytes(body[:limit]), True
-    return bytes(body), False
