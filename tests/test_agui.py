@@ -197,7 +197,7 @@ async def test_two_sessions_calling_with_the_same_call_id_see_only_their_own_run
         await asyncio.gather(*calls, return_exceptions=True)
         for stream in streams.values():
             await stream.aclose()
-    assert agui._activities == {} and agui._deltas == {}
+    assert agui._runs == {} and agui._deltas == {}
 
 
 async def test_a_cancelled_call_ends_its_run() -> None:
@@ -233,4 +233,102 @@ async def test_a_cancelled_call_ends_its_run() -> None:
         await stream.aclose()
     assert kinds(rest) == ["TOOL_CALL_RESULT", "RUN_ERROR"]
     assert rest[1]["code"] == "cancelled"
-    assert agui._activities == {}
+    assert agui._runs == {}
+
+
+def _searching_toolkit(step: asyncio.Event, started: asyncio.Event | None = None) -> Any:
+    """A tool reporting its activity in two steps, the second once ``step`` is set (it sets
+    ``started`` once running)."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.tools import ToolContext
+
+    @tool
+    async def searching(ctx: ToolContext, q: str = "") -> str:
+        """Searches in two steps."""
+        if started is not None:
+            started.set()
+        ctx.activity("search", [{"op": "add", "path": "/hits", "value": []}])
+        await step.wait()
+        ctx.activity("search", [{"op": "add", "path": "/hits/-", "value": "a"}])
+        ctx.activity("search", [{"op": "add", "path": "/status", "value": "done"}])
+        return "found a"
+
+    return Toolkit(searching)
+
+
+async def test_a_subscriber_joining_mid_run_is_shown_its_start_and_its_activity() -> None:
+    """It used to get the run's result without its start, and lose the activity updates sent
+    after it joined (patched onto nothing, they failed)."""
+    import jsonpatch
+
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    step = asyncio.Event()
+    toolkit = _searching_toolkit(step)
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    early = agui.events(session.id)
+    assert (await anext(early))["type"] == "STATE_SNAPSHOT"
+    spec = CallSpec("searching", {"q": "x"}, req_id="r")
+    call = asyncio.ensure_future(toolkit.pipeline.call(session, spec))
+    late = agui.events(session.id)
+    try:
+        seen_early = await asyncio.wait_for(collect(early, 5), 10)  # up to the first activity
+        assert (await anext(late))["type"] == "STATE_SNAPSHOT"
+        step.set()
+        assert (await asyncio.wait_for(call, 10)).success
+        seen_late = await asyncio.wait_for(collect(late, 9), 10)
+    finally:
+        step.set()
+        await asyncio.gather(call, return_exceptions=True)
+        await early.aclose()
+        await late.aclose()
+    then = ["ACTIVITY_DELTA", "ACTIVITY_DELTA", "TOOL_CALL_RESULT", "RUN_FINISHED"]
+    assert kinds(seen_late) == [*kinds(seen_early), *then]
+    for event in seen_late:
+        EVENT.validate_python(event)
+    assert seen_late[0]["runId"] == "r" and seen_late[1]["toolCallName"] == "searching"
+    assert json.loads(seen_late[2]["delta"]) == {"q": "x"}
+    content = seen_late[4]["content"]
+    for delta in seen_late[5:7]:
+        content = jsonpatch.apply_patch(content, delta["patch"])
+    assert content == {"hits": ["a"], "status": "done"}
+    assert agui._runs == {}
+
+
+async def test_a_run_that_started_unwatched_is_not_shown() -> None:
+    """A subscriber joining while a call runs that nobody watched start sees nothing of it (its
+    result or end alone would break AG-UI's order: a run's events follow its RUN_STARTED); the
+    next call is shown whole."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    step, started = asyncio.Event(), asyncio.Event()
+    toolkit = _searching_toolkit(step, started)
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    unwatched = asyncio.ensure_future(
+        toolkit.pipeline.call(session, CallSpec("searching", {}, req_id="unseen"))
+    )
+    stream = agui.events(session.id)
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        assert (await anext(stream))["type"] == "STATE_SNAPSHOT"
+        step.set()
+        assert (await asyncio.wait_for(unwatched, 10)).success
+        spec = CallSpec("searching", {}, req_id="seen")
+        assert (await asyncio.wait_for(toolkit.pipeline.call(session, spec), 10)).success
+        events = await asyncio.wait_for(collect(stream, 9), 10)
+    finally:
+        step.set()
+        await asyncio.gather(unwatched, return_exceptions=True)
+        await stream.aclose()
+    assert kinds(events)[0] == "RUN_STARTED" and kinds(events)[-1] == "RUN_FINISHED"
+    assert {e.get("runId", e.get("toolCallId", "seen")) for e in events} == {"seen"}
+    assert {e["messageId"] for e in events if "messageId" in e} == {
+        "seen:search",
+        "seen:result",
+    }

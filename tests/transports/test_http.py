@@ -9,6 +9,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from tests.conftest import demo_host
 from tests.fixtures.sites import static_site
 from tests.fixtures.waiting import Waiting
-from toolmesh import ConfigError, TransportError, connect_async
+from toolmesh import ConfigError, Host, ToolContext, TransportError, connect_async, tool
 from toolmesh.transports.http import HttpServer, check_bind
 
 
@@ -400,6 +401,65 @@ async def test_answers_nobody_streams_are_bounded(
                     break
             sent = await http.post(f"{server}/send", content=ping, headers=headers)
             assert sent.status_code == 200
+
+
+async def test_a_streaming_call_nobody_reads_stays_within_the_backlog_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One streaming call of a chatty tool, its stream not yet read: past the limit its events
+    are dropped (with one note saying so), not queued; its result still arrives in full."""
+    limit = 20_000
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", limit)
+    emitted = asyncio.Event()
+
+    @tool
+    async def chatty(ctx: ToolContext) -> str:
+        """Emits 200 events of 1 KB each."""
+        for _ in range(200):
+            ctx.emit("progress", {"pct": 1, "message": "z" * 1000})
+        emitted.set()
+        return "done"
+
+    host = Host(chatty, audit=None)
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            session_id = (await http.post(f"{url}/session")).json()["session_id"]
+            headers = {"X-Session-Id": session_id}
+            hello = {"type": "handshake/req", "agent_id": "t", "agent_caps": ["tools"]}
+            call = {
+                "type": "tool/call/req",
+                "id": "c1",
+                "tool_name": "chatty",
+                "arguments": {},
+                "streaming": True,
+            }
+            for message in (hello, call):
+                sent = await http.post(f"{url}/send", content=json.dumps(message), headers=headers)
+                assert sent.status_code == 200
+            await emitted.wait()  # every event was delivered while nobody read the stream
+            streamed: list[dict[str, Any]] = []
+            size = 0
+            async with http.stream("GET", f"{url}/stream", headers=headers) as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data: "):
+                        size += len(line)
+                        streamed.append(json.loads(line[6:]))
+                        if streamed[-1]["type"] == "tool/call/resp":
+                            break
+    finally:
+        await server.stop()
+        await host.close()
+    events = [m for m in streamed if m["type"] == "tool/event"]
+    notes = [e for e in events if e["kind"] == "log"]
+    assert len(notes) == 1 and "further events are dropped" in notes[0]["data"]["message"]
+    progress = [e["seq"] for e in events if e["kind"] == "progress"]
+    assert 10 < len(progress) < 30 and progress == list(range(len(progress)))
+    answer = streamed[-1]["data"]
+    assert answer["success"] and answer["data"] == "done"
+    assert len(answer["events"]) > len(progress)  # the result kept what the stream dropped
+    assert size - len(json.dumps(streamed[-1])) < limit + 3_000  # the events queued at most
 
 
 async def test_idle_sessions_are_closed_without_a_new_one_being_made(

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolmesh.capabilities import string_list
 from toolmesh.errors import ConfigError, ProtocolError, TransportError, excerpt
 from toolmesh.host import Connection, Host
-from toolmesh.models import secret_id
+from toolmesh.models import ToolEvent, secret_id
 from toolmesh.protocol import ErrorCode, ErrorMessage, decode, encode, request_id_of
 from toolmesh.transports.lean_http import LeanClient, LeanError, lean_suits
 from toolmesh.transports.lines import HEAD_BYTES, Oversized
@@ -54,7 +54,9 @@ _END = b""  # queued to wake a stream so it ends (None in a queue asks for a kee
 IDLE_SESSION_SECONDS = 600.0
 REAP_EVERY_SECONDS = 60.0  # how often idle sessions are looked for, while any exist
 KEEPALIVE_SECONDS = 15.0
-MAX_UNSENT_BYTES = 16 * 1024 * 1024  # answers waiting for a stream; past it /send answers 429
+# Answers waiting for a stream; past it /send answers 429 and events that are only streamed
+# (not approvals, which need an answer) are dropped: a call's result still carries its events.
+MAX_UNSENT_BYTES = 16 * 1024 * 1024
 SHOWN_ID_CHARS = 64  # of a session id echoed in an error (ours have 32)
 
 
@@ -69,9 +71,36 @@ class _Peer:
         )
         self.stream_owner: object | None = None
         self.last_seen = time.monotonic()
+        self._dropping: set[str] = set()  # calls told their events are dropped, this backlog
 
     def _deliver(self, message: Any) -> None:
+        # One comparison on the hot path: the backlog counts only when nobody reads it.
+        if self.queue.unsent_bytes > MAX_UNSENT_BYTES:
+            if _only_streamed(message):
+                self._drop(message)
+                return
+        elif self._dropping:
+            self._dropping.clear()  # the stream caught up: a new backlog gets a new note
         self.queue.put_nowait(encode(message))
+
+    def _drop(self, event: ToolEvent) -> None:
+        """Drop one event past the backlog limit; its call's first drop queues a note saying so
+        (a log event, in the call's place in the stream) and is logged."""
+        if event.req_id in self._dropping:
+            return
+        self._dropping.add(event.req_id)
+        note = (
+            f"more than {MAX_UNSENT_BYTES} bytes wait for GET /stream: this call's further "
+            "events are dropped until the stream is read (its result still carries its events)"
+        )
+        logger.warning("session %s, call %s: %s", self.id, event.req_id, note)
+        dropped = ToolEvent(
+            kind="log",
+            req_id=event.req_id,
+            seq=event.seq,
+            data={"level": "warning", "message": note},
+        )
+        self.queue.put_nowait(encode(dropped))
 
     async def receive(self, body: bytes) -> None:
         """One message POSTed for this session."""
@@ -382,6 +411,11 @@ def _shortened(session_id: str) -> str:
     if len(session_id) <= SHOWN_ID_CHARS:
         return session_id
     return f"{session_id[:SHOWN_ID_CHARS]}... ({len(session_id)} characters)"
+
+
+def _only_streamed(message: Any) -> bool:
+    """An event the client only watches: an approval request waits for an answer."""
+    return isinstance(message, ToolEvent) and message.kind != "approval"
 
 
 def _backlog_refusal(peer: _Peer) -> Response | None:
