@@ -23,6 +23,7 @@ from toolmesh import (
     Tool,
     ToolContext,
     ToolErrorCode,
+    ToolEvent,
     Toolkit,
     ToolResult,
     tool,
@@ -655,6 +656,27 @@ async def test_a_call_that_asked_for_approval_returns_its_approval_event() -> No
     for result in (denied, invalid):
         assert [(e.seq, e.kind) for e in result.events] == [(0, "approval")]
         assert result.events[0].data["arguments"]["env"] in ("prod", 1)
+
+
+async def test_an_approver_may_answer_without_awaiting() -> None:
+    """A plain function's True was awaited: "object bool can't be used in 'await' expression",
+    and the call denied."""
+
+    @tool(requires_approval=True)
+    def deploy(env: str) -> str:
+        """Deploys."""
+        return env
+
+    seen: list[ToolEvent] = []
+    kit = Toolkit(deploy)
+    approved = await kit.execute("deploy", {"env": "a"}, on_approval=lambda request: True)
+    told = await kit.execute(
+        "deploy", {"env": "b"}, on_approval=lambda request: True, on_event=seen.append
+    )
+    denied = await kit.execute("deploy", {"env": "c"}, on_approval=lambda request: False)
+    assert (approved.data, told.data) == ("a", "b")
+    assert [e.kind for e in seen] == ["approval"]
+    assert denied.error_code == "tool_denied"
 
 
 async def test_refused_arguments_are_not_kept_alive() -> None:

@@ -6,6 +6,7 @@ import random
 import re
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1100,3 +1101,53 @@ def test_a_toolkit_governing_itself_inside_another_is_warned_about(
         "toolkit 'inner' is a source of toolkit 'outer', which governs its tools: its own "
         "capabilities do not apply to them"
     ]
+
+
+# -- create_toolkit's settings over a manifest's, and capabilities as tags ------------------------
+
+
+async def test_create_toolkit_settings_win_over_the_manifest_even_at_their_default(
+    tmp_path: Path,
+) -> None:
+    """A setting equal to the default was taken for "not given": "locked" lost to the
+    manifest's "extensible", and sessions could widen their capabilities."""
+    manifest = tmp_path / "toolmesh.toml"
+    manifest.write_text(
+        '[toolkit]\nname = "desk"\ncapability_policy = "extensible"\non_conflict = "error"\n'
+    )
+    given = await create_toolkit(
+        config=manifest, name="toolmesh", capability_policy="locked", on_conflict="warn"
+    )
+    assert (given.name, given.capability_policy, given.on_conflict) == (
+        "toolmesh",
+        "locked",
+        "warn",
+    )
+    read = await create_toolkit(config=manifest)
+    assert (read.name, read.capability_policy, read.on_conflict) == ("desk", "extensible", "error")
+    plain = await create_toolkit()
+    assert (plain.name, plain.capability_policy, plain.on_conflict) == (
+        "toolmesh",
+        "locked",
+        "warn",
+    )
+
+
+@pytest.mark.parametrize("held", [["fs::read"], "fs::read", ("fs::read",)])
+def test_listing_and_search_take_capabilities_as_tags(held: Any) -> None:
+    """A list of tags raised AttributeError ('list' object has no attribute 'allows')."""
+    kit = Toolkit(
+        Tagged(make("read_notes"), capabilities=["fs::read"]),
+        Tagged(make("write_notes"), capabilities=["fs::write"]),
+    )
+    assert [d.name for d in kit.definitions(capabilities=held)] == ["read_notes"]
+    assert [t.name for t in kit.search("notes", capabilities=held)] == ["read_notes"]
+
+
+def test_holding_no_capabilities_lists_only_tools_that_need_none() -> None:
+    """An empty list was read as the toolkit's own set (everything)."""
+    kit = Toolkit(make("open"), Tagged(make("guarded"), capabilities=["fs::write"]))
+    assert [d.name for d in kit.definitions(capabilities=[])] == ["open"]
+    assert [t.name for t in kit.search("guarded open", capabilities=[])] == ["open"]
+    with pytest.raises(ConfigError, match="capabilities must be a string or a list of strings"):
+        kit.definitions(capabilities=5)  # type: ignore[arg-type]

@@ -89,8 +89,15 @@ class ApprovalRequest:
     shown: Callable[[], None] = _unchanged
 
 
-Approver = Callable[[ApprovalRequest], Awaitable[bool]]
-"""Answers an approval request: True runs the call, False denies it."""
+Approver = Callable[[ApprovalRequest], Awaitable[bool] | bool]
+"""Answers an approval request: True runs the call, False denies it (returned or awaited)."""
+
+
+async def ask(approver: Approver, request: ApprovalRequest) -> object:
+    """``approver``'s answer to ``request``, returned or awaited (it may break its type: the
+    caller checks it)."""
+    answer = approver(request)
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 class ApprovalPending(Exception):
@@ -378,7 +385,7 @@ class Pipeline:
         )
         try:
             async with clock:
-                approved: object = await approver(request)  # an approver may break its type
+                approved = await ask(approver, request)
         except TimeoutError:
             return Decision(
                 False,

@@ -44,6 +44,7 @@ from toolmesh.pipeline import (
     Pipeline,
     PolicyHook,
     ToolResolver,
+    ask,
 )
 from toolmesh.protocol import DEFAULT_MAX_MESSAGE_BYTES, ErrorCode
 from toolmesh.session import Session
@@ -620,16 +621,25 @@ class Toolkit(ToolResolver):
         entry = self._entries.get(name) or self._entries.get(self._aliases.get(name, ""))
         return entry.source if entry is not None else None
 
+    def _held(self, capabilities: CapabilitySet | str | Sequence[str] | None) -> CapabilitySet:
+        """The capabilities a listing or search is for: None is the toolkit's own; tags (a
+        list, or a lone one) are held as given, none at all holding nothing."""
+        if capabilities is None:
+            return self.capabilities
+        if isinstance(capabilities, CapabilitySet):
+            return capabilities
+        return CapabilitySet(capabilities)
+
     def definitions(
         self,
         *,
-        capabilities: CapabilitySet | None = None,
+        capabilities: CapabilitySet | str | Sequence[str] | None = None,
         kind: str = "",
         tags: Sequence[str] = (),
         include_deferred: bool = False,
     ) -> list[ToolDefinition]:
         """The listing a session sees: tools it may call, filtered by kind and tags (AND)."""
-        held = capabilities or self.capabilities
+        held = self._held(capabilities)
         tags = string_list(tags, where="tags")
         key = (self._version, held, kind, tuple(tags), include_deferred)
         listing = self._listings.get(key)
@@ -664,7 +674,7 @@ class Toolkit(ToolResolver):
         self,
         query: str,
         *,
-        capabilities: CapabilitySet | None = None,
+        capabilities: CapabilitySet | str | Sequence[str] | None = None,
         kind: str = "",
         tags: Sequence[str] = (),
         include_deferred: bool = True,
@@ -673,7 +683,7 @@ class Toolkit(ToolResolver):
         """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call."""
         if limit is not None and limit <= 0:
             return []  # whoever ranks them: `tools[:-1]` would be nearly all
-        held = capabilities or self.capabilities
+        held = self._held(capabilities)
         tags = string_list(tags, where="tags")
 
         def accept(name: str) -> bool:
@@ -988,9 +998,9 @@ def _telling(on_event: Callable[[ToolEvent], None], approver: Approver) -> Appro
     """``approver``, after handing the call's approval event to ``on_event``: the event every
     transport delivers first (seq 0), which a call made here would otherwise never show."""
 
-    async def approve(request: ApprovalRequest) -> bool:
+    async def approve(request: ApprovalRequest) -> Any:
         on_event(request.event)
-        return await approver(request)
+        return await ask(approver, request)
 
     return approve
 
@@ -1108,36 +1118,38 @@ async def create_toolkit(
     agents: Sequence[Any] | Mapping[str, Any] = (),
     config: str | Path | None = None,
     workspace: str | Path | None = None,
-    name: str = "toolmesh",
-    on_conflict: OnConflict = "warn",
+    name: str | None = None,
+    on_conflict: OnConflict | None = None,
     capabilities: Sequence[str] | None = None,
-    capability_policy: CapabilityPolicy = "locked",
+    capability_policy: CapabilityPolicy | None = None,
     audit: Store | str | Path | None = None,
     limits: Limits | None = None,
 ) -> Toolkit:
     """Assemble a toolkit from its sources and open them (seed 002's entry point).
 
     Sources are added in this order, which decides who keeps a contested name: the manifest
-    (``config``), ``tools``, ``builtins``, ``skills_dir``, ``mcp`` servers, ``agents``.
+    (``config``), ``tools``, ``builtins``, ``skills_dir``, ``mcp`` servers, ``agents``. A
+    setting given here wins over the manifest's (None: the manifest's, else the default:
+    "toolmesh", "warn", every capability, "locked").
     """
-    toolkit = Toolkit(
-        name=name,
-        on_conflict=on_conflict,
-        capabilities=capabilities,
-        capability_policy=capability_policy,
-        store=audit,
-        limits=limits,
-    )
-
     if config is not None:  # the toolmesh.toml manifest: its settings unless given here
         from toolmesh.manifest import load_manifest
 
         toolkit = load_manifest(config).toolkit(
-            name=None if name == "toolmesh" else name,
-            on_conflict=None if on_conflict == "warn" else on_conflict,
+            name=name,
+            on_conflict=on_conflict,
             capabilities=capabilities,
-            capability_policy=None if capability_policy == "locked" else capability_policy,
+            capability_policy=capability_policy,
             audit=audit,
+            limits=limits,
+        )
+    else:
+        toolkit = Toolkit(
+            name=name or "toolmesh",
+            on_conflict=on_conflict or "warn",
+            capabilities=capabilities,
+            capability_policy=capability_policy or "locked",
+            store=audit,
             limits=limits,
         )
 

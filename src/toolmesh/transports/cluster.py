@@ -36,6 +36,7 @@ from toolmesh.capabilities import CapabilitySet
 from toolmesh.host import SUPPORTED_A2E_CAPS, Host
 from toolmesh.models import secret_id
 from toolmesh.pipeline import ApprovalRequest
+from toolmesh.pipeline import ask as ask_approver
 from toolmesh.protocol import encode
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
@@ -235,10 +236,10 @@ class ClusterSessions(_Sessions):
             return
         store, host_id = self.store, self.host.host_id
 
-        async def approver(request: ApprovalRequest) -> bool:
+        async def approver(request: ApprovalRequest) -> Any:
             await store.approval_asked(request.id, session.id, host_id)
             try:
-                return await ask(request)
+                return await ask_approver(ask, request)
             finally:
                 self._spawn(store.approval_done(request.id))
 
