@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 import pytest
@@ -525,3 +525,48 @@ async def test_stdio_answers_a_2025_03_26_batch_in_one_line(tmp_path: Path) -> N
     by_id = {a["id"]: a for a in answers}
     assert by_id[1]["result"] == {}
     assert by_id[2]["result"]["content"][0]["text"] == "in a batch"
+
+
+class Point(TypedDict):
+    x: int
+    y: int
+
+
+@tool
+def point() -> Point:
+    """A point, as listed."""
+    return {"x": 1, "y": 2}
+
+
+@tool
+def half_point() -> Point:
+    """A point without its y: not what its outputSchema lists."""
+    return {"x": 1}  # type: ignore[typeddict-item]
+
+
+@tool
+def ratio(a: float, b: float) -> dict[str, float]:
+    """a/b; NaN when b is 0, which the wire carries as null."""
+    return {"ratio": a / b if b else float("nan")}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_structured_results_conform_to_the_listed_output_schema(
+    mode: str, tmp_path: Path
+) -> None:
+    """A result the tool's own outputSchema refuses is an isError result naming where, not
+    structuredContent the SDK's client raises on ("Invalid structured content")."""
+    host = Host(point, half_point, ratio, audit=tmp_path / "a.db")
+    server = HttpServer(host, "127.0.0.1:0", extra_routes=mcp_routes(host))
+    url = await server.start()
+    try:
+        async with Client(f"{url}/mcp", mode=mode) as client:
+            good = await client.call_tool("point", {})
+            half = await client.call_tool("half_point", {})
+            nan = await client.call_tool("ratio", {"a": 1, "b": 0})
+    finally:
+        await server.stop()
+        await host.close()
+    assert not good.is_error and good.structured_content == {"x": 1, "y": 2}
+    assert half.is_error and "outputSchema refuses (at $.y: missing" in text_of(half)
+    assert nan.is_error and "at $.ratio: must be number" in text_of(nan)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ from toolmesh.mcp.server import (
     MCPPeer,
     MCPService,
     _error,
+    _notification,
 )
 from toolmesh.models import secret_id
 from toolmesh.transports.http import StoppingRoute, refuse_unwelcome
@@ -53,6 +55,10 @@ VERSION_HEADER = "mcp-protocol-version"
 KEEPALIVE_SECONDS = 15.0
 IDLE_SESSION_SECONDS = 600.0
 REAP_EVERY_SECONDS = 60.0  # how often idle sessions are looked for, while any exist
+# Messages one event stream holds for a client that reads slowly (or not at all); past it,
+# progress notifications are coalesced (docs/mcp.md)
+MAX_QUEUED_MESSAGES = 64
+_PROGRESS = _notification("notifications/progress", None)[:-1]  # how each one begins
 
 # HTTP status of a 2026-07-28 JSON-RPC error, as the SDK maps them.
 _MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400}
@@ -187,7 +193,10 @@ class MCPHttpEndpoint:
                 return
             session = found
         extra = [(SESSION_HEADER.encode(), session.id.encode())]
-        await _exchange(session.peer, message, None, scope, receive, send, sse_ok, extra, False)
+        try:
+            await _exchange(session.peer, message, None, scope, receive, send, sse_ok, extra, False)
+        finally:
+            session.last_seen = time.monotonic()  # idle from the end of a long call, not its start
 
     def _open_session(self) -> _HttpSession:
         self._reap()
@@ -206,7 +215,8 @@ class MCPHttpEndpoint:
         self._reaper = None
         now = time.monotonic()
         for session in list(self.sessions.values()):
-            if not session.streams and now - session.last_seen > IDLE_SESSION_SECONDS:
+            idle = not session.streams and not session.peer.busy  # a running call is not idle
+            if idle and now - session.last_seen > IDLE_SESSION_SECONDS:
                 self.sessions.pop(session.id, None)
                 task = asyncio.ensure_future(session.close())
                 self._closing.add(task)
@@ -226,19 +236,13 @@ class MCPHttpEndpoint:
             if isinstance(found, Response):
                 await found(scope, receive, send)
                 return
-            queue: asyncio.Queue[bytes] = asyncio.Queue()
-            found.streams.append(queue)
+            outbox = _Outbox()
+            found.streams.append(outbox)
             try:
-                await _sse(
-                    queue,
-                    None,
-                    scope,
-                    receive,
-                    send,
-                    [(SESSION_HEADER.encode(), found.id.encode())],
-                )
+                extra = [(SESSION_HEADER.encode(), found.id.encode())]
+                await _sse(outbox, None, scope, receive, send, extra)
             finally:
-                found.streams.remove(queue)
+                found.streams.remove(outbox)
             return
         await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
 
@@ -261,18 +265,64 @@ class _HttpSession:
 
     def __init__(self, service: MCPService) -> None:
         self.id = secret_id()
-        self.streams: list[asyncio.Queue[bytes]] = []
+        self.streams: list[_Outbox] = []
         self.last_seen = time.monotonic()
-        self.peer: MCPPeer = service.peer(self._notify, http_session=self.id)
+        self.peer: MCPPeer = service.peer(
+            self._notify, http_session=self.id, reachable=lambda: bool(self.streams)
+        )
 
     def _notify(self, data: bytes) -> None:
-        for queue in self.streams:
-            queue.put_nowait(data)
+        # On one stream only, the newest ("MUST NOT broadcast the same message across
+        # multiple streams"): a client could otherwise answer an approval's request twice.
+        if self.streams:
+            self.streams[-1].put(data)
 
     async def close(self) -> None:
-        for queue in self.streams:
-            queue.put_nowait(b"")
+        for outbox in self.streams:
+            outbox.close()
         await self.peer.close()
+
+
+class _Outbox:
+    """The messages waiting to go out on one event stream, bounded: a client that reads slowly,
+    or never, must not grow the server's memory. Past ``MAX_QUEUED_MESSAGES`` a progress
+    notification replaces the newest one waiting (each says how far the call is, the newest
+    all of it) and a repeat of a message still waiting is dropped; requests (an approval's)
+    are always kept, and a call's answer never waits here."""
+
+    def __init__(self) -> None:
+        self._messages: deque[bytes] = deque()
+        self._ready = asyncio.Event()
+        self.closed = False  # the session ended: the stream ends once what waits is sent
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def put(self, data: bytes) -> None:
+        if self.closed:
+            return
+        messages = self._messages
+        if len(messages) >= MAX_QUEUED_MESSAGES:
+            if data.startswith(_PROGRESS) and messages[-1].startswith(_PROGRESS):
+                messages[-1] = data
+                return
+            if data in messages:  # a notification said already (a request has its own id)
+                return
+        messages.append(data)
+        self._ready.set()
+
+    def pop(self) -> bytes | None:
+        if not self._messages:
+            self._ready.clear()
+            return None
+        return self._messages.popleft()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+    async def wait(self) -> None:
+        await self._ready.wait()
 
 
 async def _exchange(
@@ -295,17 +345,17 @@ async def _exchange(
             status = 200 if isinstance(message, list) and reply.startswith(b"[") else 400
             await _json(reply, status, extra)(scope, receive, send)
         return
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-    notify = queue.put_nowait if sse_ok else None
+    outbox = _Outbox()
+    notify = outbox.put if sse_ok else None
     handler = asyncio.ensure_future(peer.handle(message, notify=notify, headers=headers))
     watcher = asyncio.ensure_future(_disconnected(receive))
-    first = asyncio.ensure_future(queue.get())
+    first = asyncio.ensure_future(outbox.wait())
     try:
-        done, _ = await asyncio.wait({handler, watcher, first}, return_when=asyncio.FIRST_COMPLETED)
-        if watcher in done:
+        await asyncio.wait({handler, watcher, first}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
             handler.cancel()  # the client closed the stream: cancel the call
             return
-        if handler in done and first not in done:
+        if handler.done() and not outbox:
             reply = handler.result()
             if reply is None:  # cancelled by the client: no answer is owed, end the stream
                 await _empty_stream(sse_ok, extra, scope, receive, send)
@@ -313,8 +363,7 @@ async def _exchange(
             status = _status(reply) if modern else 200
             await _json(reply, status, extra)(scope, receive, send)
             return
-        pending = first.result() if first in done else None
-        await _sse(queue, handler, scope, receive, send, extra, first=pending, watcher=watcher)
+        await _sse(outbox, handler, scope, receive, send, extra, watcher=watcher)
     finally:
         for task in (first, watcher):
             task.cancel()
@@ -325,59 +374,70 @@ async def _exchange(
 
 
 async def _sse(
-    queue: asyncio.Queue[bytes],
+    outbox: _Outbox,
     handler: asyncio.Future[bytes | None] | None,
     scope: Scope,
     receive: Receive,
     send: Send,
     extra: list[tuple[bytes, bytes]],
     *,
-    first: bytes | None = None,
     watcher: asyncio.Future[None] | None = None,
 ) -> None:
-    """Stream ``queue`` as server-sent events until ``handler`` answers (or, with no handler,
+    """Stream ``outbox`` as server-sent events until ``handler`` answers (or, with no handler,
     until the client leaves or the session ends)."""
     await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
     if watcher is None:
         watcher = asyncio.ensure_future(_disconnected(receive))
-    if first is not None:
-        await send({"type": "http.response.body", "body": _event(first), "more_body": True})
     try:
-        while True:
-            getter = asyncio.ensure_future(queue.get())
-            waiting: set[asyncio.Future[Any]] = {getter, watcher}
-            if handler is not None:
-                waiting.add(handler)
-            done, _ = await asyncio.wait(
-                waiting, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
-            )
-            if getter in done:
-                data = getter.result()
-                if not data:
-                    break  # the session ended
-                await send({"type": "http.response.body", "body": _event(data), "more_body": True})
-                continue
-            getter.cancel()
-            if watcher in done:
-                if handler is not None:
-                    handler.cancel()
-                return
-            if handler is not None and handler in done:
-                while not queue.empty():
-                    data = queue.get_nowait()
-                    await send(
-                        {"type": "http.response.body", "body": _event(data), "more_body": True}
-                    )
-                reply = handler.result()
-                if reply is not None:
-                    await send(
-                        {"type": "http.response.body", "body": _event(reply), "more_body": True}
-                    )
-                break
-            await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if await _pump(outbox, handler, watcher, send):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif handler is not None:
+            handler.cancel()  # the client closed the stream: cancel the call
     finally:
         watcher.cancel()
+
+
+async def _pump(
+    outbox: _Outbox,
+    handler: asyncio.Future[bytes | None] | None,
+    watcher: asyncio.Future[None],
+    send: Send,
+) -> bool:
+    """Send what ``outbox`` holds, then ``handler``'s answer; False when the client left first.
+    The client leaving is looked for before each message, however many wait."""
+    while not watcher.done():
+        data = outbox.pop()
+        if data is not None:
+            await send({"type": "http.response.body", "body": _event(data), "more_body": True})
+            await asyncio.sleep(0)  # a send need not yield: let a lost connection be seen
+        elif handler is not None and handler.done():
+            reply = handler.result()
+            if reply is not None:
+                await send({"type": "http.response.body", "body": _event(reply), "more_body": True})
+            return True
+        elif outbox.closed:
+            return True  # the session ended
+        elif not await _woken(outbox, handler, watcher):
+            await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
+    return False
+
+
+async def _woken(
+    outbox: _Outbox, handler: asyncio.Future[bytes | None] | None, watcher: asyncio.Future[None]
+) -> bool:
+    """Wait for a message, the answer or the client leaving; False after a keep-alive's time
+    of none."""
+    ready = asyncio.ensure_future(outbox.wait())
+    waiting: set[asyncio.Future[Any]] = {ready, watcher}
+    if handler is not None:
+        waiting.add(handler)
+    try:
+        done, _ = await asyncio.wait(
+            waiting, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        ready.cancel()
+    return bool(done)
 
 
 async def _empty_stream(

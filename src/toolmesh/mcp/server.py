@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from toolmesh.errors import ArgumentError, ConfigError
+from toolmesh.errors import ArgumentError, ConfigError, SchemaError
 from toolmesh.mcp.approvals import (
     APPROVAL_INPUT,
     ElicitationNeeded,
@@ -51,7 +51,7 @@ from toolmesh.mcp.definitions import listed_output_schema, mcp_tool_entry
 from toolmesh.mcp.results import mcp_call_result
 from toolmesh.models import ToolErrorCode, ToolEvent, ToolResult, secret_id
 from toolmesh.pipeline import ApprovalRequest, CallSpec
-from toolmesh.schema import Validator
+from toolmesh.schema import Validator, ref_cycle, validates_as_2020_12
 from toolmesh.session import Session
 from toolmesh.store.base import SessionRecord
 
@@ -122,7 +122,8 @@ class MCPService:
         self.shared_loaded: frozenset[str] = frozenset()
         self._listings: dict[tuple[Any, ...], tuple[list[ToolDefinition], str]] = {}
         self._watched: set[int] = set()
-        self._structured: dict[str, tuple[Tool, bool]] = {}  # tools listed with outputSchema
+        # per tool: whether it is listed with an outputSchema, and that schema's check
+        self._structured: dict[str, tuple[Tool, bool, Validator | None]] = {}
         self._search_name = SEARCH_TOOL
         self._info_json = json.dumps(self.server_info)
 
@@ -132,13 +133,22 @@ class MCPService:
         self._watch_sources()
 
     def peer(
-        self, send: Send | None = None, *, http_session: str = "", stateful: bool = True
+        self,
+        send: Send | None = None,
+        *,
+        http_session: str = "",
+        stateful: bool = True,
+        reachable: Callable[[], bool] | None = None,
     ) -> MCPPeer:
         """A new connection (stdio) or session (HTTP); ``send`` carries server notifications.
 
-        A stateless peer answers one 2026-07-28 HTTP request and is neither recorded in the
-        store nor told about list changes."""
+        ``reachable`` says whether ``send`` reaches the client at the moment (an HTTP session's
+        only while a GET stream is open); without it, ``send`` always does. A stateless peer
+        answers one 2026-07-28 HTTP request and is neither recorded in the store nor told
+        about list changes."""
         peer = MCPPeer(self, send, http_session=http_session, stateful=stateful)
+        if reachable is not None:
+            peer.reachable = reachable
         if stateful:
             self.peers.add(peer)
         return peer
@@ -172,17 +182,27 @@ class MCPService:
 
     def promises_structure(self, name: str) -> bool:
         """Whether the tool ``name`` is listed with an ``outputSchema`` (cached per tool)."""
+        return self._output_contract(name)[1]
+
+    def output_check(self, name: str) -> Validator | None:
+        """The check of the tool ``name``'s structured result against its listed
+        ``outputSchema``, compiled once per tool (None: no schema, or one our validator would
+        not read as a client's JSON Schema 2020-12 validator does: left to the client)."""
+        return self._output_contract(name)[2]
+
+    def _output_contract(self, name: str) -> tuple[Tool | None, bool, Validator | None]:
         tool = self.host.toolkit.get(name)
         if tool is None:
-            return False
+            return None, False, None
         cached = self._structured.get(name)
         if cached is not None and cached[0] is tool:
-            return cached[1]
-        promised = listed_output_schema(tool) is not None
+            return cached
+        schema = listed_output_schema(tool)
+        contract = (tool, schema is not None, _output_validator(name, schema))
         if len(self._structured) > 4096:
             self._structured.clear()
-        self._structured[name] = (tool, promised)
-        return promised
+        self._structured[name] = contract
+        return contract
 
     def has_deferred(self, held: CapabilitySet) -> bool:
         toolkit = self.host.toolkit
@@ -222,6 +242,7 @@ class MCPPeer:
         self.stateful = stateful
         self._saved = False
         self.send = send
+        self.reachable: Callable[[], bool] = lambda: True  # whether ``send`` reaches the client
         self.era = ""  # "legacy" | "modern", decided by the first request
         self.version = ""
         self.initialized = False
@@ -541,14 +562,26 @@ class MCPPeer:
             self._cancelled.discard(task)
         if result.error_code == ToolErrorCode.UNKNOWN_TOOL:
             raise _RpcError(INVALID_PARAMS, result.error or f"unknown tool {name!r}")
-        if (
-            result.success
-            and not isinstance(result.data, dict)
-            and self.service.promises_structure(name)
-        ):
-            result = _unstructured(result)
+        if result.success and self.service.promises_structure(name):
+            result = self._conforming(name, result)
         wire = mcp_call_result(result, modern=self.era == "modern")
         return self._result(request_id, json.dumps(wire, ensure_ascii=False, default=str))
+
+    def _conforming(self, name: str, result: ToolResult) -> ToolResult:
+        """A success of a tool listed with an ``outputSchema``, as the spec has it ("Servers
+        MUST provide structured results that conform to this schema"): one without structured
+        data, or with data the schema refuses, becomes an ``isError`` result naming why (a
+        client such as the SDK's would otherwise raise instead of reading a result)."""
+        if not isinstance(result.data, dict):
+            return _unstructured(result)
+        check = self.service.output_check(name)
+        if check is None:
+            return result
+        try:
+            check(result.data)
+        except ArgumentError as exc:
+            return _nonconforming(result, exc)
+        return result
 
     # -- capabilities and approvals (docs/policy.md) --------------------------------------------
 
@@ -616,8 +649,11 @@ class MCPPeer:
             )
         if not self._elicitation:
             raise ValueError("the MCP client did not declare elicitation, so it cannot approve")
-        if send is None:
-            raise ValueError("this request has no channel to ask the client on")
+        if send is None or (send is self.send and not self.reachable()):
+            raise ValueError(
+                "this request has no channel to ask the client on: POST it accepting "
+                "text/event-stream, or open the session's GET stream first"
+            )
         return answer_of(await self._ask("elicitation/create", elicitation(request), send))
 
     async def _ask(self, method: str, params: dict[str, Any], send: Send) -> Any:
@@ -714,6 +750,11 @@ class MCPPeer:
                 self.service.forget(self)
         result = {"_meta": {SUBSCRIPTION_ID_KEY: request_id}, "resultType": "complete"}
         return self._result(request_id, json.dumps(result), stamped=False)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call (or a listen stream) of this peer is running."""
+        return bool(self._calls)
 
     def announce_list_changed(self) -> None:
         """Send ``notifications/tools/list_changed`` where this peer can hear it."""
@@ -860,6 +901,33 @@ def _unstructured(result: ToolResult) -> ToolResult:
     if result.output:
         message += f"; its output:\n{result.output}"
     return ToolResult.failure(result.tool_name, ToolErrorCode.TOOL_ERROR, message, result.metadata)
+
+
+def _nonconforming(result: ToolResult, exc: ArgumentError) -> ToolResult:
+    message = (
+        f"{result.tool_name} returned a structured result its outputSchema refuses "
+        f"(at {exc.path}: {exc.reason})"
+    )
+    if result.output:
+        message += f"; its output:\n{result.output}"
+    return ToolResult.failure(result.tool_name, ToolErrorCode.TOOL_ERROR, message, result.metadata)
+
+
+def _output_validator(name: str, schema: dict[str, Any] | None) -> Validator | None:
+    """The compiled check of a listed ``outputSchema`` (``format`` an annotation only, as
+    clients check it). None when there is none to apply: no schema, a ``$ref`` cycle, keywords
+    our (draft-07) validator reads otherwise than 2020-12, or one it cannot compile."""
+    if schema is None or ref_cycle(schema) is not None or not validates_as_2020_12(schema):
+        return None
+    check = Validator(schema, formats=False)
+    try:
+        check(None)  # compiled now, once (a schema error is logged once): no object is None
+    except ArgumentError:
+        return check
+    except SchemaError as exc:
+        logger.warning("the outputSchema of %s cannot be checked: %s", name, exc)
+        return None
+    return check
 
 
 def _refused_search(name: str, message: str) -> ToolResult:
