@@ -553,6 +553,41 @@ async def test_a_result_keeps_the_first_events_that_fit_and_streams_them_all() -
     assert result.truncated and result.metadata == {"events_omitted": 3}
 
 
+async def test_events_past_the_budget_are_streamed_but_not_kept_while_the_call_runs() -> None:
+    """A long call's events piled up in ``ctx.events`` until it ended, only to be cut from
+    its result: 100,000 progress events held 100,000 ToolEvents in memory."""
+    held: list[int] = []
+
+    @tool
+    def long_job(ctx: ToolContext) -> str:
+        """Reports progress many times."""
+        for step in range(3000):
+            ctx.progress(step % 100, f"step {step}")
+        held.append(len(ctx.events))
+        return "done"
+
+    streamed: list[Any] = []
+    kit = Toolkit(long_job, limits=Limits(max_events_bytes=2000))
+    result = await kit.execute("long_job", on_event=streamed.append)
+    assert [e.seq for e in streamed] == list(range(3000))
+    kept = len(result.events)
+    assert 0 < kept < 60 and held == [kept]
+    assert [e.seq for e in result.events] == list(range(kept))
+    assert result.truncated and result.metadata == {"events_omitted": 3000 - kept}
+
+
+async def test_a_first_event_past_a_tiny_budget_still_counts_as_omitted() -> None:
+    @tool
+    def one(ctx: ToolContext) -> str:
+        """Says one thing."""
+        ctx.status("hello")
+        return "ok"
+
+    result = await Toolkit(one, limits=Limits(max_events_bytes=10)).execute("one")
+    assert result.events == [] and result.truncated
+    assert result.metadata == {"events_omitted": 1}
+
+
 async def test_nan_and_infinity_in_a_result_become_null_in_process_too() -> None:
     """As the wire carries them, and as JSON.stringify writes them: in-process they stayed
     NaN, and the output text said NaN, which is not JSON."""

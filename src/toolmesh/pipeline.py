@@ -472,11 +472,11 @@ class Pipeline:
                     result = await self._await_under_deadline(tool, task, ctx, timeout)
                 finally:
                     spec.waiting = None
-        if ctx.events and not result.events:
-            result.events = ctx.events
+        if ctx._emitted and not result.events:
+            result.events = ctx.events  # may be empty: none fitted in the budget
         if result.metadata:
             self._bound_metadata(result)
-        if result.events:
+        if result.events or result.events is ctx.events:
             self._bound_events(result, ctx)
         if result.state_update:
             await self._apply_state(session, result, ctx)
@@ -557,11 +557,12 @@ class Pipeline:
         """Keep the first of a result's events that fit in ``max_events_bytes`` (each of them
         was streamed, bounded on its own); a note says how many were left out."""
         if ctx is not None and result.events is ctx.events:  # counted as they were emitted
-            fit, cut = ctx._events_fit, ctx._events_cut
+            fit, cut, count = ctx._events_fit, ctx._events_cut, ctx._emitted
         else:  # the approval event alone, or the events of a ToolResult the tool built
             fit, cut = _events_that_fit(result.events, self.limits.max_events_bytes), False
+            count = len(result.events)
         if fit is not None:
-            result.metadata = {**result.metadata, "events_omitted": len(result.events) - fit}
+            result.metadata = {**result.metadata, "events_omitted": count - fit}
             result.events = result.events[:fit]
         if fit is not None or cut:
             result.truncated = True
@@ -605,7 +606,7 @@ class Pipeline:
             kind="state",
             req_id=ctx.req_id,
             data={"delta": patch, "version": record.version},
-            seq=max(len(ctx.events), len(result.events)),  # after every event sent, kept or not
+            seq=max(ctx._emitted, len(result.events)),  # after every event sent, kept or not
         )
         result.events = [*result.events, event]
         if sink is not None:

@@ -156,19 +156,22 @@ class Tool:
 class ToolContext:
     """What a running tool may know and do beyond its arguments.
 
-    Events are numbered 0, 1, 2, ... per call and may be emitted from any thread. ``state`` is a
-    snapshot of the session's state document, copied on first read.
+    Events are numbered 0, 1, 2, ... per call and may be emitted from any thread; every one is
+    streamed, and ``events`` keeps those the result will hold (within its events' budget).
+    ``state`` is a snapshot of the session's state document, copied on first read.
     """
 
     __slots__ = (
         "_cancel",
         "_closed",
         "_deadline_cap",
+        "_emitted",
         "_end",
         "_event_budget",
         "_events_cut",
         "_events_fit",
         "_events_left",
+        "_last_event",
         "_loop",
         "_outcome",
         "_reschedule",
@@ -223,6 +226,10 @@ class ToolContext:
         self._event_budget = self._events_left = event_budget
         self._events_fit: int | None = None
         self._events_cut = False
+        # Events past the budget are streamed but not kept: a long call's events would
+        # otherwise pile up in memory only to be cut from its result.
+        self._emitted = len(self.events)
+        self._last_event: ToolEvent | None = None
         if self.events:  # from before the tool ran: its approval
             for index, given in enumerate(self.events):
                 self._spend(index, given, event_data_size(given.data))
@@ -318,11 +325,15 @@ class ToolContext:
         data is a note standing for data too large."""
         if self._closed:
             return
-        seq = len(self.events)
+        seq = self._emitted
+        self._emitted = seq + 1
         event = ToolEvent(kind=kind, req_id=self.req_id, data=data, seq=seq)
-        self.events.append(event)
-        self._events_cut = self._events_cut or cut
-        self._spend(seq, event, size)
+        self._last_event = event
+        if self._events_fit is None:
+            self._spend(seq, event, size)
+            if self._events_fit is None:
+                self.events.append(event)
+                self._events_cut = self._events_cut or cut
         if self._sink is not None:
             self._sink(event)
 

@@ -113,12 +113,13 @@ class ToolPlugin(ABC):
 
     def _record(self, ctx: ToolContext, kind: str, data: dict[str, Any]) -> None:
         """On the loop's thread: record the event, then hand that same event to the callback."""
-        before = len(ctx.events)
+        before = ctx._emitted
         ctx.emit(kind, data)
-        if self._event_cb is None or len(ctx.events) <= before:
+        event = ctx._last_event
+        if self._event_cb is None or event is None or ctx._emitted <= before:
             return  # no callback, or the call is over and the event was dropped
         try:
-            self._event_cb(ctx.events[before])
+            self._event_cb(event)
         except Exception:
             logger.exception("plugin %s: the event callback failed", self.name)
 
