@@ -18,7 +18,15 @@ from tests.fixtures.llm_stub import (
     openai_calls,
     openai_text,
 )
-from toolmesh import CallTimeout, ConfigError, ToolDefinition, Toolkit, create_client, tool
+from toolmesh import (
+    CallTimeout,
+    ConfigError,
+    ProviderError,
+    ToolDefinition,
+    Toolkit,
+    create_client,
+    tool,
+)
 from toolmesh.llm import ChatMessage, ModelCall
 from toolmesh.llm.loop import RunEvent
 from toolmesh.store import MemoryStore
@@ -247,11 +255,23 @@ async def test_events_in_order() -> None:
     events: list[RunEvent] = []
     answers = scripted(openai_calls(("c", "add", {"a": 1, "b": 2})), openai_text("3"))
     with StubLLM(answers) as llm:
-        await create_client(llm.base_url, model="m").run(
+        result = await create_client(llm.base_url, model="m").run(
             "1+2", toolkit=Toolkit(add), on_event=events.append
         )
-    assert [e.kind for e in events] == ["tool_call", "tool_result", "text"]
+    # ``done`` last, as ``client.stream`` yields it: a callback heard no end of the run
+    assert [e.kind for e in events] == ["tool_call", "tool_result", "text", "done"]
     assert events[1].tool_result is not None and events[1].tool_result.data == 3
+    assert events[-1].result is result and events[-1].turn == 2
+
+
+async def test_stream_ends_with_one_done_and_raises_what_the_run_raised() -> None:
+    with StubLLM(scripted(openai_text("hi"))) as llm:
+        events = [e async for e in create_client(llm.base_url, model="m").stream("go")]
+    assert [e.kind for e in events].count("done") == 1 and events[-1].kind == "done"
+    with StubLLM(lambda body, i: Answer({"error": "overloaded"}, 503)) as llm:
+        client = create_client(llm.base_url, model="m", max_retries=0)
+        with pytest.raises(ProviderError):
+            [e async for e in client.stream("go")]
 
 
 async def test_history_tools_list_and_skills_prompt(tmp_path: Path) -> None:

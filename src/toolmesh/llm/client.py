@@ -380,7 +380,7 @@ class LLMClient:
     ) -> AsyncIterator[RunEvent]:
         """The agent loop as events: text deltas, tool calls, tool events and results, retries,
         and last a ``done`` event carrying the RunResult. Stopping iteration cancels the run."""
-        from toolmesh.llm.loop import RunEvent, run
+        from toolmesh.llm.loop import run
 
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         options.setdefault("stream", True)
@@ -388,8 +388,8 @@ class LLMClient:
         task.add_done_callback(lambda _task: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:
-                yield event
-            yield RunEvent("done", result=task.result())
+                yield event  # the run's own ``done`` comes last
+            task.result()  # the run's exception, when it raised
         finally:
             if not task.done():
                 task.cancel()

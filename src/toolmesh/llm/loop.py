@@ -56,7 +56,7 @@ class RunEvent:
     ``text``: a text delta (``text``); ``tool_call``: the model asked for ``call``;
     ``tool_event``: a tool streamed ``event``; ``tool_result``: ``call`` finished with
     ``tool_result``; ``retry``: the provider answered ``status`` and the client waits ``wait``
-    seconds; ``done``: the run ended with ``result`` (only from ``client.stream``).
+    seconds; ``done``: the run ended with ``result`` (the last event, unless the run raised).
     """
 
     kind: EventKind
@@ -118,13 +118,18 @@ async def run(
     messages = [*history]
     messages.extend([ChatMessage("user", prompt)] if isinstance(prompt, str) else prompt)
     if timeout is None:
-        return await loop.run(messages, instructions, max_turns, stream, deadline=None)
-    try:
-        async with asyncio.timeout(timeout):
-            deadline = time.monotonic() + timeout
-            return await loop.run(messages, instructions, max_turns, stream, deadline=deadline)
-    except TimeoutError:
-        raise CallTimeout(f"the run did not finish within {timeout:g}s") from None
+        result = await loop.run(messages, instructions, max_turns, stream, deadline=None)
+    else:
+        try:
+            async with asyncio.timeout(timeout):
+                deadline = time.monotonic() + timeout
+                result = await loop.run(
+                    messages, instructions, max_turns, stream, deadline=deadline
+                )
+        except TimeoutError:
+            raise CallTimeout(f"the run did not finish within {timeout:g}s") from None
+    loop.emit(RunEvent("done", turn=loop.turn, result=result))
+    return result
 
 
 def _check_count(name: str, count: object) -> None:
