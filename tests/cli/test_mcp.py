@@ -46,6 +46,24 @@ def test_status_reports_every_server(tmp_path: Path) -> None:
     assert report["time"]["state"] == "connected" and report["time"]["tools"] == 2
 
 
+@pytest.mark.network_server
+def test_status_counts_the_tools_served_after_allow_and_deny(tmp_path: Path) -> None:
+    """It counted every tool the server listed, also those its allow or deny leave out."""
+    server = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
+    path = config_file(
+        tmp_path,
+        {"allowed": {**server, "allow": ["get_*"]}, "denied": {**server, "deny": ["*"]}},
+    )
+    shown = run("mcp", "status", str(path))
+    lines = {line.split()[0]: line for line in shown.stdout.splitlines()}
+    assert "1 tool (of 2)" in lines["allowed"] and "0 tools (of 2)" in lines["denied"]
+    report = {
+        row["name"]: row for row in json.loads(run("mcp", "status", "--json", str(path)).stdout)
+    }
+    assert (report["allowed"]["tools"], report["allowed"]["listed"]) == (1, 2)
+    assert (report["denied"]["tools"], report["denied"]["listed"]) == (0, 2)
+
+
 def test_status_needs_a_configuration(tmp_path: Path) -> None:
     shown = run("mcp", "status", cwd=tmp_path)
     assert shown.returncode == 2

@@ -74,7 +74,8 @@ async def _check(configs: list[Any]) -> list[dict[str, Any]]:
                 "name": source.name,
                 "state": source.status.state,
                 "reason": source.status.reason,
-                "tools": len(source.tools()),
+                "tools": _served(source),
+                "listed": len(source.tools()),
                 "protocol": source.protocol_version,
                 "transport": source.config.transport,
                 "where": source.config.describe(),
@@ -85,6 +86,16 @@ async def _check(configs: list[Any]) -> list[dict[str, Any]]:
         await asyncio.gather(*(source.close() for source in sources))
 
 
+def _served(source: Any) -> int:
+    """How many of the server's tools toolmesh serves: its ``allow`` and ``deny`` applied."""
+    from toolmesh.sources.wrappers import Filtered
+
+    config = source.config
+    if not (config.allow or config.deny):
+        return len(source.tools())
+    return len(Filtered(source, allow=config.allow, deny=config.deny).tools())
+
+
 def _print_table(report: list[dict[str, Any]]) -> None:
     if not report:
         print("no MCP servers configured")
@@ -92,7 +103,11 @@ def _print_table(report: list[dict[str, Any]]) -> None:
     width = max(len(row["name"]) for row in report)
     for row in report:
         detail = row["reason"] or f"{row['transport']}: {row['where']}"
-        tools = f"{row['tools']} tools" if row["state"] == "connected" else ""
+        tools = ""
+        if row["state"] == "connected":
+            tools = f"{row['tools']} tool{'' if row['tools'] == 1 else 's'}"
+            if row["listed"] != row["tools"]:
+                tools += f" (of {row['listed']})"
         line = f"{row['name']:<{width}}  {row['state']:<9}  {tools:<9}  {row['protocol']:<10}  "
         print((line + detail).rstrip())
     sys.stdout.flush()
