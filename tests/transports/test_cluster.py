@@ -165,6 +165,21 @@ async def test_a_new_stream_on_another_host_takes_over(cluster: Cluster) -> None
     await client.close()
 
 
+async def test_a_stream_held_here_keeps_its_backlog_bound(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events for a stream this host holds went into its queue without the one-host bound."""
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", 2_000)
+    client = await cluster.client(create=0, stream=0, sends=[0])
+    streamed: list[ToolEvent] = []
+    result = await client.call_tool("count", {"n": 300}, streaming=True, on_event=streamed.append)
+    await client.close()
+    assert result.success and result.data == {"counted": 300}
+    notes = [e for e in streamed if e.kind == "log"]
+    assert len(notes) == 1 and "further events are dropped" in notes[0].data["message"]
+    assert 5 < len(streamed) < 100  # the 300 events were emitted at once: most were dropped
+
+
 async def test_an_unknown_session_is_refused_by_every_host(cluster: Cluster) -> None:
     async with httpx.AsyncClient() as http:
         for url in cluster.urls:

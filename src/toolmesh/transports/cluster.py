@@ -65,11 +65,10 @@ class ClusterPeer(_Peer):
         self.claim = secret_id()  # this host's token for the mailbox rows it takes
 
     def _deliver(self, message: Any) -> None:
-        data = encode(message)
         if self.stream_owner is not None:
-            self.queue.put_nowait(data)
+            super()._deliver(message)  # this host's stream: its backlog bounded as on one host
         else:
-            self.sessions.post(self.id, data)
+            self.sessions.post(self.id, encode(message))
 
     async def receive(self, body: bytes) -> None:
         connection = self.connection
