@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,6 +241,27 @@ def test_remote_refs_are_never_fetched() -> None:
         compile_validator(
             {"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/schema.json"}}}
         )({"x": 1})
+
+
+@pytest.mark.parametrize("scheme", ["file", "ftp", "data", "jar"])
+def test_refs_of_any_scheme_are_never_opened(tmp_path: Path, scheme: str) -> None:
+    """Only http, https and relative refs were refused: fastjsonschema opened the others with
+    urllib, and a local file's content showed up in validation errors."""
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"enum": ["TOP-SECRET"]}')
+    ref = secret.as_uri() if scheme == "file" else f"{scheme}:{secret}"
+    schemas = [
+        {"type": "object", "properties": {"a": {"$ref": ref}}},
+        {"type": "object", "propertyNames": {"$ref": ref}},
+    ]
+    if scheme == "file":  # a relative ref against a file: base
+        schemas.append(
+            {"$id": tmp_path.as_uri() + "/", "properties": {"a": {"$ref": "secret.json"}}}
+        )
+    for schema in schemas:
+        with pytest.raises(SchemaError, match="remote \\$ref") as caught:
+            compile_validator(schema)({"a": "x", "guess": 1})
+        assert "TOP-SECRET" not in str(caught.value)
 
 
 def test_enum_text_that_would_be_nan_or_infinity_stays_text() -> None:

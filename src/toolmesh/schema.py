@@ -469,7 +469,22 @@ def _refuse_remote_ref(uri: str) -> Any:
     raise SchemaError(f"remote $ref {uri!r} is not fetched; inline it or use $defs")
 
 
-_NO_REMOTE_REFS = {"http": _refuse_remote_ref, "https": _refuse_remote_ref, "": _refuse_remote_ref}
+class _NoRemoteRefs(dict[str, Callable[[str], Any]]):
+    """fastjsonschema's handlers by URI scheme: every scheme is "handled" by refusing it. With a
+    plain dict, a scheme missing from it (``file``, ``ftp``, ``data``) was opened with urllib,
+    and a local file's content became part of the schema (and of its errors)."""
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse_remote_ref
+
+    def get(self, scheme: str, default: Any = None) -> Callable[[str], Any]:
+        return _refuse_remote_ref
+
+
+_NO_REMOTE_REFS = _NoRemoteRefs()
 
 _cache: dict[str, Callable[[Any], Any]] = {}
 _cache_lock = threading.Lock()
