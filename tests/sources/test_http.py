@@ -548,3 +548,57 @@ async def test_an_argument_cannot_add_a_cookie_or_a_control_character(base: str)
     tab = await kit.execute("trace", {"trace": "a\tb"})  # a tab is legal in a header value
     assert tab.success and tab.data["trace"] == "a\tb"
     await kit.close()
+
+
+async def _raw_request(request: Request) -> JSONResponse:
+    return JSONResponse(
+        {
+            "path": request.scope["raw_path"].decode(),
+            "ids": request.headers.getlist("x-ids"),
+            "key": request.headers.getlist("x-key"),
+            "trace": request.headers.getlist("x-trace"),
+            "query": sorted(request.query_params.multi_items()),
+        }
+    )
+
+
+async def test_lists_and_objects_fill_urls_and_headers_comma_joined() -> None:
+    # They went in as JSON text: /items/%5B%22a%22%2C%20%22b%22%5D and `X-Ids: [1, 2]`.
+    async with serve_app(Starlette(routes=[Route("/{rest:path}", _raw_request)])) as base:
+        tool = http_tool(
+            "items",
+            base + "/items/{ids}/{shape}",
+            parameters={"ids": {"type": "array"}, "shape": {"type": "object"}, "h": {}},
+            headers={"X-Ids": "{h}"},
+        )
+        kit = Toolkit(tool)
+        result = await kit.execute(
+            "items", {"ids": ["a/b", "c,d", 3, True], "shape": {"k": "v w"}, "h": [1, 2]}
+        )
+        await kit.close()
+    assert result.success, result.error
+    assert result.data["path"] == "/items/a%2Fb,c%2Cd,3,true/k,v%20w"
+    assert result.data["ids"] == ["1,2"]
+
+
+async def test_a_header_the_source_sets_is_never_replaced_by_an_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An endpoint's `{key}` header replaced the source's credential of that name, and with
+    # another case both were sent.
+    monkeypatch.setenv("QA_SOURCE_KEY", "sk-source")
+    monkeypatch.setenv("QA_TOOL_TRACE", "tool-trace")
+    async with serve_app(Starlette(routes=[Route("/{rest:path}", _raw_request)])) as base:
+        filled = HttpEndpoint(name="filled", url=base + "/f", headers={"x-key": "{key}"})
+        fixed = HttpEndpoint(name="fixed", url=base + "/g", headers={"x-trace": "${QA_TOOL_TRACE}"})
+        source = HttpSource(
+            [filled, fixed], headers={"X-Key": "${QA_SOURCE_KEY}", "X-Trace": "source-trace"}
+        )
+        kit = Toolkit(source)
+        argued = await kit.execute("filled", {"key": "guessed"})
+        plain = await kit.execute("fixed", {})
+        await kit.close()
+    assert argued.success, argued.error
+    # the source's key, once; the argument neither replaces it nor goes to the query instead
+    assert argued.data["key"] == ["sk-source"] and argued.data["query"] == []
+    assert plain.data["trace"] == ["tool-trace"]  # a tool's own fixed header is more specific

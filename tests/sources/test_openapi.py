@@ -894,3 +894,326 @@ async def test_parameter_names_with_a_dollar_are_sent_as_named() -> None:
         await kit.close()
     assert result.success, result.error
     assert result.data == {"path": "/items/7", "query": [["$top", "3"]], "trace": "t1"}
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        ({"type": "object", "propertyNames": {"$ref": "file:///etc/passwd"}}, "propertyNames"),
+        ({"if": {"$ref": "other.json"}, "then": {}}, "if"),
+        ({"if": {}, "then": {}, "else": {"$ref": "http://127.0.0.1:1/s.json"}}, "else"),
+        ({"type": "array", "contains": {"$ref": "file:///x.json"}}, "contains"),
+        ({"type": "array", "prefixItems": [{"$ref": "file:///x.json"}]}, "prefixItems"),
+        ({"dependentSchemas": {"a": {"$ref": "file:///x.json"}}}, r"dependentSchemas\.a"),
+        ({"unevaluatedProperties": {"$ref": "file:///x.json"}}, "unevaluatedProperties"),
+        ({"contentSchema": {"$ref": "file:///x.json"}}, "contentSchema"),
+        ({"not": {"$ref": "file:///x.json"}}, "not"),
+        ({"patternProperties": {"^a": {"$ref": "file:///x.json"}}}, r"patternProperties\.\^a"),
+    ],
+)
+def test_a_reference_to_another_document_is_refused_under_every_schema_keyword(
+    schema: dict[str, Any], where: str
+) -> None:
+    # Keywords the importer did not walk (propertyNames, if, contains, ...) were copied with
+    # their $ref: the document loaded, and the validator was left to refuse it (a file:// one it
+    # once opened).
+    with pytest.raises(ConfigError, match=rf"requestBody\.{where}: \$ref .* points to another doc"):
+        OpenAPISource(_with_body(schema, {}))
+
+
+def test_local_references_under_every_schema_keyword_are_resolved() -> None:
+    # They were copied as they were: `#/components/...` means nothing in a tool's schema, so
+    # every call failed on a schema the validator could not compile.
+    key = {"type": "string", "pattern": "^[a-z]+$"}
+    schema = {
+        "type": "object",
+        "$id": "https://example.com/body",  # would read the #/$defs/... refs against another doc
+        "propertyNames": {"$ref": "#/components/schemas/Key"},
+        "properties": {
+            "tags": {
+                "type": "array",
+                "prefixItems": [{"$ref": "#/components/schemas/Key"}],
+                "contains": {"$ref": "#/components/x-parts/Short"},
+            },
+            "n": {"if": {"$ref": "#/components/x-parts/Short"}, "then": {"minLength": 1}},
+        },
+        "dependentSchemas": {"n": {"$ref": "#/components/x-parts/NeedsTags"}},
+    }
+    components = {
+        "schemas": {"Key": key},
+        "x-parts": {"Short": {"maxLength": 3}, "NeedsTags": {"required": ["tags"]}},
+    }
+    (tool,) = OpenAPISource(_with_body(schema, components)).tools()
+    body = tool.input_schema["properties"]["body"]
+    assert body["propertyNames"] == {"$ref": "#/$defs/Key"} and "$id" not in body
+    assert tool.input_schema["$defs"] == {"Key": key}
+    assert body["properties"]["tags"]["prefixItems"] == [{"$ref": "#/$defs/Key"}]
+    assert body["properties"]["tags"]["contains"] == {"maxLength": 3}  # inlined
+    assert body["dependentSchemas"] == {"n": {"required": ["tags"]}}
+    tool.validate({"body": {"tags": ["abc", "de"], "n": "x"}})
+    for wrong in ({"Tags": []}, {"tags": ["long"]}, {"n": ""}):  # what draft-07 checks
+        with pytest.raises(ArgumentError):
+            tool.validate({"body": wrong})
+
+
+def test_yaml_on_off_yes_no_are_text_as_yaml_1_2_reads_them() -> None:
+    # PyYAML reads YAML 1.1: `enum: [on, off]` became [true, false], which no string matches,
+    # and Norway's code NO became false.
+    text = """
+openapi: 3.0.3
+servers: [{url: "http://127.0.0.1:9"}]
+paths:
+  /lights:
+    get:
+      operationId: setLight
+      parameters:
+        - {name: state, in: query, required: true, schema: {type: string, enum: [on, off]}}
+        - {name: country, in: query, schema: {type: string, enum: [NO, SE, y, n, Yes, OFF]}}
+        - {name: flags, in: query, schema: {enum: [true, True, TRUE, false, False, FALSE]}}
+"""
+    document = load_document(text, where="lights.yaml")
+    (tool,) = OpenAPISource(document).tools()
+    properties = tool.input_schema["properties"]
+    assert properties["state"]["enum"] == ["on", "off"]
+    assert properties["country"]["enum"] == ["NO", "SE", "y", "n", "Yes", "OFF"]
+    assert properties["flags"]["enum"] == [True, True, True, False, False, False]
+    tool.validate({"state": "on", "country": "NO"})
+
+
+async def test_path_and_header_lists_and_objects_are_sent_in_their_style() -> None:
+    # They were sent as JSON text: /items/%5B1%2C%202%5D and `X-Ids: [4, 5]`, where OpenAPI's
+    # default (style simple) is /items/1,2 and `X-Ids: 4,5`.
+    array = {"type": "array", "items": {"type": "string"}}
+    shape = {"type": "object", "additionalProperties": {"type": "string"}}
+
+    def path(name: str, schema: dict[str, Any], **style: Any) -> dict[str, Any]:
+        return {"name": name, "in": "path", "required": True, "schema": schema, **style}
+
+    parameters = [
+        path("ids", array),
+        path("obj", shape),
+        path("exp", shape, explode=True),
+        path("lab", array, style="label"),
+        path("labx", array, style="label", explode=True),
+        path("mat", array, style="matrix"),
+        path("matx", array, style="matrix", explode=True),
+        path("mato", shape, style="matrix", explode=True),
+        path("one", {"type": "integer"}, style="matrix"),
+        {"name": "X-Ids", "in": "header", "schema": array},
+        {"name": "X-Shape", "in": "header", "schema": shape, "explode": True},
+    ]
+    template = "/{ids}/{obj}/{exp}/{lab}/{labx}/{mat}/{matx}/{mato}/{one}"
+    document = {
+        "openapi": "3.0.3",
+        "paths": {template: {"get": {"operationId": "get", "parameters": parameters}}},
+    }
+
+    async def seen(request: Request) -> Response:
+        headers = request.headers
+        return JSONResponse(
+            {
+                "path": request.scope["raw_path"].decode(),
+                "ids": headers.getlist("x-ids"),
+                "shape": headers.getlist("x-shape"),
+            }
+        )
+
+    arguments = {
+        "ids": ["a b", "c,d", "é"],  # each item encoded; the commas between them are not
+        "obj": {"R": "1", "G": "2"},
+        "exp": {"R": "1", "G": "2"},
+        "lab": ["x", "y"],
+        "labx": ["x", "y"],
+        "mat": ["x", "y"],
+        "matx": ["x", "y"],
+        "mato": {"R": "1", "G": "2"},
+        "one": 5,
+        "X-Ids": ["4", "5"],
+        "X-Shape": {"R": "1", "G": "2"},
+    }
+    async with serve_app(Starlette(routes=[Route("/{rest:path}", seen)])) as url:
+        kit = Toolkit(OpenAPISource(document, base_url=url))
+        result = await kit.execute("get", arguments)
+        await kit.close()
+    assert result.success, result.error
+    assert result.data == {
+        "path": "/a%20b,c%2Cd,%C3%A9/R,1,G,2/R=1,G=2/.x,y/.x.y/;mat=x,y/;matx=x;matx=y/;R=1;G=2/"
+        ";one=5",
+        "ids": ["4,5"],
+        "shape": ["R=1,G=2"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("parameter", "message"),
+    [
+        (
+            {"name": "id", "in": "path", "required": True, "style": "form"},
+            r"paths\./x/\{id\}\.get\.parameters\.id: style 'form' is not supported for a path "
+            "parameter",
+        ),
+        (
+            {"name": "X-Id", "in": "header", "style": "label"},
+            r"parameters\.X-Id: style 'label' is not supported for a header parameter",
+        ),
+        (
+            {"name": "id", "in": "path", "required": True, "explode": "yes"},
+            r"parameters\.id: explode must be true or false, not 'yes'",
+        ),
+    ],
+)
+def test_a_path_or_header_style_no_request_can_have_is_a_config_error(
+    parameter: dict[str, Any], message: str
+) -> None:
+    operation = {"operationId": "x", "parameters": [parameter]}
+    document = {"openapi": "3.0.3", "paths": {"/x/{id}": {"get": operation}}}
+    with pytest.raises(ConfigError, match=message):
+        OpenAPISource(document, base_url="http://127.0.0.1:9")
+
+
+async def test_a_header_the_source_sets_is_no_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The petstore's deletePet declares its `api_key` header: the model was offered it, and what
+    # it filled in was sent instead of the source's secret (in another case, beside it).
+    monkeypatch.setenv("QA_PETSTORE_KEY", "the-real-secret")
+    string = {"type": "string"}
+    parameters = [
+        {"name": "api_key", "in": "header", "schema": string},
+        {"name": "X-Api-Key", "in": "header", "schema": string},
+        {"name": "session", "in": "cookie", "schema": string},
+        {"name": "X-Trace", "in": "header", "schema": string},
+        {"name": "petId", "in": "path", "required": True, "schema": {"type": "integer"}},
+    ]
+    document = {
+        "openapi": "3.0.3",
+        "paths": {
+            "/pet/{petId}": {"delete": {"operationId": "deletePet", "parameters": parameters}}
+        },
+    }
+
+    async def seen(request: Request) -> Response:
+        return JSONResponse(
+            {
+                name: request.headers.getlist(name)
+                for name in ("api_key", "x-api-key", "cookie", "x-trace")
+            }
+            | {"query": sorted(request.query_params.multi_items())}
+        )
+
+    async with serve_app(Starlette(routes=[Route("/pet/{id}", seen, methods=["DELETE"])])) as url:
+        configured = {
+            "api_key": "${QA_PETSTORE_KEY}",
+            "x-api-key": "${QA_PETSTORE_KEY}",
+            "Cookie": "session=${QA_PETSTORE_KEY}",
+        }
+        kit = Toolkit(OpenAPISource(document, base_url=url, headers=configured))
+        offered = set(kit["deletePet"].input_schema["properties"])
+        replaced = await kit.execute("deletePet", {"petId": 1, "api_key": "YOUR_API_KEY"})
+        plain = await kit.execute("deletePet", {"petId": 1, "X-Trace": "t"})
+        await kit.close()
+    assert offered == {"petId", "X-Trace"}
+    assert replaced.error_code == "invalid_arguments"
+    assert plain.success, plain.error
+    assert plain.data == {
+        "api_key": ["the-real-secret"],
+        "x-api-key": ["the-real-secret"],
+        "cookie": ["session=the-real-secret"],
+        "x-trace": ["t"],
+        "query": [],
+    }
+
+
+def _ring(components: int, operations: int) -> dict[str, Any]:
+    """Operations over a ring of components, each linking to the next (C0 -> C1 -> ... -> C0)."""
+    schemas = {
+        f"C{i}": {
+            "type": "object",
+            "properties": {
+                "next": {"$ref": f"#/components/schemas/C{(i + 1) % components}"},
+                "name": {"type": "string"},
+            },
+        }
+        for i in range(components)
+    }
+    paths = {
+        f"/p{i}": {
+            "post": {
+                "operationId": f"op{i}",
+                "requestBody": {
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": f"#/components/schemas/C{i % components}"}
+                        }
+                    }
+                },
+            }
+        }
+        for i in range(operations)
+    }
+    return {
+        "openapi": "3.0.3",
+        "servers": [{"url": "http://127.0.0.1:9"}],
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
+
+
+def test_component_schemas_are_converted_and_checked_once_per_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every tool converted every component it reached afresh, and the cycle check walked them
+    # all again per tool: 1,500 operations over 300 components took 12 s and 650 MB.
+    walked: list[int] = []
+    real_ref_cycle = openapi_module.ref_cycle
+
+    def counting(schema: dict[str, Any]) -> str | None:
+        walked.append(len(schema.get("$defs", {})))
+        return real_ref_cycle(schema)
+
+    monkeypatch.setattr(openapi_module, "ref_cycle", counting)
+    tools = OpenAPISource(_ring(50, 200)).tools()
+    assert len(tools) == 200
+    assert sum(walked) == 50  # each component checked once, not once per tool
+    first, other = tools[0].input_schema["$defs"], tools[77].input_schema["$defs"]
+    assert set(first) == set(other) == {f"C{i}" for i in range(50)}  # each tool: what it reaches
+    assert all(first[name] is other[name] for name in first)  # one converted schema, shared
+    tools[77].validate({"body": {"name": "a", "next": {"next": {"name": "c"}}}})
+
+
+def test_a_long_chain_of_components_loads() -> None:
+    # Each component was converted inside the one referring to it, a few calls deeper each:
+    # past a few hundred the document was "nested too deeply".
+    document = _ring(1000, 1)
+    document["components"]["schemas"]["C999"]["properties"].pop("next")  # a chain, not a ring
+    (tool,) = OpenAPISource(document).tools()
+    assert len(tool.input_schema["$defs"]) == 1000
+
+
+def test_shared_component_schemas_are_changed_by_no_consumer() -> None:
+    # Tools share their converted component schemas: whatever reads a tool's schema must leave
+    # them as they are, or one tool's use would change the others'.
+    components = {
+        "Pet": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "default": "Rex"},
+                "kind": {"$ref": "#/components/schemas/Kind"},
+                "bad key!": {"type": "integer"},
+            },
+            "required": ["name"],
+        },
+        "Kind": {"type": "string", "enum": ["cat", "dog"], "nullable": True},
+    }
+    document = _with_body({"$ref": "#/components/schemas/Pet"}, {"schemas": components})
+    document["paths"]["/y"] = {"put": {**document["paths"]["/x"]["post"], "operationId": "y"}}
+    source = OpenAPISource(document)
+    before = [json.dumps(t.input_schema) for t in source.tools()]
+    kit = Toolkit()
+    kit.add(source, prefix="pets")
+    tools = kit.tools
+    to_openai(tools, strict=True)
+    to_openai(tools, strict=False, api="responses")
+    to_anthropic(tools)
+    to_gemini(tools)
+    for tool in tools:
+        tool.validate({"body": {"name": "a", "kind": None, "bad key!": 1}})
+    assert [json.dumps(t.input_schema) for t in source.tools()] == before

@@ -9,7 +9,11 @@ or stored in a definition (so secrets stay in headers, never in URLs that client
 
 A template string that is exactly ``"{name}"`` takes the argument's value as it is (a list in the
 query repeats the parameter, a number in a JSON body stays a number); an entry whose placeholder
-names an argument the call left out is left out too. Arguments that no template mentions go to
+names an argument the call left out is left out too. In a URL placeholder or a header a list is
+its items joined by commas and an object its keys and values (``a,b``; ``k,v``), as RFC 6570 and
+OpenAPI's ``simple`` style say; ``styles`` gives an argument OpenAPI's ``label``/``matrix`` style
+or ``explode``. A header the source sets itself (a credential) is never replaced by one filled
+from the arguments. Arguments that no template mentions go to
 the query string (GET, DELETE, HEAD, OPTIONS) or to a JSON body (other methods).
 
 A response outside 2xx is an error result with the status in ``metadata["status"]``; so are
@@ -26,7 +30,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
@@ -43,7 +47,7 @@ from toolmesh.schema import compile_validator
 from toolmesh.sources.base import Source
 from toolmesh.tools import Output, Tool, ToolContext
 
-__all__ = ["HttpEndpoint", "HttpSource", "http_tool", "sources_from_manifest"]
+__all__ = ["HttpEndpoint", "HttpSource", "ParamStyle", "http_tool", "sources_from_manifest"]
 
 JsonSchema = dict[str, Any]
 BodyFormat = Literal["json", "form", "multipart", "raw"]
@@ -68,6 +72,27 @@ class _Missing(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ParamStyle:
+    """How a list or an object fills a URL placeholder or a header: OpenAPI's style (RFC 6570's
+    expansions). ``simple``: ``a,b``, an object ``k,v`` (exploded ``k=v``); ``label``: ``.a,b``
+    (exploded ``.a.b``); ``matrix``: ``;name=a,b`` (exploded ``;name=a;name=b``, an object
+    ``;k=v``), ``name`` being the parameter's."""
+
+    style: Literal["simple", "label", "matrix"] = "simple"
+    explode: bool = False
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.style not in ("simple", "label", "matrix"):
+            raise ConfigError(f"style must be simple, label or matrix, not {self.style!r}")
+        if self.style == "matrix" and not self.name:
+            raise ConfigError("matrix style needs the parameter's name")
+
+
+_SIMPLE = ParamStyle()
+
+
+@dataclass(frozen=True, slots=True)
 class HttpEndpoint:
     """How one tool's arguments become one HTTP request."""
 
@@ -85,6 +110,8 @@ class HttpEndpoint:
     # query parameters whose list is one comma-joined value (OpenAPI's explode: false), not
     # the parameter repeated
     joined_query: Sequence[str] = ()
+    # arguments filling a URL placeholder or a header in a style other than plain simple
+    styles: Mapping[str, ParamStyle] = field(default_factory=dict)
     timeout: float = 30.0
     result: ResultFormat = "auto"
     input_schema: JsonSchema | None = None
@@ -95,6 +122,8 @@ class HttpEndpoint:
         for setting in ("file_fields", "joined_query", "capabilities", "tags"):
             given = string_list(getattr(self, setting), where=f"http tool {self.name!r} {setting}")
             object.__setattr__(self, setting, given)
+        if not all(isinstance(style, ParamStyle) for style in self.styles.values()):
+            raise ConfigError(f"http tool {self.name!r}: styles must map names to ParamStyles")
         method = self.method.upper()
         object.__setattr__(self, "method", method)
         if method not in _METHODS:
@@ -155,22 +184,9 @@ class HttpEndpoint:
     ) -> httpx.Request:
         """The request for ``arguments`` (raises KeyError naming a missing environment variable)."""
         used: set[str] = set()
-        url = _fill_url(self.url, arguments, used)
+        url = _fill_url(self.url, arguments, used, self.styles)
         params = _fill_entries(self.query, arguments, used)
-        headers = {k: _expand_env(v, k) for k, v in base_headers.items()}
-        for key, template in self.headers.items():
-            if key.lower() == "cookie":  # one cookie per argument: an absent one is left out
-                parts = []
-                for part in template.split("; "):
-                    with contextlib.suppress(_Missing):
-                        parts.append(_fill_header(part, arguments, used, key))
-                if parts:
-                    headers[key] = "; ".join(parts)
-                continue
-            try:
-                headers[key] = _fill_header(template, arguments, used, key)
-            except _Missing:
-                continue
+        headers = self._headers(arguments, used, base_headers)
         try:
             body = _fill(self.body, arguments, used) if self.body is not None else None
         except _Missing:
@@ -197,6 +213,33 @@ class HttpEndpoint:
         request.extensions["toolmesh_headers"] = tuple(headers)
         request.extensions["toolmesh_secrets"] = tuple(_secrets_in(base_headers, self.headers))
         return request
+
+    def _headers(
+        self, arguments: Mapping[str, Any], used: set[str], base_headers: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The source's headers, then the tool's: a fixed one of the tool replaces the source's
+        of that name (in any case); one filled from the arguments never does, so a model cannot
+        replace a credential the source sets, nor is its argument sent anywhere else."""
+        headers = {k: _expand_env(v, k) for k, v in base_headers.items()}
+        configured = {k.lower() for k in base_headers}
+        for key, template in self.headers.items():
+            filled_by = _names_in(template)
+            if filled_by and key.lower() in configured:
+                used.update(filled_by)
+                continue
+            if key.lower() == "cookie":  # one cookie per argument: an absent one is left out
+                parts = []
+                for part in template.split("; "):
+                    with contextlib.suppress(_Missing):
+                        parts.append(_fill_header(part, arguments, used, key, self.styles))
+                if parts:
+                    _set_header(headers, key, "; ".join(parts))
+                continue
+            try:
+                _set_header(headers, key, _fill_header(template, arguments, used, key, self.styles))
+            except _Missing:
+                continue
+        return headers
 
     def _body(self, body: Any, headers: dict[str, str]) -> dict[str, Any]:
         form = self.body_format or "json"
@@ -281,9 +324,23 @@ def _fill_entries(
     return out
 
 
-def _fill_url(template: str, arguments: Mapping[str, Any], used: set[str]) -> str:
+def _set_header(headers: dict[str, str], key: str, value: str) -> None:
+    """``headers[key] = value``, replacing the header of that name in any case (HTTP's names
+    are case-insensitive: both would be sent)."""
+    for present in [k for k in headers if k.lower() == key.lower()]:
+        del headers[present]
+    headers[key] = value
+
+
+def _fill_url(
+    template: str,
+    arguments: Mapping[str, Any],
+    used: set[str],
+    styles: Mapping[str, ParamStyle],
+) -> str:
     def one(match: re.Match[str]) -> str:
-        value = quote(_text(_take(match.group(1), arguments, used)), safe="")
+        name = match.group(1)
+        value = _styled(_take(name, arguments, used), styles.get(name, _SIMPLE), _url_part)
         # "." and ".." are path steps to the URL parser: as a value they are sent encoded
         return value.replace(".", "%2E") if value in (".", "..") else value
 
@@ -298,6 +355,36 @@ def _take(name: str, arguments: Mapping[str, Any], used: set[str]) -> Any:
         raise _Missing(name)
     used.add(name)
     return arguments[name]
+
+
+def _url_part(text: str) -> str:
+    return quote(text, safe="")
+
+
+def _styled(value: Any, style: ParamStyle, encode: Callable[[str], str]) -> str:
+    """``value`` in ``style``, each item, key and value encoded on its own: the separators
+    between them stay literal, so a server can split them again."""
+    if isinstance(value, Mapping):
+        pairs = [(encode(_text(k)), encode(_text(v))) for k, v in value.items() if v is not None]
+        if style.explode:
+            items = [f"{k}={v}" for k, v in pairs]
+        else:
+            items = [part for pair in pairs for part in pair]
+    elif isinstance(value, list | tuple):
+        items = [encode(_text(item)) for item in value if item is not None]
+    else:
+        items = [encode(_text(value))]
+    if style.style == "label":
+        return "." + ("." if style.explode else ",").join(items)
+    if style.style == "matrix":
+        name = encode(style.name)
+        if style.explode and isinstance(value, Mapping):
+            return "".join(f";{item}" for item in items)
+        if style.explode and isinstance(value, list | tuple):
+            return "".join(f";{name}={item}" for item in items)
+        joined = ",".join(items)
+        return f";{name}={joined}" if joined else f";{name}"
+    return ",".join(items)
 
 
 def _text(value: Any) -> str:
@@ -337,7 +424,13 @@ def _expand_env(value: str, header: str) -> str:
     return _ENV.sub(lambda match: _env(match.group(1), header), value)
 
 
-def _fill_header(template: str, arguments: Mapping[str, Any], used: set[str], header: str) -> str:
+def _fill_header(
+    template: str,
+    arguments: Mapping[str, Any],
+    used: set[str],
+    header: str,
+    styles: Mapping[str, ParamStyle],
+) -> str:
     """One pass over the template: ``${ENV}`` from the environment, ``{arg}`` from the call.
     Nothing substituted is scanned again, so an argument cannot pull in an environment
     variable."""
@@ -345,7 +438,8 @@ def _fill_header(template: str, arguments: Mapping[str, Any], used: set[str], he
     def one(match: re.Match[str]) -> str:
         if match.group(1) is not None:
             return _env(match.group(1), header)
-        text = _text(_take(match.group(2), arguments, used))
+        name = match.group(2)
+        text = _styled(_take(name, arguments, used), styles.get(name, _SIMPLE), str)
         if _HEADER_BREAKING.search(text):
             # refused here, before the value (and any secret beside it) reaches a message
             raise ValueError(

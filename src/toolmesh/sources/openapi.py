@@ -8,13 +8,19 @@ parameter already holds that name). Parameters of one name in two places get the
 suffix (``id_query``), and a number after that when another argument has that name too
 (``id_query_2``, ``request_body_2``): no argument ever replaces another.
 
-``$ref``s to the document's own parts are resolved: ``#/components/schemas/X`` becomes
-``#/$defs/X`` inside each tool's schema (so recursive types keep working), other references are
-inlined. A reference to another document is a ``ConfigError``: nothing is fetched beyond the
-document itself; so is a cycle of references that never reaches a schema (``S = allOf[T]``,
-``T = allOf[S]``). OpenAPI 3.0's ``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum``
-and its annotation-only keywords (``example``, ``xml``, ``discriminator``, ...) are rewritten to
-plain JSON Schema.
+``$ref``s to the document's own parts are resolved, under every keyword that holds a schema:
+``#/components/schemas/X`` becomes ``#/$defs/X`` inside each tool's schema (so recursive types
+keep working; each component is converted once and shared by the tools that reach it), other
+references are inlined. A reference to another document is a ``ConfigError``: nothing is fetched
+beyond the document itself; so is a cycle of references that never reaches a schema
+(``S = allOf[T]``, ``T = allOf[S]``). OpenAPI 3.0's ``nullable``, boolean
+``exclusiveMinimum``/``exclusiveMaximum`` and its annotation-only keywords (``example``, ``xml``,
+``discriminator``, ...) are rewritten to plain JSON Schema.
+
+YAML is read as YAML 1.2 reads it (as OpenAPI asks): only ``true`` and ``false`` are booleans,
+``on``, ``no`` and ``NO`` are text. Path parameters honour their ``style`` (``simple``, ``label``,
+``matrix``) and ``explode``, header parameters ``explode``. A header the source sets itself
+(``headers=``, a credential) is no argument: a parameter of that name is not offered.
 
 The base URL comes from ``servers[0]`` (its variables take their defaults); a relative server
 URL is resolved against the document's URL, or needs ``base_url``. A document given by URL is
@@ -28,7 +34,7 @@ import asyncio
 import datetime
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -39,7 +45,7 @@ import yaml
 from toolmesh.errors import ConfigError, SchemaError
 from toolmesh.schema import def_ref, pointer_step, pointer_target, ref_cycle
 from toolmesh.sources.base import Source, SourceStatus
-from toolmesh.sources.http import HttpEndpoint, HttpSource
+from toolmesh.sources.http import HttpEndpoint, HttpSource, ParamStyle
 from toolmesh.tools import Tool
 
 __all__ = ["OpenAPISource", "load_document", "openapi_endpoints", "sources_from_manifest"]
@@ -48,6 +54,34 @@ JsonSchema = dict[str, Any]
 
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch")
 _ANNOTATIONS_ONLY = frozenset({"example", "xml", "discriminator", "externalDocs", "x-examples"})
+# left out too: every reference is resolved here, and an $id would make the validator read the
+# rewritten ones (#/$defs/X) against another document
+_DROPPED = _ANNOTATIONS_ONLY | {"nullable", "$id"}
+# keywords whose value is a schema or a list of schemas, and those whose value is an object of
+# schemas (dependencies' lists of names pass as they are): every $ref in them is resolved
+_SUBSCHEMAS = frozenset(
+    {
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contentSchema",
+        "not",
+        "if",
+        "then",
+        "else",
+        "allOf",
+        "anyOf",
+        "oneOf",
+    }
+)
+_SUBSCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions"}
+)
 _SCHEMA_PREFIX = "#/components/schemas/"
 _DEFS_PREFIX = "#/$defs/"  # where component schemas land in a tool's schema
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")  # {name} in a path template
@@ -57,6 +91,22 @@ MAX_DOCUMENT_BYTES = 64 * 1024 * 1024  # the largest public API descriptions are
 # header parameters the specification says to ignore: a model could otherwise replace the
 # source's own credentials or the body's media type
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
+_PATH_STYLES = ("simple", "label", "matrix")
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's booleans: ``true`` and ``false`` only. YAML 1.1's
+    ``on``/``off``/``yes``/``no`` (and so ``NO``, Norway's code) are text in YAML 1.2, which
+    OpenAPI asks for; read as booleans, ``enum: [on, off]`` admitted no string at all."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 class _Budget:
@@ -88,11 +138,15 @@ def _plain_json(value: Any, budget: _Budget, where: str) -> Any:
     return value
 
 
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader, its booleans 1.2's
+
+
 def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
     """Parse an OpenAPI 3.x document (JSON or YAML) and check that it is one."""
     try:
         raw = text.decode() if isinstance(text, bytes) else text
-        document = json.loads(raw) if raw.lstrip().startswith("{") else yaml.safe_load(raw)
+        document = json.loads(raw) if raw.lstrip().startswith("{") else _yaml(raw)
         if not isinstance(document, dict):
             raise ConfigError(f"{where}: an OpenAPI document must be an object")
         # YAML's unquoted dates are text in JSON Schema; aliases become copies, within a budget
@@ -111,13 +165,22 @@ def load_document(text: str | bytes, *, where: str) -> dict[str, Any]:
 
 
 class _Document:
-    """Reference lookups in one document, with the path of what is being read for errors."""
+    """Reference lookups in one document, with the path of what is being read for errors, and
+    its component schemas, each converted once for every tool that reaches it."""
 
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document = document
         # the references being inlined now (not component schemas, which become $defs): one
         # met again inside itself is a cycle that inlining would follow forever
         self._inlining: list[str] = []
+        # converted component schemas by name, and the components each refers to directly:
+        # shared by the tools (converting them per tool cost operations x components)
+        self.components: dict[str, JsonSchema] = {}
+        self._refers_to: dict[str, dict[str, None]] = {}
+        # met, not yet converted (name, $ref, where met): converted by a loop, not inside the
+        # schema that met them, so a long chain of components takes no deeper recursion
+        self._pending: list[tuple[str, str, str]] = []
+        self._cycle_checked: set[str] = set()
 
     def resolve(self, node: Any, where: str) -> Any:
         """``node`` with its own ``$ref`` (if any) followed, repeatedly."""
@@ -146,50 +209,99 @@ class _Document:
 
     # -- schemas ---------------------------------------------------------------------------------
 
-    def schema(self, node: Any, where: str, defs: dict[str, Any]) -> Any:
-        """JSON Schema of an OpenAPI schema; named components land in ``defs``."""
+    def schema(self, node: Any, where: str, refs: dict[str, None]) -> Any:
+        """JSON Schema of an OpenAPI schema; the component schemas it refers to directly are
+        added to ``refs`` (``defs_for`` gives all it reaches)."""
         if isinstance(node, list):
-            return [self.schema(item, where, defs) for item in node]
+            return [self.schema(item, where, refs) for item in node]
         if not isinstance(node, Mapping):
             return node
         ref = node.get("$ref")
         if isinstance(ref, str):
-            if ref.startswith(_SCHEMA_PREFIX) and "/" not in ref[len(_SCHEMA_PREFIX) :]:
-                name = pointer_step(ref[len(_SCHEMA_PREFIX) :])  # `a~1b` names `a/b`
-                if name not in defs:
-                    target = self.target(ref, where)
-                    # only references, round in a circle (A -> B -> A): refused here, as no
-                    # validator can check a value against it
-                    self.resolve(target, f"{where} -> {ref}")
-                    defs[name] = {}  # taken first: a recursive reference finds it
-                    defs[name] = self.schema(target, f"{where} -> {ref}", defs)
-                return {"$ref": def_ref(name)}
-            if ref in self._inlining:
-                raise ConfigError(
-                    f"{where}: $ref {ref!r} is inside itself; only component schemas "
-                    f"({_SCHEMA_PREFIX}...) may be recursive"
-                )
-            self._inlining.append(ref)
-            try:
-                return self.schema(self.resolve(node, where), f"{where} -> {ref}", defs)
-            finally:
-                self._inlining.pop()
+            return self._reference(node, ref, where, refs)
         out: JsonSchema = {}
         for key, value in node.items():
-            if key in _ANNOTATIONS_ONLY or key == "nullable":
+            if key in _DROPPED:
                 continue
-            if key in ("properties", "patternProperties", "$defs", "definitions"):
+            if key in _SUBSCHEMA_MAPS:
                 if not isinstance(value, Mapping):
                     raise ConfigError(f"{where}: {key} must be an object of schemas")
-                out[key] = {k: self.schema(v, f"{where}.{key}.{k}", defs) for k, v in value.items()}
-            elif key in ("items", "additionalProperties", "not", "allOf", "anyOf", "oneOf"):
-                out[key] = self.schema(value, f"{where}.{key}", defs)
+                out[key] = {k: self.schema(v, f"{where}.{key}.{k}", refs) for k, v in value.items()}
+            elif key in _SUBSCHEMAS:
+                out[key] = self.schema(value, f"{where}.{key}", refs)
             else:
                 out[key] = value
         _exclusive_bounds(out)
         if node.get("nullable") is True:
             _allow_null(out)
         return out
+
+    def _reference(
+        self, node: Mapping[str, Any], ref: str, where: str, refs: dict[str, None]
+    ) -> JsonSchema:
+        if ref.startswith(_SCHEMA_PREFIX) and "/" not in ref[len(_SCHEMA_PREFIX) :]:
+            name = pointer_step(ref[len(_SCHEMA_PREFIX) :])  # `a~1b` names `a/b`
+            if name not in self._refers_to:  # taken first: a recursive reference finds it
+                self._refers_to[name] = {}
+                self._pending.append((name, ref, where))
+            refs[name] = None
+            return {"$ref": def_ref(name)}
+        if ref in self._inlining:
+            raise ConfigError(
+                f"{where}: $ref {ref!r} is inside itself; only component schemas "
+                f"({_SCHEMA_PREFIX}...) may be recursive"
+            )
+        self._inlining.append(ref)
+        try:
+            converted: JsonSchema = self.schema(
+                self.resolve(node, where), f"{where} -> {ref}", refs
+            )
+            return converted
+        finally:
+            self._inlining.pop()
+
+    def _convert_pending(self) -> None:
+        """Convert the component schemas met and not converted yet. Each is converted on its
+        own, with no inlining around it (it becomes a $def): the same whichever tool met it."""
+        while self._pending:
+            name, ref, where = self._pending.pop()
+            target = self.target(ref, where)
+            # only references, round in a circle (A -> B -> A): refused here, as no validator
+            # can check a value against it
+            self.resolve(target, f"{where} -> {ref}")
+            self.components[name] = self.schema(target, f"{where} -> {ref}", self._refers_to[name])
+
+    def defs_for(self, refs: Iterable[str]) -> dict[str, JsonSchema]:
+        """The component schemas ``refs`` reach, directly or through one another: a tool's
+        ``$defs`` (the converted schemas themselves, shared with the other tools)."""
+        self._convert_pending()
+        defs: dict[str, JsonSchema] = {}
+        pending = list(refs)[::-1]
+        while pending:
+            name = pending.pop()
+            if name not in defs:
+                defs[name] = self.components[name]
+                pending += list(self._refers_to[name])[::-1]
+        return defs
+
+    def check_no_cycle(self, defs: Mapping[str, JsonSchema], where: str) -> None:
+        """Refuse schemas whose references go round without reaching a schema (``S = allOf[T]``,
+        ``T = allOf[S]``): no validator ever finishes checking a value against them. Each
+        component is checked once: whatever a checked one reaches was checked with it, so a
+        cycle through the new ones is among the new ones alone."""
+        new = {name: schema for name, schema in defs.items() if name not in self._cycle_checked}
+        if not new:
+            return
+        self._cycle_checked.update(new)
+        cycle = ref_cycle({"$defs": new, "allOf": [{"$ref": def_ref(name)} for name in new]})
+        if cycle is None:
+            return
+        if cycle.startswith(_DEFS_PREFIX):  # named as the document names it
+            cycle = _SCHEMA_PREFIX + cycle[len(_DEFS_PREFIX) :]
+        raise ConfigError(
+            f"{where}: schema {cycle!r} leads back to itself through allOf/anyOf/oneOf/not "
+            "alone (a cycle of references that never reaches a schema)"
+        )
 
 
 def _exclusive_bounds(schema: JsonSchema) -> None:
@@ -223,10 +335,13 @@ def openapi_endpoints(
     document_url: str | None = None,
     timeout: float = 30.0,
     where: str = "openapi",
+    headers: Iterable[str] = (),
 ) -> list[HttpEndpoint]:
-    """One HTTP endpoint per operation of ``document``."""
+    """One HTTP endpoint per operation of ``document``. ``headers``: the names of the headers
+    the source sets itself (credentials): parameters of those names are not arguments."""
+    configured = frozenset(name.lower() for name in headers)
     try:
-        return _endpoints(document, base_url, document_url, timeout, where)
+        return _endpoints(document, base_url, document_url, timeout, where, configured)
     except RecursionError:  # schemas are rewritten one call deeper per level they nest
         raise ConfigError(f"{where}: the document's schemas are nested too deeply") from None
 
@@ -237,6 +352,7 @@ def _endpoints(
     document_url: str | None,
     timeout: float,
     where: str,
+    configured: Collection[str],
 ) -> list[HttpEndpoint]:
     doc = _Document(document)
     root = _base_url(document, base_url, document_url, where)
@@ -257,25 +373,10 @@ def _endpoints(
                 raise ConfigError(f"{op_where}: an operation must be an object")
             name = _unique(_operation_name(operation, method, path), taken)
             endpoint = _endpoint(
-                doc, name, method, path, operation, shared, root, timeout, op_where
+                doc, name, method, path, operation, shared, root, timeout, configured, op_where
             )
-            _check_no_cycle(endpoint.input_schema or {}, op_where)
             endpoints.append(endpoint)
     return endpoints
-
-
-def _check_no_cycle(schema: Mapping[str, Any], where: str) -> None:
-    """Refuse a schema whose references go round without reaching a schema (``S = allOf[T]``,
-    ``T = allOf[S]``): no validator ever finishes checking a value against it."""
-    cycle = ref_cycle(schema)
-    if cycle is None:
-        return
-    if cycle.startswith(_DEFS_PREFIX):  # named as the document names it
-        cycle = _SCHEMA_PREFIX + cycle[len(_DEFS_PREFIX) :]
-    raise ConfigError(
-        f"{where}: schema {cycle!r} leads back to itself through allOf/anyOf/oneOf/not alone "
-        "(a cycle of references that never reaches a schema)"
-    )
 
 
 def _base_url(
@@ -344,6 +445,7 @@ def _endpoint(
     shared: Sequence[Any],
     root: str,
     timeout: float,
+    configured: Collection[str],
     where: str,
 ) -> HttpEndpoint:
     parameters: dict[tuple[str, str], Mapping[str, Any]] = {}
@@ -352,12 +454,13 @@ def _endpoint(
         if not isinstance(param, Mapping) or "name" not in param or "in" not in param:
             raise ConfigError(f"{where}.parameters[{i}]: a parameter needs name and in")
         parameters[(str(param["name"]), str(param["in"]))] = param  # the operation's wins
-    defs: dict[str, Any] = {}
+    refs: dict[str, None] = {}  # the component schemas the tool's schema refers to
     properties: JsonSchema = {}
     required: list[str] = []
     query, headers, cookies = {}, {}, []
     path_arguments: dict[str, str] = {}  # each path placeholder's argument
     joined: list[str] = []
+    styles: dict[str, ParamStyle] = {}
     for (pname, place), param in parameters.items():
         if place not in _PLACES:
             raise ConfigError(
@@ -366,8 +469,13 @@ def _endpoint(
             )
         if place == "header" and pname.lower() in _IGNORED_HEADERS:
             continue  # described by the media types and security schemes instead (the spec)
+        if _set_by_source(pname, place, configured):
+            continue  # the source's own (a credential): the model must not replace it
         arg = _argument_name(pname, f"{pname}_{place}", properties)
-        schema = doc.schema(param.get("schema") or {"type": "string"}, f"{where}.{pname}", defs)
+        style = _style(param, pname, place, f"{where}.parameters.{pname}")
+        if style is not None:
+            styles[arg] = style
+        schema = doc.schema(param.get("schema") or {"type": "string"}, f"{where}.{pname}", refs)
         if param.get("description") and "description" not in schema:
             schema = {**schema, "description": param["description"]}
         properties[arg] = schema
@@ -395,8 +503,10 @@ def _endpoint(
     # in one pass: renaming placeholder by placeholder could rename one renamed before
     url = root + _PLACEHOLDER.sub(lambda m: "{" + path_arguments[m[1]] + "}", path)
     body, body_format, content_type, file_fields = _request_body(
-        doc, operation, properties, required, defs, where
+        doc, operation, properties, required, refs, where
     )
+    defs = doc.defs_for(refs)
+    doc.check_no_cycle(defs, where)
     input_schema: JsonSchema = {
         "type": "object",
         "properties": properties,
@@ -421,10 +531,37 @@ def _endpoint(
         content_type=content_type,
         file_fields=file_fields,
         joined_query=joined,
+        styles=styles,
         timeout=timeout,
         input_schema=input_schema,
         tags=[str(t) for t in tags] if isinstance(tags, list) else [],
     )
+
+
+def _set_by_source(name: str, place: str, configured: Collection[str]) -> bool:
+    """Whether the source sets the header this parameter would fill (a cookie fills Cookie)."""
+    header = "cookie" if place == "cookie" else name.lower() if place == "header" else None
+    return header is not None and header in configured
+
+
+def _style(param: Mapping[str, Any], name: str, place: str, where: str) -> ParamStyle | None:
+    """How a path or header parameter's list or object is sent (None: plain simple, or a
+    query or cookie parameter, whose styles are read elsewhere)."""
+    if place not in ("path", "header"):
+        return None
+    style = param.get("style", "simple")
+    allowed = _PATH_STYLES if place == "path" else ("simple",)
+    if style not in allowed:
+        raise ConfigError(
+            f"{where}: style {style!r} is not supported for a {place} parameter (the style "
+            f"must be {' or '.join(allowed)})"
+        )
+    explode = param.get("explode", False)
+    if not isinstance(explode, bool):
+        raise ConfigError(f"{where}: explode must be true or false, not {explode!r}")
+    if style == "simple" and not explode:
+        return None
+    return ParamStyle(style, explode, name)
 
 
 def _request_body(
@@ -432,7 +569,7 @@ def _request_body(
     operation: Mapping[str, Any],
     properties: JsonSchema,
     required: list[str],
-    defs: dict[str, Any],
+    refs: dict[str, None],
     where: str,
 ) -> tuple[str | None, Any, str | None, tuple[str, ...]]:
     if "requestBody" not in operation:
@@ -443,14 +580,14 @@ def _request_body(
         raise ConfigError(f"{where}.requestBody: content must name at least one media type")
     media_type, form = _pick_media_type(list(content))
     media = content[media_type] if isinstance(content[media_type], Mapping) else {}
-    schema = doc.schema(media.get("schema") or {}, f"{where}.requestBody", defs)
+    schema = doc.schema(media.get("schema") or {}, f"{where}.requestBody", refs)
     if form == "raw" and not schema:
         schema = {"type": "string"}
     elif form == "raw" and schema.get("format") == "binary":
         schema = {"type": "string", "description": "the content, as text"}
     files: tuple[str, ...] = ()
     if form == "multipart":
-        schema, files = _multipart_schema(_component_of(schema, defs))
+        schema, files = _multipart_schema(_component_of(schema, doc.defs_for(refs)))
     if body.get("description") and "description" not in schema:
         schema = {**schema, "description": body["description"]}
     arg = _argument_name("body", "request_body", properties)
@@ -552,6 +689,7 @@ class OpenAPISource(Source):
             document_url=self.url,
             timeout=self.timeout,
             where=where,
+            headers=self.headers,
         )
         try:
             inner = HttpSource(endpoints, name=self.name, headers=self.headers, kind="openapi")
