@@ -1,4 +1,5 @@
-"""AG-UI: a session's calls as AG-UI events, in the spec's order, valid for the spec's types."""
+"""AG-UI: a session's calls as AG-UI events, in an order the AG-UI client's verifier accepts,
+valid for the spec's types, with every change of the state."""
 
 from __future__ import annotations
 
@@ -31,12 +32,62 @@ async def collect(stream: Any, until: int) -> list[dict[str, Any]]:
     return out
 
 
+async def opened(stream: Any) -> dict[str, Any]:
+    """Subscribe while no run is open: the subscriber's own run holding the state's snapshot
+    (returned)."""
+    opening = await asyncio.wait_for(collect(stream, 3), 10)
+    assert kinds(opening) == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_FINISHED"]
+    assert opening[0]["runId"] == opening[2]["runId"]
+    return opening[1]
+
+
+def verify(events: list[dict[str, Any]]) -> None:
+    """The run rules of the AG-UI client's verifier (ag-ui-protocol/ag-ui, sdks/typescript/
+    packages/client/src/verify/verify.ts), for the events this stream sends."""
+    started = finished = errored = False
+    calls: set[str] = set()
+    for i, event in enumerate(events):
+        kind, where = event["type"], f"event {i} {event['type']}"
+        assert not errored, f"{where}: nothing may follow RUN_ERROR"
+        assert not finished or kind in ("RUN_STARTED", "RUN_ERROR"), f"{where}: run finished"
+        if i == 0:
+            assert kind in ("RUN_STARTED", "RUN_ERROR"), f"{where}: first must be RUN_STARTED"
+        elif kind == "RUN_STARTED":
+            assert not started or finished, f"{where}: a run is still active"
+        if kind == "RUN_STARTED":
+            started, finished, calls = True, False, set()
+        elif kind == "TOOL_CALL_START":
+            assert event["toolCallId"] not in calls, f"{where}: tool call already in progress"
+            calls.add(event["toolCallId"])
+        elif kind in ("TOOL_CALL_ARGS", "TOOL_CALL_END"):
+            assert event["toolCallId"] in calls, f"{where}: no such tool call in progress"
+            if kind == "TOOL_CALL_END":
+                calls.discard(event["toolCallId"])
+        elif kind == "RUN_FINISHED":
+            assert not calls, f"{where}: tool calls still active"
+            finished = True
+        elif kind == "RUN_ERROR":
+            errored = True
+
+
+def rebuilt(events: list[dict[str, Any]], document: Any = None) -> Any:
+    """The state a front end holds after ``events``: each snapshot, each delta applied."""
+    import jsonpatch
+
+    for event in events:
+        if event["type"] == "STATE_SNAPSHOT":
+            document = event["snapshot"]
+        elif event["type"] == "STATE_DELTA":
+            document = jsonpatch.apply_patch(document, event["delta"])
+    return document
+
+
 async def test_call_order_and_types(tmp_path: Path) -> None:
     host = demo_host(tmp_path / "a.db")
     client = await connect_async(host)
     stream = host.agui.events(client.session_id)
-    first = await anext(stream)
-    assert first["type"] == "STATE_SNAPSHOT" and first["snapshot"] == {"context": {}}
+    first = await opened(stream)
+    assert first["snapshot"] == {"context": {}}
     reading = asyncio.ensure_future(collect(stream, 9))
     await asyncio.sleep(0)
     await client.call_tool("remember", {"key": "a", "value": "b"})
@@ -57,8 +108,9 @@ async def test_call_order_and_types(tmp_path: Path) -> None:
         "TOOL_CALL_ARGS",
         "TOOL_CALL_END",
         "TOOL_CALL_RESULT",
-        "RUN_ERROR",
+        "RUN_FINISHED",  # a failed call ends its run as any other (a RUN_ERROR ends the stream)
     ]
+    verify(events)
     for event in [first, *events]:
         EVENT.validate_python(event)
     call_id = events[1]["toolCallId"]
@@ -66,8 +118,11 @@ async def test_call_order_and_types(tmp_path: Path) -> None:
     assert json.loads(events[2]["delta"]) == {"key": "a", "value": "b"}
     assert events[4]["content"] == {"last": "a"} and events[4]["activityType"] == "memory"
     assert events[5]["content"] == "remembered a"
+    assert events[5]["metadata"]["success"] is True
     assert events[6]["delta"] == [{"op": "add", "path": "/context/a", "value": "b"}]
-    assert events[-1]["code"] == "tool_error"
+    failed = events[-2]["metadata"]
+    assert failed["success"] is False and failed["errorCode"] == "tool_error" and failed["error"]
+    assert events[-1]["result"]["success"] is False
     await stream.aclose()
     assert host.pipeline.observers == []  # unsubscribed: calls cost nothing again
     await client.close()
@@ -84,8 +139,13 @@ async def test_sse_endpoint(tmp_path: Path) -> None:
         assert missing.status_code == 404
         async with http.stream("GET", f"{url}/agui/{client.session_id}") as response:
             lines = response.aiter_lines()
-            snapshot = await anext(line async for line in lines if line.startswith("data: "))
-            assert json.loads(snapshot[6:])["type"] == "STATE_SNAPSHOT"
+            opening = []
+            async for line in lines:
+                if line.startswith("data: "):
+                    opening.append(json.loads(line[6:]))
+                    if opening[-1]["type"] == "RUN_FINISHED":
+                        break
+            assert kinds(opening) == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_FINISHED"]
             await client.call_tool("echo", {"text": "hi"})
             seen = []
             async for line in lines:
@@ -94,6 +154,7 @@ async def test_sse_endpoint(tmp_path: Path) -> None:
                     if seen[-1]["type"] == "RUN_FINISHED":
                         break
             assert kinds(seen)[0] == "RUN_STARTED" and kinds(seen)[-2] == "TOOL_CALL_RESULT"
+            verify([*opening, *seen])
     await client.close()
     await server.stop()
     await host.close()
@@ -108,7 +169,7 @@ async def test_a_subscriber_that_fell_behind_still_sees_its_stream_end(
     host = demo_host(tmp_path / "a.db")
     client = await connect_async(host)
     stream = host.agui.events(client.session_id)
-    assert (await anext(stream))["type"] == "STATE_SNAPSHOT"  # subscribed; reads no more
+    await opened(stream)  # subscribed; reads no more
     await client.call_tool("remember", {"key": "a", "value": "b"})  # more events than fit
     host.agui.close()
     rest = [event async for event in stream]  # ends (it used to wait forever)
@@ -122,8 +183,8 @@ async def test_a_stream_ends_when_its_session_closes(tmp_path: Path) -> None:
     leaving, staying = await connect_async(host), await connect_async(host)
     ended = host.agui.events(leaving.session_id)
     watched = host.agui.events(staying.session_id)
-    assert (await anext(ended))["type"] == "STATE_SNAPSHOT"
-    assert (await anext(watched))["type"] == "STATE_SNAPSHOT"
+    await opened(ended)
+    await opened(watched)
     await leaving.close()
     assert [event async for event in ended] == []  # ends (it used to wait forever)
     await staying.call_tool("remember", {"key": "a", "value": "b"})
@@ -175,7 +236,7 @@ async def test_two_sessions_calling_with_the_same_call_id_see_only_their_own_run
     sessions = {"alice": Session(agent_id="alice"), "bob": Session(agent_id="bob")}
     streams = {who: agui.events(session.id) for who, session in sessions.items()}
     for stream in streams.values():
-        assert (await anext(stream))["type"] == "STATE_SNAPSHOT"
+        await opened(stream)
     calls: list[asyncio.Future[Any]] = []
     try:
         for who, session in sessions.items():
@@ -201,8 +262,9 @@ async def test_two_sessions_calling_with_the_same_call_id_see_only_their_own_run
 
 
 async def test_a_cancelled_call_ends_its_run() -> None:
-    """A call cut off by its caller's cancellation ends its AG-UI run with RUN_ERROR (it used to
-    stop after the activity, the run never ended, and its activity stayed in memory)."""
+    """A call cut off by its caller's cancellation ends its AG-UI run, its result saying it was
+    cancelled (it used to stop after the activity, the run never ended, and its activity stayed
+    in memory; then it ended with a RUN_ERROR, after which an AG-UI client accepts nothing)."""
     from toolmesh import Toolkit, tool
     from toolmesh.agui import AguiStream
     from toolmesh.pipeline import CallSpec
@@ -220,7 +282,7 @@ async def test_a_cancelled_call_ends_its_run() -> None:
     agui = AguiStream(toolkit.pipeline, toolkit.state)
     session = Session()
     stream = agui.events(session.id)
-    assert (await anext(stream))["type"] == "STATE_SNAPSHOT"
+    await opened(stream)
     call = asyncio.ensure_future(toolkit.pipeline.call(session, CallSpec("slow", {}, req_id="r")))
     try:
         started = await asyncio.wait_for(collect(stream, 5), 10)
@@ -231,8 +293,8 @@ async def test_a_cancelled_call_ends_its_run() -> None:
         call.cancel()
         await asyncio.gather(call, return_exceptions=True)
         await stream.aclose()
-    assert kinds(rest) == ["TOOL_CALL_RESULT", "RUN_ERROR"]
-    assert rest[1]["code"] == "cancelled"
+    assert kinds(rest) == ["TOOL_CALL_RESULT", "RUN_FINISHED"]
+    assert rest[0]["metadata"]["errorCode"] == "cancelled"
     assert agui._runs == {}
 
 
@@ -270,29 +332,31 @@ async def test_a_subscriber_joining_mid_run_is_shown_its_start_and_its_activity(
     agui = AguiStream(toolkit.pipeline, toolkit.state)
     session = Session()
     early = agui.events(session.id)
-    assert (await anext(early))["type"] == "STATE_SNAPSHOT"
+    await opened(early)
     spec = CallSpec("searching", {"q": "x"}, req_id="r")
     call = asyncio.ensure_future(toolkit.pipeline.call(session, spec))
     late = agui.events(session.id)
     try:
         seen_early = await asyncio.wait_for(collect(early, 5), 10)  # up to the first activity
-        assert (await anext(late))["type"] == "STATE_SNAPSHOT"
+        seen_late = [await anext(late)]  # subscribed
         step.set()
         assert (await asyncio.wait_for(call, 10)).success
-        seen_late = await asyncio.wait_for(collect(late, 9), 10)
+        seen_late += await asyncio.wait_for(collect(late, 9), 10)
     finally:
         step.set()
         await asyncio.gather(call, return_exceptions=True)
         await early.aclose()
         await late.aclose()
     then = ["ACTIVITY_DELTA", "ACTIVITY_DELTA", "TOOL_CALL_RESULT", "RUN_FINISHED"]
-    assert kinds(seen_late) == [*kinds(seen_early), *then]
+    # The run it joined holds its snapshot of the state, right after the run's start
+    assert kinds(seen_late) == ["RUN_STARTED", "STATE_SNAPSHOT", *kinds(seen_early)[1:], *then]
+    verify(seen_late)
     for event in seen_late:
         EVENT.validate_python(event)
-    assert seen_late[0]["runId"] == "r" and seen_late[1]["toolCallName"] == "searching"
-    assert json.loads(seen_late[2]["delta"]) == {"q": "x"}
-    content = seen_late[4]["content"]
-    for delta in seen_late[5:7]:
+    assert seen_late[0]["runId"] == "r" and seen_late[2]["toolCallName"] == "searching"
+    assert json.loads(seen_late[3]["delta"]) == {"q": "x"}
+    content = seen_late[5]["content"]
+    for delta in seen_late[6:8]:
         content = jsonpatch.apply_patch(content, delta["patch"])
     assert content == {"hits": ["a"], "status": "done"}
     assert agui._runs == {}
@@ -316,7 +380,7 @@ async def test_a_run_that_started_unwatched_is_not_shown() -> None:
     stream = agui.events(session.id)
     try:
         await asyncio.wait_for(started.wait(), 10)
-        assert (await anext(stream))["type"] == "STATE_SNAPSHOT"
+        await opened(stream)
         step.set()
         assert (await asyncio.wait_for(unwatched, 10)).success
         spec = CallSpec("searching", {}, req_id="seen")
@@ -332,3 +396,303 @@ async def test_a_run_that_started_unwatched_is_not_shown() -> None:
         "seen:search",
         "seen:result",
     }
+
+
+async def until_finished(stream: Any, run_id: str) -> list[dict[str, Any]]:
+    """The events of ``stream`` up to the RUN_FINISHED of run ``run_id``."""
+    out: list[dict[str, Any]] = []
+    async for event in stream:
+        out.append(event)
+        if event["type"] == "RUN_FINISHED" and event["runId"] == run_id:
+            break
+    return out
+
+
+async def snapshot_of(stream: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The events up to the subscriber's STATE_SNAPSHOT (subscribing), and that snapshot."""
+    seen: list[dict[str, Any]] = []
+    async for event in stream:
+        seen.append(event)
+        if event["type"] == "STATE_SNAPSHOT":
+            return seen, event["snapshot"]
+    raise AssertionError("the stream ended without a STATE_SNAPSHOT")
+
+
+def _state_toolkit(store: Any = None) -> Any:
+    """``put`` sets /context/KEY; ``slow_put`` too once its ``gate`` is set (it sets its
+    ``running`` when it runs)."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.tools import Output
+
+    gates: dict[str, asyncio.Event] = {}
+    running: dict[str, asyncio.Event] = {}
+
+    def update(key: str, value: str) -> list[dict[str, Any]]:
+        return [{"op": "add", "path": f"/context/{key}", "value": value}]
+
+    @tool
+    def put(key: str, value: str) -> Output:
+        """Set /context/KEY."""
+        return Output("set", state_update=update(key, value))
+
+    @tool
+    async def slow_put(key: str, value: str) -> Output:
+        """Set /context/KEY once let through."""
+        running.setdefault(key, asyncio.Event()).set()
+        await gates.setdefault(key, asyncio.Event()).wait()
+        return Output("set", state_update=update(key, value))
+
+    toolkit = Toolkit(put, slow_put, store=store)
+    toolkit.gates, toolkit.running = gates, running  # type: ignore[attr-defined]
+    return toolkit
+
+
+async def test_a_state_change_by_a_call_that_started_unwatched_reaches_the_subscriber() -> None:
+    """A subscriber joining while an unwatched call ran got a snapshot from before that call's
+    change, then never the change: its copy of the state stayed wrong, and every later delta
+    applied to a stale document. The change now comes in a run of its own."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    toolkit = _state_toolkit()
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    spec = CallSpec("slow_put", {"key": "v", "value": "new"}, req_id="unseen")
+    unwatched = asyncio.ensure_future(toolkit.pipeline.call(session, spec))  # nobody watches
+    stream = agui.events(session.id)
+    try:
+        await asyncio.wait_for(toolkit.running.setdefault("v", asyncio.Event()).wait(), 10)
+        opening, document = await asyncio.wait_for(snapshot_of(stream), 10)
+        assert document == {"context": {}}
+        toolkit.gates.setdefault("v", asyncio.Event()).set()
+        assert (await asyncio.wait_for(unwatched, 10)).success
+        watched = CallSpec("put", {"key": "w", "value": "x"}, req_id="seen")
+        assert (await toolkit.pipeline.call(session, watched)).success
+        events = await asyncio.wait_for(until_finished(stream, "seen"), 10)
+    finally:
+        toolkit.gates.setdefault("v", asyncio.Event()).set()
+        await asyncio.gather(unwatched, return_exceptions=True)
+        await stream.aclose()
+    assert rebuilt(events, document) == await toolkit.state.snapshot(session.id)
+    assert rebuilt(events, document) == {"context": {"v": "new", "w": "x"}}
+    verify([*opening, *events])
+    for event in events:
+        EVENT.validate_python(event)
+    assert {e.get("toolCallId") for e in events} == {None, "seen"}  # the call itself is not shown
+    assert kinds(events)[:4] == ["RUN_FINISHED", "RUN_STARTED", "STATE_DELTA", "RUN_FINISHED"]
+
+
+async def test_a_state_change_by_an_unseen_call_comes_in_the_open_run() -> None:
+    """While a watched call's run is open, a change of the state by a call nobody saw start is
+    shown inside that run (a run of its own would start while one is active)."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    toolkit = _state_toolkit()
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session, other = Session(), Session()
+    elsewhere = agui.events(other.id)  # the pipeline is watched: the unseen call's events show
+    stream = agui.events(session.id)
+    calls: list[asyncio.Future[Any]] = []
+    try:
+        await opened(elsewhere)
+        unseen = CallSpec("slow_put", {"key": "v", "value": "new"}, req_id="unseen")
+        calls.append(asyncio.ensure_future(toolkit.pipeline.call(session, unseen)))
+        await asyncio.wait_for(toolkit.running.setdefault("v", asyncio.Event()).wait(), 10)
+        document = (await opened(stream))["snapshot"]
+        seen = CallSpec("slow_put", {"key": "w", "value": "x"}, req_id="seen")
+        calls.append(asyncio.ensure_future(toolkit.pipeline.call(session, seen)))
+        await asyncio.wait_for(toolkit.running.setdefault("w", asyncio.Event()).wait(), 10)
+        toolkit.gates.setdefault("v", asyncio.Event()).set()
+        assert (await asyncio.wait_for(calls[0], 10)).success
+        toolkit.gates.setdefault("w", asyncio.Event()).set()
+        assert (await asyncio.wait_for(calls[1], 10)).success
+        events = await asyncio.wait_for(until_finished(stream, "seen"), 10)
+    finally:
+        for gate in ("v", "w"):
+            toolkit.gates.setdefault(gate, asyncio.Event()).set()
+        await asyncio.gather(*calls, return_exceptions=True)
+        await stream.aclose()
+        await elsewhere.aclose()
+    assert kinds(events) == [
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STATE_DELTA",  # the unseen call's
+        "TOOL_CALL_RESULT",
+        "STATE_DELTA",
+        "RUN_FINISHED",
+    ]
+    verify(events)
+    assert rebuilt(events, document) == {"context": {"v": "new", "w": "x"}}
+
+
+async def test_a_change_the_snapshot_holds_is_not_sent_again() -> None:
+    """A call that changed the state before a subscriber's snapshot and ends after it: the
+    change is in the snapshot, so neither a delta (applied twice) nor an empty run follows."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+    from toolmesh.store import MemoryStore
+
+    saved, audited = asyncio.Event(), asyncio.Event()
+
+    class SlowAuditStore(MemoryStore):  # a call's audit waits until let through
+        async def save_state(
+            self, session_id: str, document: Any, *, expected_version: int
+        ) -> bool:
+            saved.set()
+            return await super().save_state(session_id, document, expected_version=expected_version)
+
+        async def append_audit(self, entry: Any, *, durable: bool = True) -> None:
+            await audited.wait()
+            await super().append_audit(entry, durable=durable)
+
+    toolkit = _state_toolkit(SlowAuditStore())
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    spec = CallSpec("put", {"key": "v", "value": "new"}, req_id="unseen")
+    unwatched = asyncio.ensure_future(toolkit.pipeline.call(session, spec))
+    stream = agui.events(session.id)
+    try:
+        await asyncio.wait_for(saved.wait(), 10)  # changed, not ended
+        assert (await opened(stream))["snapshot"] == {"context": {"v": "new"}}
+        audited.set()
+        assert (await asyncio.wait_for(unwatched, 10)).success
+        watched = CallSpec("put", {"key": "w", "value": "x"}, req_id="seen")
+        assert (await toolkit.pipeline.call(session, watched)).success
+        events = await asyncio.wait_for(until_finished(stream, "seen"), 10)
+    finally:
+        audited.set()
+        await asyncio.gather(unwatched, return_exceptions=True)
+        await stream.aclose()
+    assert kinds(events) == [
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "STATE_DELTA",
+        "RUN_FINISHED",
+    ]
+    assert events[5]["delta"] == [{"op": "add", "path": "/context/w", "value": "x"}]
+
+
+async def test_overlapping_calls_share_one_run_and_changes_apply_in_order() -> None:
+    """Two calls of one session at once used to start two runs at once, which the AG-UI
+    client refuses; they now share one. The second changed the state after the first but
+    ended before it: its delta would apply to a document without the first change, so the
+    subscriber gets a fresh snapshot instead, and the first change is not applied twice."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+    from toolmesh.store import MemoryStore
+
+    first_saved, first_audited = asyncio.Event(), asyncio.Event()
+
+    class FirstAuditWaits(MemoryStore):  # the first call's audit waits until let through
+        async def save_state(
+            self, session_id: str, document: Any, *, expected_version: int
+        ) -> bool:
+            first_saved.set()
+            return await super().save_state(session_id, document, expected_version=expected_version)
+
+        async def append_audit(self, entry: Any, *, durable: bool = True) -> None:
+            if entry.req_id == "a":
+                await first_audited.wait()
+            await super().append_audit(entry, durable=durable)
+
+    toolkit = _state_toolkit(FirstAuditWaits())
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    opening = await asyncio.wait_for(collect(stream, 3), 10)
+    a = CallSpec("put", {"key": "list", "value": "a"}, req_id="a")
+    first = asyncio.ensure_future(toolkit.pipeline.call(session, a))
+    try:
+        await asyncio.wait_for(first_saved.wait(), 10)  # changed the state, not ended
+        b = CallSpec("put", {"key": "list", "value": "b"}, req_id="b")
+        assert (await toolkit.pipeline.call(session, b)).success
+        first_audited.set()
+        assert (await asyncio.wait_for(first, 10)).success
+        events = await asyncio.wait_for(until_finished(stream, "a"), 10)
+    finally:
+        first_audited.set()
+        await asyncio.gather(first, return_exceptions=True)
+        await stream.aclose()
+    verify([*opening, *events])
+    for event in events:
+        EVENT.validate_python(event)
+    assert kinds(events).count("RUN_STARTED") == 1
+    assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["b", "a"]
+    assert "STATE_SNAPSHOT" in kinds(events)
+    assert rebuilt(events, opening[1]["snapshot"]) == {"context": {"list": "b"}}
+    assert [c["toolCallId"] for c in events[-1]["result"]["calls"]] == ["b", "a"]
+    assert agui._runs == {} and agui._deltas == {}
+
+
+async def test_a_stream_of_overlapping_and_failing_calls_is_one_the_agui_client_accepts() -> None:
+    """Its snapshot used to come before any run, two calls at once started two runs at once,
+    and a failed call's RUN_ERROR was followed by more events: the AG-UI client's verifier
+    stopped the stream at each. A subscriber joining mid-run is accepted too."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_a_bit(n: int) -> str:
+        """Waits until let through."""
+        await gate.wait()
+        return f"done {n}"
+
+    @tool
+    def fail() -> str:
+        """Fails."""
+        raise RuntimeError("boom")
+
+    toolkit = Toolkit(wait_a_bit, fail)
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+
+    def call(name: str, req_id: str, **arguments: Any) -> asyncio.Future[Any]:
+        spec = CallSpec(name, arguments, req_id=req_id)
+        return asyncio.ensure_future(toolkit.pipeline.call(session, spec))
+
+    early, late = agui.events(session.id), agui.events(session.id)
+    seen = await asyncio.wait_for(collect(early, 3), 10)  # its opening: subscribed
+    calls = [call("wait_a_bit", "a", n=1), call("wait_a_bit", "b", n=2)]
+    try:
+        seen += await asyncio.wait_for(collect(early, 7), 10)  # both calls started
+        late_seen = await asyncio.wait_for(collect(late, 8), 10)  # joins the open run
+        gate.set()
+        for done in asyncio.as_completed(calls):
+            assert (await asyncio.wait_for(done, 10)).success
+        failed = await asyncio.wait_for(call("fail", "f"), 10)
+        assert not failed.success
+        assert (await asyncio.wait_for(call("wait_a_bit", "c", n=3), 10)).success
+        seen += await asyncio.wait_for(until_finished(early, "c"), 10)
+        late_seen += await asyncio.wait_for(until_finished(late, "c"), 10)
+    finally:
+        gate.set()
+        await asyncio.gather(*calls, return_exceptions=True)
+        await early.aclose()
+        await late.aclose()
+    verify(seen)
+    verify(late_seen)
+    for event in [*seen, *late_seen]:
+        EVENT.validate_python(event)
+    one_run = ["RUN_STARTED", *["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"] * 2]
+    assert kinds(seen)[3:10] == one_run
+    assert kinds(late_seen)[:8] == [one_run[0], "STATE_SNAPSHOT", *one_run[1:]]
+    assert seen[3:10] == [late_seen[0], *late_seen[2:8]]  # it follows the run the others see
+    assert "RUN_ERROR" not in kinds(seen)
+    result = next(e for e in seen if e["type"] == "TOOL_CALL_RESULT" and e["toolCallId"] == "f")
+    assert result["metadata"]["success"] is False
+    assert result["metadata"]["errorCode"] == failed.error_code
+    assert result["content"] == failed.output

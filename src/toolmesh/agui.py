@@ -1,18 +1,27 @@
 """A session's tool activity as an AG-UI event stream, so AG-UI front ends can show it live.
 
-Every call of the session becomes one run, in the order the AG-UI spec gives:
+The stream is a sequence of runs, as the AG-UI client's verifier requires (the first event is
+a RUN_STARTED, a run ends before the next starts, nothing follows a RUN_ERROR, so none is sent):
 
-    RUN_STARTED
-    TOOL_CALL_START, TOOL_CALL_ARGS, TOOL_CALL_END     (the call as it was asked for)
-    ACTIVITY_SNAPSHOT / ACTIVITY_DELTA, CUSTOM         (while it runs: activity; progress, ...)
-    TOOL_CALL_RESULT                                    (what the model sees)
+    RUN_STARTED, STATE_SNAPSHOT, RUN_FINISHED           (a subscriber's own first run)
+
+    RUN_STARTED                                         (a call starts while no run is open)
+    TOOL_CALL_START, TOOL_CALL_ARGS, TOOL_CALL_END      (each call, as it was asked for)
+    ACTIVITY_SNAPSHOT / ACTIVITY_DELTA, CUSTOM          (while it runs: activity; progress, ...)
+    TOOL_CALL_RESULT                                    (what the model sees; its metadata
+                                                         says whether it succeeded, and why not)
     STATE_DELTA                                         (when the call changed the state)
-    RUN_FINISHED, or RUN_ERROR when the call did not succeed
+    RUN_FINISHED                                        (once no call of the run is running)
 
-A subscriber first receives a STATE_SNAPSHOT of the session's state, then the start of each
-call still running that it missed (and a snapshot of its activity). Calls that started while
-nobody subscribed are not shown at all. Events are JSON objects with the spec's camelCase field
-names. The stream costs nothing until someone subscribes.
+One run lasts as long as calls a subscriber saw start are running: calls that overlap share it,
+each its own TOOL_CALL_START .. TOOL_CALL_RESULT. A subscriber joining while a run is open gets
+its RUN_STARTED, a STATE_SNAPSHOT and the start of each call still running (and a snapshot of
+its activity) instead of a run of its own. Calls that started while nobody subscribed are not
+shown, but every change of the state after a subscriber's snapshot is: as a STATE_DELTA in the
+open run or in a run of its own, or as a fresh STATE_SNAPSHOT when the subscriber missed a
+change (states are versioned, so each one applies to the document it was made against). Events
+are JSON objects with the spec's camelCase field names. The stream costs nothing until someone
+subscribes.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import contextlib
 import copy
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -40,41 +50,78 @@ Event = dict[str, Any]
 _QUEUE_LIMIT = 10_000
 
 
-class _Run:
-    """A running call a subscriber saw start: what a later subscriber is shown of it."""
+class _Snapshot:
+    """In a subscriber's queue: its STATE_SNAPSHOT goes here (read when the reader gets here)."""
 
-    __slots__ = ("activities", "started")
 
-    def __init__(self, started: list[Event]) -> None:
-        self.started = started  # RUN_STARTED .. TOOL_CALL_END, as first sent
+class _StateChange:
+    """In a subscriber's queue: one change of the state, shown unless the subscriber's copy
+    already holds it; ``run_id`` names the run of its own it needs when no run is open."""
+
+    __slots__ = ("delta", "run_id", "version")
+
+    def __init__(self, delta: list[Any], version: int, run_id: str | None) -> None:
+        self.delta = delta
+        self.version = version
+        self.run_id = run_id
+
+
+_Item = Event | _Snapshot | _StateChange | None  # None: the stream ends
+_SNAPSHOT = _Snapshot()
+
+
+class _Call:
+    """A running call the subscribers saw start: what a later subscriber is shown of it."""
+
+    __slots__ = ("activities", "req_id", "started")
+
+    def __init__(self, req_id: str, started: list[Event]) -> None:
+        self.req_id = req_id
+        self.started = started  # TOOL_CALL_START .. TOOL_CALL_END, as first sent
         self.activities: dict[str, Any] = {}  # each activity's content, by activity type
+
+
+class _Run:
+    """A session's open run: open while a call its subscribers saw start is running."""
+
+    __slots__ = ("calls", "ended", "started")
+
+    def __init__(self, started: Event) -> None:
+        self.started = started  # its RUN_STARTED, for subscribers joining while it is open
+        self.calls: dict[int, _Call] = {}  # by CallSpec: a client may reuse a call's id at once
+        self.ended: list[dict[str, Any]] = []  # the summaries of its calls that ended
+
+    def summary(self) -> dict[str, Any]:
+        """Its RUN_FINISHED's result: did all its calls succeed, and each call's summary."""
+        return {"success": all(call["success"] for call in self.ended), "calls": self.ended}
 
 
 class AguiStream(CallObserver):
     """Fans a pipeline's calls out to AG-UI subscribers, per session.
 
-    Only calls that started while their session had a subscriber are shown (a run's events
-    all follow its RUN_STARTED); one who joins mid-run is first shown the start of each such
-    call still running and a snapshot of its activity."""
+    Only calls that started while their session had a subscriber are shown, inside the
+    session's open run; one who joins mid-run is first shown that run's start, the state, and
+    the start of each call still running and a snapshot of its activity. Every change of the
+    state reaches every subscriber, whichever call made it."""
 
     def __init__(self, pipeline: Pipeline, state: StateManager) -> None:
         self._pipeline = pipeline
         self._state = state
-        self._subscribers: dict[str, set[asyncio.Queue[Event | None]]] = {}
-        # By session and call: a call's id is its client's choice, and two sessions may both
-        # call theirs "1" at once.
-        self._runs: dict[tuple[str, str], _Run] = {}
-        self._deltas: dict[tuple[str, str], list[Any]] = {}  # state patches until the result
+        self._subscribers: dict[str, set[asyncio.Queue[_Item]]] = {}
+        self._runs: dict[str, _Run] = {}  # by session: the run its subscribers are shown
+        # By session and call: the state change a call made, until its result is sent.
+        self._deltas: dict[tuple[str, int], dict[str, Any]] = {}
 
     async def events(self, session_id: str) -> AsyncIterator[Event]:
-        """AG-UI events of one session from now on, after a snapshot of its state."""
-        queue: asyncio.Queue[Event | None] = asyncio.Queue(_QUEUE_LIMIT)
+        """AG-UI events of one session from now on, starting with a run holding a snapshot of
+        its state."""
+        queue: asyncio.Queue[_Item] = asyncio.Queue(_QUEUE_LIMIT)
         self._subscribe(session_id, queue)
+        view = _View(self._state, session_id)
         try:
-            record = await self._state.current(session_id)
-            yield _event("STATE_SNAPSHOT", snapshot=record.document)
-            while (event := await queue.get()) is not None:
-                yield event
+            while (item := await queue.get()) is not None:
+                for event in await view.shown(item):
+                    yield event
         finally:
             self._unsubscribe(session_id, queue)
 
@@ -90,25 +137,29 @@ class AguiStream(CallObserver):
                 queue.get_nowait()  # events it would read after the session ended anyway
             _offer(queue, None)
 
-    def _subscribe(self, session_id: str, queue: asyncio.Queue[Event | None]) -> None:
+    def _subscribe(self, session_id: str, queue: asyncio.Queue[_Item]) -> None:
         if not self._subscribers and self not in self._pipeline.observers:
             self._pipeline.observers.append(self)
         self._subscribers.setdefault(session_id, set()).add(queue)
-        self._catch_up(session_id, queue)
+        for item in self._opening(session_id):
+            _offer(queue, item)
 
-    def _catch_up(self, session_id: str, queue: asyncio.Queue[Event | None]) -> None:
-        """Show a new subscriber the session's running calls as a subscriber from their start
-        sees them now (the transient events they sent aside): it then follows them as the
-        others do."""
-        for (session, req_id), run in self._runs.items():
-            if session != session_id:
-                continue
-            for event in run.started:
-                _offer(queue, event)
-            for activity_type, content in run.activities.items():
-                _offer(queue, _activity_snapshot(req_id, activity_type, content))
+    def _opening(self, session_id: str) -> list[_Item]:
+        """What a new subscriber is shown first: a run of its own holding the state, or, while
+        the session has a run open, that run as a subscriber from its start sees it now (the
+        transient events aside), so it then follows it as the others do."""
+        run = self._runs.get(session_id)
+        if run is None:
+            run_id = uuid.uuid4().hex
+            return [_run_started(session_id, run_id), _SNAPSHOT, _run_finished(session_id, run_id)]
+        items: list[_Item] = [run.started, _SNAPSHOT]
+        for call in run.calls.values():
+            items += call.started
+            for activity_type, content in call.activities.items():
+                items.append(_activity_snapshot(call.req_id, activity_type, content))
+        return items
 
-    def _unsubscribe(self, session_id: str, queue: asyncio.Queue[Event | None]) -> None:
+    def _unsubscribe(self, session_id: str, queue: asyncio.Queue[_Item]) -> None:
         queues = self._subscribers.get(session_id, set())
         queues.discard(queue)
         if not queues:
@@ -118,87 +169,85 @@ class AguiStream(CallObserver):
             self._pipeline.observers.remove(self)
 
     def _forget(self, session_id: str) -> None:
-        for key in [k for k in self._runs if k[0] == session_id]:
-            del self._runs[key]
-            self._deltas.pop(key, None)
+        self._runs.pop(session_id, None)
+        for key in [k for k in self._deltas if k[0] == session_id]:
+            del self._deltas[key]
 
-    def _send(self, session_id: str, event: Event) -> None:
+    def _send(self, session_id: str, item: _Item) -> None:
         for queue in self._subscribers.get(session_id, ()):
-            _offer(queue, event)
+            _offer(queue, item)
+
+    def _call(self, session_id: str, spec: CallSpec) -> _Call | None:
+        run = self._runs.get(session_id)
+        return None if run is None else run.calls.get(id(spec))
 
     # -- the pipeline's side -------------------------------------------------------------------
 
     def call_started(self, session: Session, spec: CallSpec, tool: Tool | None) -> None:
         if session.id not in self._subscribers:
             return
+        run = self._runs.get(session.id)
+        if run is None:  # the first call of a run (a call overlapping it joins it instead)
+            run = self._runs[session.id] = _Run(_run_started(session.id, spec.req_id))
+            self._send(session.id, run.started)
         call = spec.req_id
         delta = json.dumps(spec.arguments, ensure_ascii=False, default=str)
         started = [
-            _event("RUN_STARTED", threadId=session.id, runId=call),
             _event("TOOL_CALL_START", toolCallId=call, toolCallName=spec.tool_name),
             _event("TOOL_CALL_ARGS", toolCallId=call, delta=delta),
             _event("TOOL_CALL_END", toolCallId=call),
         ]
-        self._runs[(session.id, call)] = _Run(started)
+        run.calls[id(spec)] = _Call(call, started)
         for event in started:
             self._send(session.id, event)
 
     def call_event(self, session: Session, spec: CallSpec, event: ToolEvent) -> None:
-        key = (session.id, spec.req_id)
-        run = self._runs.get(key)
-        if run is None:  # it started unseen: nobody saw its RUN_STARTED
+        if event.kind == "state":  # a change of the state reaches everyone, seen call or not
+            if session.id in self._subscribers and _is_change(event.data):
+                self._deltas[(session.id, id(spec))] = event.data
+            return
+        call = self._call(session.id, spec)
+        if call is None:  # it started unseen: nobody saw its TOOL_CALL_START
             return
         if event.kind == "activity":
-            self._activity(session.id, spec.req_id, run, event.data)
-        elif event.kind == "state":
-            self._deltas.setdefault(key, []).extend(event.data.get("delta", []))
+            self._activity(session.id, spec.req_id, call, event.data)
         else:
             value = {"toolCallId": spec.req_id, "seq": event.seq, **event.data}
             self._send(session.id, _event("CUSTOM", name=f"toolmesh.{event.kind}", value=value))
 
     def call_ended(self, session: Session, spec: CallSpec, result: ToolResult) -> None:
-        call = (session.id, spec.req_id)
-        delta = self._deltas.pop(call, None)
-        if self._runs.pop(call, None) is None:  # started unseen (or nobody watches any more)
+        # The result's own state event first: it is the pipeline's (a tool may emit "state"
+        # events too). The one seen streaming stands in when the result lost it (cancelled).
+        seen_streaming = self._deltas.pop((session.id, id(spec)), None)
+        change = _change_of(result) or seen_streaming
+        run = self._runs.get(session.id)
+        if run is None or run.calls.pop(id(spec), None) is None:  # started unseen
+            if change is not None and session.id in self._subscribers:
+                # Not its run (nobody saw it start): the open one, or a run of its own
+                own_run = None if run is not None else uuid.uuid4().hex
+                self._send(session.id, _StateChange(change["delta"], change["version"], own_run))
             return
-        self._send(
-            session.id,
-            _event(
-                "TOOL_CALL_RESULT",
-                messageId=f"{spec.req_id}:result",
-                toolCallId=spec.req_id,
-                content=result.output,
-                role="tool",
-            ),
-        )
-        if delta:
-            self._send(session.id, _event("STATE_DELTA", delta=delta))
-        if result.success:
-            self._send(
-                session.id,
-                _event(
-                    "RUN_FINISHED", threadId=session.id, runId=spec.req_id, result=_summary(result)
-                ),
-            )
-        else:
-            self._send(
-                session.id,
-                _event("RUN_ERROR", message=result.error or "", code=result.error_code or ""),
-            )
+        self._send(session.id, _tool_call_result(spec.req_id, result))
+        if change is not None:
+            self._send(session.id, _StateChange(change["delta"], change["version"], None))
+        run.ended.append({"toolCallId": spec.req_id, **_summary(result)})
+        if not run.calls:  # the last call of the run ended: so does the run
+            del self._runs[session.id]
+            self._send(session.id, _run_finished(session.id, run.started["runId"], run.summary()))
 
-    def _activity(self, session_id: str, req_id: str, run: _Run, data: dict[str, Any]) -> None:
+    def _activity(self, session_id: str, req_id: str, call: _Call, data: dict[str, Any]) -> None:
         import jsonpatch
 
         activity_type = str(data.get("activity_type", "activity"))
         patch = list(data.get("patch") or [])
-        first = activity_type not in run.activities
+        first = activity_type not in call.activities
         try:
             content = jsonpatch.apply_patch(
-                run.activities.get(activity_type, {}), patch, in_place=False
+                call.activities.get(activity_type, {}), patch, in_place=False
             )
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
             return  # a malformed activity patch is dropped: activity is best-effort UI state
-        run.activities[activity_type] = content
+        call.activities[activity_type] = content
         if first:
             self._send(session_id, _activity_snapshot(req_id, activity_type, content))
         else:
@@ -211,6 +260,85 @@ class AguiStream(CallObserver):
                     patch=patch,
                 ),
             )
+
+
+class _View:
+    """One subscriber's side: which version of the state its copy is at, so each change is
+    shown once, and only on top of the document it was made against."""
+
+    def __init__(self, state: StateManager, session_id: str) -> None:
+        self._state = state
+        self._session_id = session_id
+        self._version = -1  # none before its snapshot
+
+    async def shown(self, item: Event | _Snapshot | _StateChange) -> list[Event]:
+        if isinstance(item, _Snapshot):
+            return [await self._snapshot()]
+        if isinstance(item, _StateChange):
+            return await self._change(item)
+        return [item]
+
+    async def _change(self, change: _StateChange) -> list[Event]:
+        if change.version <= self._version:
+            return []  # its snapshot holds it already (read after the change was made)
+        if change.version == self._version + 1:
+            self._version = change.version
+            shown = _event("STATE_DELTA", delta=change.delta)
+        else:  # it missed a change (made elsewhere, or ending later): resynchronise
+            shown = await self._snapshot()
+        if change.run_id is None:
+            return [shown]
+        return [
+            _run_started(self._session_id, change.run_id),
+            shown,
+            _run_finished(self._session_id, change.run_id),
+        ]
+
+    async def _snapshot(self) -> Event:
+        record = await self._state.current(self._session_id)
+        self._version = record.version
+        return _event("STATE_SNAPSHOT", snapshot=record.document)
+
+
+def _is_change(data: dict[str, Any]) -> bool:
+    """A state event as the pipeline sends it once it applied a patch."""
+    version = data.get("version")
+    return isinstance(data.get("delta"), list) and isinstance(version, int)
+
+
+def _change_of(result: ToolResult) -> dict[str, Any] | None:
+    """The state change a call made, as its result carries it: the pipeline's state event is
+    its last event once its update is applied."""
+    if not (result.success and result.state_update and result.events):
+        return None
+    last = result.events[-1]
+    return last.data if last.kind == "state" and _is_change(last.data) else None
+
+
+def _run_started(session_id: str, run_id: str) -> Event:
+    return _event("RUN_STARTED", threadId=session_id, runId=run_id)
+
+
+def _run_finished(session_id: str, run_id: str, result: dict[str, Any] | None = None) -> Event:
+    if result is None:
+        return _event("RUN_FINISHED", threadId=session_id, runId=run_id)
+    return _event("RUN_FINISHED", threadId=session_id, runId=run_id, result=result)
+
+
+def _tool_call_result(req_id: str, result: ToolResult) -> Event:
+    """A call's result; a failure too (a RUN_ERROR would end the whole stream for an AG-UI
+    client), its metadata saying it failed and why."""
+    metadata = _summary(result)
+    if not result.success:
+        metadata |= {"errorCode": result.error_code or "", "error": result.error or ""}
+    return _event(
+        "TOOL_CALL_RESULT",
+        messageId=f"{req_id}:result",
+        toolCallId=req_id,
+        content=result.output,
+        role="tool",
+        metadata=metadata,
+    )
 
 
 def _activity_snapshot(req_id: str, activity_type: str, content: Any) -> Event:
@@ -234,6 +362,6 @@ def _summary(result: ToolResult) -> dict[str, Any]:
     }
 
 
-def _offer(queue: asyncio.Queue[Event | None], event: Event | None) -> None:
+def _offer(queue: asyncio.Queue[_Item], item: _Item) -> None:
     with contextlib.suppress(asyncio.QueueFull):  # a stalled subscriber loses events, not memory
-        queue.put_nowait(event)
+        queue.put_nowait(item)
