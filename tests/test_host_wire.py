@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.conftest import MAX_MESSAGE_BYTES, MAX_PARALLEL, RawPeer
+from tests.conftest import MAX_MESSAGE_BYTES, MAX_PARALLEL, HttpPeer, RawPeer
+from tests.fixtures.demo_tools import TOOLS
+from toolmesh import Host
+from toolmesh.store import MemoryStore
+from toolmesh.transports.http import HttpServer
 
 ENVELOPE = {"type", "id", "version", "ts"}
 
@@ -274,3 +279,51 @@ async def test_a_blank_query_lists_as_an_empty_one(raw: RawPeer) -> None:
     await raw.send(type="tool/list/req", id="blank", query="   ")
     blank = await raw.next_message()
     assert listed and [t["name"] for t in blank["tools"]] == listed
+
+
+@pytest.mark.parametrize("field", ["agent_id", "session_id", "auth_token"])
+async def test_a_handshake_with_nul_in_an_id_is_refused_clearly(raw: RawPeer, field: str) -> None:
+    """JSON allows U+0000 in a string, which PostgreSQL refuses in text: the session was saved
+    on SQLite, and failed with HTTP 500 on PostgreSQL. It is refused on every store."""
+    fields = {"agent_id": "raw", field: "a\x00b"}
+    await raw.send(type="handshake/req", id="hs-0", agent_caps=["tools"], **fields)
+    response = await raw.next_message()
+    assert response["ok"] is False
+    assert response["reason"] == f"{field} must not hold NUL (\\u0000)"
+    assert (await raw.handshake())["ok"] is True  # the connection goes on
+
+
+class UnreachableStore(MemoryStore):
+    """A store whose server went away: reading a session's state fails as a lost connection
+    does; the audit is written."""
+
+    async def load_state(self, session_id: str) -> Any:
+        raise ConnectionRefusedError("[Errno 111] Connect call failed ('127.0.0.1', 5432)")
+
+
+async def test_a_call_whose_state_cannot_be_read_is_answered_and_audited() -> None:
+    """Before: the store's error escaped the call's task ("Task exception was never
+    retrieved"): the peer never got an answer, and nothing was audited."""
+    store = UnreachableStore()
+    host = Host(*TOOLS, store=store, capabilities=["demo"])
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    http = httpx.AsyncClient(timeout=30)
+    session_id = (await http.post(f"{url}/session")).json()["session_id"]
+    peer = HttpPeer(url, http, session_id)
+    try:
+        assert (await peer.handshake())["ok"] is True
+        await peer.send(type="tool/call/req", id="c1", tool_name="echo", arguments={"text": "x"})
+        answer = await peer.next_message()
+        assert (answer["type"], answer["req_id"]) == ("tool/call/resp", "c1")
+        assert answer["data"]["success"] is False
+        assert answer["data"]["error_code"] == "tool_error"
+        assert answer["data"]["error"].startswith(
+            "the session state could not be read, so the tool did not run: ConnectionRefusedError"
+        )
+        [entry] = await store.recent_audit()
+        assert (entry.req_id, entry.error_code) == ("c1", "tool_error")
+    finally:
+        await peer.close()
+        await server.stop()
+        await host.close()

@@ -28,6 +28,7 @@ from toolmesh import (
     ToolResult,
     tool,
 )
+from toolmesh.audit import AuditEntry
 from toolmesh.store import MemoryStore
 
 
@@ -769,3 +770,48 @@ async def test_an_unknown_name_of_any_length_is_quoted_in_part() -> None:
     result = await Toolkit(any_value).execute("x" * 100_000, {})
     assert result.error_code == ToolErrorCode.UNKNOWN_TOOL
     assert result.error == f"unknown tool {'x' * 200!r}... (100000 characters)"
+
+
+class UnreachableStore(MemoryStore):
+    """A store whose server went away: reading a session's state fails as a lost connection
+    does (``audit_too``: so does writing the audit row)."""
+
+    def __init__(self, *, audit_too: bool = False) -> None:
+        super().__init__()
+        self.audit_too = audit_too
+
+    async def load_state(self, session_id: str) -> Any:
+        raise ConnectionRefusedError("[Errno 111] Connect call failed ('127.0.0.1', 5432)")
+
+    async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
+        if self.audit_too:
+            raise ConnectionRefusedError("[Errno 111] Connect call failed ('127.0.0.1', 5432)")
+        await super().append_audit(entry, durable=durable)
+
+
+async def test_a_state_the_store_cannot_read_fails_the_call_which_is_still_audited() -> None:
+    """Before: the store's error escaped ``execute`` (over the wire the call got no answer)
+    and nothing was audited."""
+    store = UnreachableStore()
+    async with Toolkit(echo, store=store) as toolkit:
+        result = await toolkit.execute("echo", {"text": "hi"})
+        assert not result.success and result.error_code == ToolErrorCode.TOOL_ERROR
+        assert ToolErrorCode(result.error_code).retryable
+        assert result.error == (
+            "the session state could not be read, so the tool did not run: "
+            "ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 5432)"
+        )
+        [entry] = await store.recent_audit()
+        assert (entry.tool_name, entry.success, entry.error_code) == ("echo", False, "tool_error")
+
+
+async def test_a_state_and_an_audit_the_store_cannot_write_still_answer_the_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with Toolkit(echo, store=UnreachableStore(audit_too=True)) as toolkit:
+        result = await toolkit.execute("echo", {"text": "hi"})
+        assert result.error_code == ToolErrorCode.TOOL_ERROR
+        assert "could not be read" in (result.error or "")
+        assert toolkit.pipeline.audit_failures == 1
+    lost = [r for r in caplog.records if r.name == "toolmesh.audit" and r.levelname == "ERROR"]
+    assert len(lost) == 1 and '"tool_name": "echo"' in lost[0].getMessage()

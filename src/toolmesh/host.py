@@ -247,13 +247,18 @@ class Host:
     async def _open_session(self, request: HandshakeRequest, connection: Connection) -> Session:
         """A new (or resumed) session for a handshake, or CapabilityError/ProtocolError."""
         for field in ("agent_id", "session_id", "auth_token"):
+            value = getattr(request, field)
             try:  # the wire's parser refuses these; an in-process caller can pass them
-                getattr(request, field).encode()
+                value.encode()
             except UnicodeEncodeError:
                 raise ProtocolError(
                     ErrorCode.INVALID_MESSAGE,
                     f"{field} holds a lone surrogate, which is not Unicode text",
                 ) from None
+            if "\x00" in value:  # JSON allows it; PostgreSQL refuses it in text
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE, f"{field} must not hold NUL (\\u0000)"
+                )
         if self.auth_token is not None and not hmac.compare_digest(
             request.auth_token.encode(), self.auth_token.encode()
         ):

@@ -439,6 +439,14 @@ class Pipeline:
                     state = await self.state.ensure_loaded(session.id)
                 except StateError as exc:  # a damaged record: the call fails, and is audited
                     return _failure(tool.name, ToolErrorCode.TOOL_ERROR, str(exc))
+                except Exception as exc:  # the store failed (a lost connection, a locked file)
+                    # As when an update cannot be saved: the call fails retryably, audited.
+                    return _failure(
+                        tool.name,
+                        ToolErrorCode.TOOL_ERROR,
+                        "the session state could not be read, so the tool did not run: "
+                        f"{_describe(exc)}",
+                    )
         now = time.monotonic()
         ctx = ToolContext(
             tool_name=tool.name,

@@ -17,7 +17,8 @@ from tests.fixtures.postgres import PostgresCluster
 from toolmesh import ConfigError
 from toolmesh.audit import AuditEntry
 from toolmesh.manifest import load_manifest
-from toolmesh.store import A2ATaskRecord, SqliteStore, open_store
+from toolmesh.state import StateManager
+from toolmesh.store import A2ATaskRecord, SessionRecord, SqliteStore, Store, open_store, postgres
 from toolmesh.store.postgres import PostgresStore, display_url
 
 pytestmark = [pytest.mark.network_server]
@@ -93,6 +94,7 @@ async def test_hosts_starting_together_migrate_once(
         "cluster:2",
         "cluster:3",
         "cluster:4",
+        "cluster:5",
         "store:1",
         "store:2",
     ]
@@ -284,3 +286,187 @@ async def test_a_tasks_end_retried_after_a_lost_reply_is_still_its_own(postgres_
     finally:
         await runner.close()
         await canceler.close()
+
+
+def once(action: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[object]]:
+    """``action`` the first time it is awaited, nothing after."""
+    done = False
+
+    async def first_time() -> object:
+        nonlocal done
+        if done:
+            return None
+        done = True
+        return await action()
+
+    return first_time
+
+
+APPEND_A = [{"op": "add", "path": "/context/log/-", "value": "A"}]
+APPEND_B = [{"op": "add", "path": "/context/log/-", "value": "B"}]
+
+
+async def test_a_state_update_retried_after_another_host_wrote_is_applied_once(
+    postgres_url: str,
+) -> None:
+    """The retry of an update whose reply was lost knew its own write only while it was the
+    latest: once another host had written after it, the retry took its write for lost, and the
+    state manager applied the update again ("A" twice)."""
+    mine, theirs = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await mine.open()
+    await theirs.open()
+    try:
+        here, there = StateManager(mine), StateManager(theirs)
+        await here.apply("s", [{"op": "add", "path": "/context/log", "value": []}])
+        losing = LosingReplies(mine, meanwhile=once(lambda: there.apply("s", APPEND_B)))
+        record = await here.apply("s", APPEND_A)
+        assert losing.lost >= 1
+        losing.active = False
+        stored = await theirs.load_state("s")
+        assert stored is not None
+        assert (stored.document, stored.version) == ({"context": {"log": ["A", "B"]}}, 3)
+        assert record.version == 2  # its own write, which the retry found
+    finally:
+        await mine.close()
+        await theirs.close()
+
+
+async def test_a_first_state_write_retried_after_another_host_wrote_is_applied_once(
+    postgres_url: str,
+) -> None:
+    """The same for the write that creates the session's state (an insert)."""
+    mine, theirs = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await mine.open()
+    await theirs.open()
+    try:
+        here, there = StateManager(mine), StateManager(theirs)
+        await here.current("s")  # read (nothing stored yet): the write starts from it
+        losing = LosingReplies(mine, meanwhile=once(lambda: there.apply("s", APPEND_B)))
+        await here.apply("s", [{"op": "add", "path": "/context/log", "value": ["A"]}])
+        losing.active = False
+        stored = await theirs.load_state("s")
+        assert stored is not None  # (before: A's update applied again, over B's: ["A"], 3)
+        assert (stored.document, stored.version) == ({"context": {"log": ["A", "B"]}}, 2)
+        assert losing.lost == 1
+    finally:
+        await mine.close()
+        await theirs.close()
+
+
+async def test_state_write_tokens_are_forgotten_once_old(
+    postgres_url: str, postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(postgres_url)
+    await store.open()
+    database = postgres_url.rsplit("/", 1)[1]
+    try:
+        for version in range(20):
+            assert await store.save_state("s", {"n": version}, expected_version=version)
+        assert postgres_cluster.sql("SELECT count(*) FROM state_writes", database) == "20"
+        monkeypatch.setattr("toolmesh.store.postgres.WRITE_TOKEN_SECONDS", -60.0)  # all old
+        assert await store.save_state("s", {"n": 20}, expected_version=20)  # forgets 8
+        assert await store.save_state("s", {"n": 21}, expected_version=21)  # and 8 more
+        assert postgres_cluster.sql("SELECT count(*) FROM state_writes", database) == "6"
+    finally:
+        await store.close()
+
+
+NUL_TASK = {
+    "id": "t\x00",
+    "contextId": "c\x00",
+    "status": {"state": "TASK_STATE_COMPLETED"},
+    "history": [{"parts": [{"text": "a\x00b"}], "metadata": {"k\x00": ["\x00"]}}],
+}
+
+
+def as_kept(value: Any, store: Store) -> Any:
+    """``value`` as ``store`` gives it back: PostgreSQL writes each NUL as the text \\x00 (as
+    audit rows keep it), SQLite keeps it."""
+    if not isinstance(store, PostgresStore):
+        return value
+    return json.loads(json.dumps(value).replace("\\u0000", "\\\\x00"))
+
+
+async def test_documents_with_nul_are_kept_as_by_sqlite(postgres_url: str, tmp_path: Path) -> None:
+    """JSONB refuses U+0000, which JSON allows: an A2A message holding it failed with -32603,
+    and a model's answer holding it never had its task's end recorded (written again every
+    5 s, forever). Both stores now keep such tasks, states and sessions."""
+    for store in (PostgresStore(postgres_url), SqliteStore(str(tmp_path / "s.db"))):
+        await store.open()
+        try:
+            await keeps_nul(store)
+        finally:
+            await store.close()
+
+
+async def keeps_nul(store: Store) -> None:
+    record = A2ATaskRecord("t\x00", "c\x00", "completed", 1.0, NUL_TASK)
+    assert await store.save_a2a_task(record)
+    assert await store.save_a2a_task(record)  # (its own write, again: written)
+    found = await store.load_a2a_task("t\x00")
+    assert found is not None and found.document == as_kept(NUL_TASK, store)
+    listed, total = await store.list_a2a_tasks(context_id="c\x00")
+    assert total == 1 and listed[0].document == as_kept(NUL_TASK, store)
+    working = {**NUL_TASK, "id": "w\x00", "status": {"state": "TASK_STATE_WORKING"}}
+    first = A2ATaskRecord("w\x00", "c\x00", "working", 1.0, working)
+    assert await store.save_a2a_task_on(first, "h1")
+    done = A2ATaskRecord("w\x00", "c\x00", "completed", 2.0, NUL_TASK)
+    assert await store.replace_a2a_task_on(done, "h1", first)  # compared as it was written
+    document = {"context": {"x\x00": "y\x00"}}
+    assert await store.save_state("s", document, expected_version=0)
+    state = await store.load_state("s")
+    assert state is not None and (state.document, state.version) == (as_kept(document, store), 1)
+    metadata = {"note": "n\x00"}
+    await store.save_session(SessionRecord("s", "agent", ["a"], 1.0, metadata))
+    session = await store.load_session("s")
+    assert session is not None and session.metadata == as_kept(metadata, store)
+
+
+async def test_a_database_of_the_previous_schema_keeps_its_states(
+    postgres_url: str, postgres_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database the previous version made (cluster migrations 1-4), with a state it wrote:
+    cluster migration 5 adds the tokens of state writes, and the state goes on from there."""
+    database = postgres_url.rsplit("/", 1)[1]
+    monkeypatch.setattr(postgres, "CLUSTER_MIGRATIONS", postgres.CLUSTER_MIGRATIONS[:4])
+    previous = PostgresStore(postgres_url)
+    await previous.open()
+    await previous.close()
+    monkeypatch.undo()
+    postgres_cluster.sql(  # (as the previous version wrote a state: its token in the row only)
+        "INSERT INTO state (session_id, document, version, writer) "
+        """VALUES ('s', '{"context": {"log": []}}', 1, 'a token')""",
+        database,
+    )
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        assert postgres_cluster.migrations(database) == "1 2 3 4 5"
+        losing = LosingReplies(store)
+        await StateManager(store).apply("s", APPEND_A)
+        assert losing.lost >= 1
+        losing.active = False
+        stored = await store.load_state("s")
+        assert stored is not None
+        assert (stored.document, stored.version) == ({"context": {"log": ["A"]}}, 2)
+    finally:
+        await store.close()
+
+
+async def test_a_post_counts_what_waits_for_a_session_when_asked(postgres_url: str) -> None:
+    poster, other = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await poster.open()
+    await other.open()
+    try:
+        assert await poster.post_messages(["s", "t"], [b"ab", b"c"]) == {}
+        await other.post_messages(["s"], [b"de"])
+        losing = LosingReplies(poster)  # (a retried post still counts, once)
+        assert await poster.post_messages(["s", "t"], [b"f", b"g"], count=["s"]) == {"s": 5}
+        assert losing.lost == 1
+        losing.active = False
+        assert await poster.waiting_bytes("t") == 2
+        assert await other.take_messages("s") == [b"ab", b"de", b"f"]
+        assert await poster.waiting_bytes("s") == 0
+    finally:
+        await poster.close()
+        await other.close()

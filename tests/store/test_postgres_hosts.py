@@ -177,7 +177,7 @@ async def test_a_database_of_the_previous_schema_is_upgraded(
     clock = Clock(START)
     [store] = await hosts(postgres_url, clock, count=1)
     try:
-        assert postgres_cluster.migrations(database) == "1 2 3 4"
+        assert postgres_cluster.migrations(database) == "1 2 3 4 5"
         assert postgres_cluster.sql(columns, database) == (
             "context_id document host_at host_id state task_id updated_at"
         )

@@ -123,6 +123,39 @@ async def test_before_the_timeout_the_rows_stay_with_their_claim(postgres_url: s
         await other.close()
 
 
+async def test_a_take_says_when_the_claims_of_other_takers_expire(
+    postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    """A take that found rows another taker claimed said nothing: the stream's host took again
+    only when the next message came for the session (which might never come), so the rows of
+    a taker that died waited. The take now says in how many seconds to take again."""
+    clock = Clock()
+    dead, other = await hosts(postgres_url, clock, reconnect_timeout=0.0)
+    try:
+        await dead.post_messages(["s", "s", "t"], [b"a", b"b", b"x"])
+        await claim_and_die(dead, "s", "host1")
+        clock.now += 10.0
+        left = postgres.CLAIM_TIMEOUT - 10.0 + postgres.CLAIM_MARGIN
+        assert await other.take_mail("s", claim="host2") == ([], pytest.approx(left))
+        assert await dead.take_mail("s", claim="host1") == ([b"a", b"b"], None)  # its own
+        assert await other.take_mail("t", claim="host2") == ([b"x"], None)
+        await dead.post_messages(["s"], [b"c"])
+        await claim_and_die(dead, "s", "host1")
+        taken, wait = await other.take_mail("s", claim="host2")
+        assert (taken, wait) == ([], pytest.approx(postgres.CLAIM_TIMEOUT + postgres.CLAIM_MARGIN))
+        assert wait is not None
+        clock.now += wait  # taken again when it said: the claim has expired
+        assert await other.take_mail("s", claim="host2") == ([b"c"], None)
+        # a claim of the previous version (no time) never expires: no use taking again
+        await dead.post_messages(["s"], [b"d"])
+        database = postgres_url.rsplit("/", 1)[1]
+        postgres_cluster.sql("UPDATE mailbox SET claim = 'old', claimed_at = NULL", database)
+        assert await other.take_mail("s", claim="host2") == ([], None)
+    finally:
+        await dead.close()
+        await other.close()
+
+
 async def test_a_claim_expires_once_it_is_older_than_claim_timeout(postgres_url: str) -> None:
     clock = Clock()
     first, other = await hosts(postgres_url, clock, reconnect_timeout=0.0)
@@ -308,7 +341,7 @@ async def test_a_database_of_the_previous_schema_is_upgraded(
     store = PostgresStore(postgres_url)
     await store.open()
     try:
-        assert postgres_cluster.migrations(database) == "1 2 3 4"
+        assert postgres_cluster.migrations(database) == "1 2 3 4 5"
         assert "claimed_at" in postgres_cluster.sql(columns, database).split()
         stamped = postgres_cluster.sql(
             "SELECT string_agg(coalesce(claim, '-') || ':' || (claimed_at IS NOT NULL)::text, "

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
-from tests.conftest import demo_host
+from tests.conftest import HttpPeer, demo_host
+from tests.fixtures.demo_tools import TOOLS
 from tests.store.test_postgres import LosingReplies
-from toolmesh import AsyncClient, Host
+from toolmesh import AsyncClient, Host, ToolContext, tool
 from toolmesh.models import ToolEvent
 from toolmesh.protocol import ToolCallRequest, encode
 from toolmesh.store import open_store
@@ -207,3 +210,181 @@ async def test_replies_the_store_loses_neither_double_nor_lose_messages(cluster:
     audit = await audit_of(cluster.url)
     # (the handshake went to host 2, then the calls to host 0 and host 2): each audited once
     assert [(e.tool_name, e.host_id) for e in audit] == [("count", "host0"), ("count", "host2")]
+
+
+async def test_a_handshake_with_nul_in_its_agent_id_is_refused_not_a_server_error(
+    cluster: Cluster,
+) -> None:
+    """PostgreSQL refuses U+0000 in text: saving the session failed, and POST /send answered
+    500 with no handshake answer on the stream."""
+    http = httpx.AsyncClient(timeout=30)
+    session_id = (await http.post(f"{cluster.urls[0]}/session")).json()["session_id"]
+    peer = HttpPeer(cluster.urls[0], http, session_id)
+    try:
+        await peer.send_line(
+            b'{"type":"handshake/req","id":"hs","agent_id":"a\\u0000b","agent_caps":["tools"]}'
+        )  # (answered 200)
+        answer = await peer.next_message()
+        assert (answer["type"], answer["ok"]) == ("handshake/resp", False)
+        assert answer["reason"] == "agent_id must not hold NUL (\\u0000)"
+    finally:
+        await peer.close()
+
+
+async def first_message(stream: httpx.Response) -> dict[str, Any]:
+    async for line in stream.aiter_lines():
+        if line.startswith("data:"):
+            return dict(json.loads(line[5:]))
+    raise AssertionError("the stream ended")
+
+
+async def test_messages_a_dead_host_claimed_reach_the_stream_without_other_mail(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host claimed a message for the session's stream and died before deleting it: the
+    host holding the stream took it only when another message came for the session (which
+    may never come: it was a call's answer, say). It is taken once the claim expires."""
+    monkeypatch.setattr("toolmesh.store.postgres.CLAIM_TIMEOUT", 0.5)
+    async with httpx.AsyncClient(timeout=30) as http:
+        session_id = (await http.post(f"{cluster.urls[0]}/session")).json()["session_id"]
+        db = await asyncpg.connect(cluster.url)
+        try:  # the claim of a take that never deleted
+            await db.execute(
+                "INSERT INTO mailbox (session_id, message, posted_at, claim, claimed_at) "
+                "VALUES ($1, $2, $3, 'dead host', extract(epoch FROM statement_timestamp()))",
+                session_id,
+                b'{"note": "claimed by a host that died"}',
+                time.time(),
+            )
+        finally:
+            await db.close()
+        headers = {SESSION_HEADER: session_id}
+        async with http.stream("GET", f"{cluster.urls[1]}/stream", headers=headers) as stream:
+            message = await asyncio.wait_for(first_message(stream), 20)
+    assert message == {"note": "claimed by a host that died"}
+
+
+async def sent(url: str, session_id: str, http: httpx.AsyncClient, **message: Any) -> Any:
+    return await http.post(
+        f"{url}/send", headers={SESSION_HEADER: session_id}, content=json.dumps(message)
+    )
+
+
+async def answered(server: HttpServer, session_id: str, *req_ids: str) -> None:
+    """Return once the host has answered the calls ``req_ids`` it runs for the session, and
+    posted to the mailbox everything it had to."""
+    sessions: Any = server._sessions
+    running = sessions.peers[session_id].connection._calls
+    await asyncio.gather(*(running[i] for i in req_ids if i in running))
+    while sessions._poster is not None and not sessions._poster.done():
+        await asyncio.shield(sessions._poster)
+
+
+def call(req_id: str, tool_name: str, **arguments: Any) -> dict[str, Any]:
+    return {
+        "type": "tool/call/req",
+        "id": req_id,
+        "tool_name": tool_name,
+        "arguments": arguments,
+        "streaming": True,
+    }
+
+
+HANDSHAKE = {"type": "handshake/req", "id": "hs", "agent_id": "a", "agent_caps": ["tools"]}
+LONG = "x" * 5_000  # (echo answers at once: its answer is sent before POST /send returns)
+
+
+async def test_a_backlog_in_the_mailbox_is_bounded_as_on_one_host(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose stream no host held: every answer went to the mailbox, without limit
+    (one host answers 429 past MAX_UNSENT_BYTES, and drops events that are only streamed)."""
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", 2_000)
+    gate = asyncio.Event()
+
+    @tool
+    async def chatter(ctx: ToolContext, n: int) -> str:
+        """Reports once, waits for the test, then reports n times at once."""
+        ctx.progress(0, "started")
+        await gate.wait()
+        for i in range(n):
+            ctx.progress(i, f"step {i}")
+        return "done"
+
+    hosts = [
+        Host(*TOOLS, chatter, store=postgres_url, host_id=f"h{i}", capabilities=["demo"])
+        for i in range(2)
+    ]
+    servers = [HttpServer(host, "127.0.0.1:0") for host in hosts]
+    first, second = [await server.start() for server in servers]
+    http = httpx.AsyncClient(timeout=30)
+    stream: HttpPeer | None = None
+    try:
+        session_id = (await http.post(f"{first}/session")).json()["session_id"]
+        for message in (HANDSHAKE, call("c1", "chatter", n=50), call("c2", "echo", text=LONG)):
+            assert (await sent(second, session_id, http, **message)).status_code == 200
+        await answered(servers[1], session_id, "c2")  # over 2,000 bytes wait in the mailbox
+        refused = await sent(second, session_id, http, **call("c3", "echo", text="x"))
+        assert refused.status_code == 429 and "wait for GET /stream" in refused.json()["error"]
+        gate.set()  # c1's 50 events come while the backlog is past the limit
+        await answered(servers[1], session_id, "c1")
+        stream = HttpPeer(first, http, session_id)
+        answers = [await stream.next_message()]
+        while answers[-1].get("req_id") != "c1" or answers[-1]["type"] != "tool/call/resp":
+            answers.append(await stream.next_message())
+        events = [m for m in answers if m["type"] == "tool/event" and m["req_id"] == "c1"]
+        assert [e["kind"] for e in events] == ["progress", "log"]  # the first, then the note
+        assert "further events are dropped" in events[1]["data"]["message"]
+        assert answers[-1]["data"]["success"] is True
+        # the stream read what waited: the host counts again, and takes calls again
+        assert (
+            await sent(second, session_id, http, **call("c4", "echo", text="y"))
+        ).status_code == 200
+        answer = await stream.next_message()
+        assert (answer["req_id"], answer["data"]["data"]) == ("c4", "y")
+    finally:
+        gate.set()
+        if stream is not None:
+            await stream.close()
+        await http.aclose()
+        for server, host in zip(servers, hosts, strict=True):
+            await server.stop()
+            await host.close()
+
+
+async def test_a_stream_nobody_reads_leaves_the_backlog_where_every_host_sees_it(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host holding the stream took every message from the mailbox into its queue, read
+    or not: the other hosts saw an empty mailbox and took calls without limit."""
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", 2_000)
+    holder, other = cluster.urls[0], cluster.urls[1]
+    async with httpx.AsyncClient(timeout=30) as http:
+        session_id = (await http.post(f"{holder}/session")).json()["session_id"]
+        sessions: Any = cluster.servers[0]._sessions
+        peer = sessions.peers[session_id]
+        owner = peer.stream_owner = object()  # a GET /stream whose client does not read
+        sessions.attached(peer)
+        try:
+            assert (await sent(holder, session_id, http, **HANDSHAKE)).status_code == 200
+            assert (
+                await sent(holder, session_id, http, **call("c1", "echo", text=LONG))
+            ).status_code == 200
+            await answered(cluster.servers[0], session_id, "c1")  # its queue is past the limit
+            assert (
+                await sent(other, session_id, http, **call("c2", "echo", text=LONG))
+            ).status_code == 200
+            await answered(cluster.servers[1], session_id, "c2")  # it stays in the mailbox
+            refused = await sent(other, session_id, http, **call("c3", "echo", text="x"))
+            assert refused.status_code == 429
+            while not peer.queue.empty():  # the stream reads what its host holds
+                peer.queue.get_nowait()
+            answer = await asyncio.wait_for(peer.queue.get(), 10)  # then what waited
+            assert b'"req_id":"c2"' in answer
+            assert (
+                await sent(other, session_id, http, **call("c4", "echo", text="y"))
+            ).status_code == 200
+        finally:
+            if peer.stream_owner is owner:
+                peer.stream_owner = None
+                sessions.detached(peer)

@@ -8,8 +8,10 @@ connection).
 
 Every host is a client of the same database, so:
 
-- state updates are compare-and-set on a version column, and a write carries a token so a
-  retry after a lost connection can tell whether its own write landed (never applied twice);
+- state updates are compare-and-set on a version column, and a write carries a token,
+  recorded in the same statement (kept ``WRITE_TOKEN_SECONDS``), so a retry after a lost
+  connection can tell whether its own write landed, even once another host wrote after it
+  (never applied twice);
 - an audit row carries a unique id, so a retried insert is harmless (exactly once); rows wait
   for the next flush while the server is unreachable (at most ``MAX_WAITING_ROWS``), and a row
   the server refuses is set aside (logged in full, counted) so it blocks no other;
@@ -18,7 +20,12 @@ Every host is a client of the same database, so:
   lost reply neither doubles nor loses a message; a claim expires (``CLAIM_TIMEOUT``), so rows
   claimed by a host that died or went away reach the session through the next host to take,
   and a take returns only the rows it deleted while still holding their claim (recorded per
-  take), so a message is never returned by two takes;
+  take), so a message is never returned by two takes; a take also tells when the claims of
+  other takers on the session's rows expire (``take_mail``), for its caller to take again then;
+- a post can also count the bytes that wait for the sessions it posts to (``count``), so
+  hosts bound a session's backlog wherever its answers wait;
+- JSON documents (tasks, sessions, state) and the keys of tasks are stored with NUL written as
+  the text ``\\x00`` (JSONB and TEXT refuse NUL, JSON allows it), as audit rows are;
 - a host serving A2A tasks says it is alive every few seconds (``host_alive``) and records
   itself with each task it writes (``save_a2a_task_on``); a task whose host stopped being seen
   (``HOST_TIMEOUT``) is one that host will never finish, which any other host may settle
@@ -57,12 +64,14 @@ from toolmesh.store.base import (
 )
 
 __all__ = [
+    "CLAIM_MARGIN",
     "CLAIM_TIMEOUT",
     "CLUSTER_MIGRATIONS",
     "HOST_GAP",
     "HOST_TIMEOUT",
     "MAX_WAITING_ROWS",
     "MIGRATIONS",
+    "WRITE_TOKEN_SECONDS",
     "PostgresStore",
     "display_url",
 ]
@@ -87,6 +96,17 @@ whose host died, lost the session's stream or gave up, and nobody would ever tak
 (``IDLE_SESSION_SECONDS``, 600 s). Expiring early is safe, only less tidy: a taker deletes
 only the rows it still holds, so a slow taker overtaken returns fewer rows, never a row
 another take returns."""
+WRITE_TOKEN_SECONDS = 600.0
+"""Seconds a state write's token is kept (``state_writes``), for a retry after a lost reply to
+find that its write landed. A retry comes within the writer's ``reconnect_timeout`` (30 s by
+default) of the lost reply: 600 s (as long as ``drop_messages`` keeps mailbox posts) leaves a
+wide margin, and the table holds about ten minutes of state writes."""
+_TOKENS_FORGOTTEN = 8
+"""Expired tokens each state write deletes: more than the one it adds, so the table shrinks
+back after a burst of writes."""
+CLAIM_MARGIN = 0.05
+"""Seconds after another taker's claim expires at which ``take_mail`` says to take again (the
+expiry itself is a strict comparison, on the database server's clock)."""
 HOST_TIMEOUT = 30.0
 """Seconds after its last heartbeat (``host_alive``) at which a host counts as gone, and the
 tasks it was running as never to be finished. The A2A server beats every 5 s
@@ -230,10 +250,24 @@ CLUSTER_MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE a2a_tasks ADD COLUMN host_id TEXT, ADD COLUMN host_at DOUBLE PRECISION;
         """,
     ),
+    (
+        5,
+        # state_writes: the token of each state write (state.writer holds only the latest), kept
+        # WRITE_TOKEN_SECONDS (the database server's clock), so a write retried after a lost
+        # reply finds that it landed even when another host wrote after it. written_at is
+        # indexed for the writes that forget the expired tokens.
+        """
+        CREATE TABLE state_writes (
+            token TEXT PRIMARY KEY,
+            written_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX state_writes_by_time ON state_writes (written_at);
+        """,
+    ),
 ]
 """PostgreSQL-only tables for hosts that share HTTP sessions: messages waiting for the host that
 holds a session's stream, and which host waits for which approval; which hosts are alive, and
-which host runs each A2A task."""
+which host runs each A2A task; the tokens of recent state writes."""
 
 _AUDIT_COLUMNS = (
     ("uid", "text"),
@@ -267,12 +301,19 @@ _READ_COLUMNS = [name for name, _ in _AUDIT_COLUMNS[1:]]
 # clock for every host, so hosts' clocks drifting apart cannot expire a live claim early). A
 # claim without a time (made by a host of the previous version still running during an
 # upgrade, whose delete does not check the claim) never expires, as before.
+# The same statement tells, in a last row with no id, in how many seconds the first of the
+# claims other takers still hold on the session's rows expires (rows of a host that died
+# between its two steps: nothing else would ever have them taken); none when there are none.
 _CLAIM_ROWS = (
     "WITH clock AS (SELECT COALESCE($3::float8, "
-    "extract(epoch FROM statement_timestamp())::float8) AS now) "
-    "UPDATE mailbox SET claim = $2, claimed_at = clock.now FROM clock "
+    "extract(epoch FROM statement_timestamp())::float8) AS now), "
+    "claimed AS (UPDATE mailbox SET claim = $2, claimed_at = clock.now FROM clock "
     "WHERE session_id = $1 AND (claim IS NULL OR claim = $2 OR claimed_at < clock.now - $4) "
-    "RETURNING id, message"
+    "RETURNING id, message) "
+    "SELECT id, message, NULL::float8 AS expires_in FROM claimed UNION ALL "
+    "SELECT NULL, NULL, min(m.claimed_at) + $4 - min(clock.now) FROM mailbox m, clock "
+    "WHERE m.session_id = $1 AND m.claim <> $2 AND m.claimed_at >= clock.now - $4 "
+    "HAVING count(*) > 0"
 )
 # Step 2: delete the claimed rows this token still holds (a taker that took over an expired
 # claim keeps its rows), and record which were deleted ($3, $4: this take's time and id). A
@@ -285,6 +326,29 @@ _DELETE_CLAIMED = (
     "RETURNING ids) "
     "SELECT ids FROM took UNION ALL "
     "SELECT ids FROM mailbox_takes WHERE taken_at = $3 AND take_id = $4"
+)
+
+# A state write (compare-and-set on the version; for version 1 an insert that finds no row)
+# records its token ($3) in the same statement, so a retry after a lost reply finds it landed
+# even once another writer changed the row again. It also forgets a few tokens older than $4
+# (WRITE_TOKEN_SECONDS), skipping those another write is forgetting: it never waits for one,
+# and the table holds only the recent writes, however long the hosts run.
+_NOW = "extract(epoch FROM statement_timestamp())::float8"  # the database server's clock
+_STATE_WRITE = (
+    "WITH written AS ({write}), "  # noqa: S608
+    # (the cutoff a plain expression, not a join: the index finds the oldest few at once)
+    "forgot AS (DELETE FROM state_writes WHERE token = ANY(ARRAY(SELECT token "
+    f"FROM state_writes WHERE written_at < {_NOW} - $4 "
+    f"ORDER BY written_at LIMIT {_TOKENS_FORGOTTEN} FOR UPDATE SKIP LOCKED))) "
+    f"INSERT INTO state_writes (token, written_at) SELECT $3, {_NOW} FROM written"
+)
+_INSERT_STATE = _STATE_WRITE.format(
+    write="INSERT INTO state (session_id, document, version, writer) VALUES ($1, $2, 1, $3) "
+    "ON CONFLICT (session_id) DO NOTHING RETURNING 1"
+)
+_UPDATE_STATE = _STATE_WRITE.format(  # $5: the version the update expects
+    write="UPDATE state SET document = $2, version = version + 1, writer = $3 "
+    "WHERE session_id = $1 AND version = $5 RETURNING 1"
 )
 
 # A heartbeat: host $1 seen now ($2: the time of the store's ``clock``; NULL: the database
@@ -325,9 +389,30 @@ _ORPHANED = (
 )
 
 
-def _task_text(document: Any) -> str:
-    """An A2A task's document as its JSONB column is written."""
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+def _jsonb_text(document: Any) -> str:
+    """A document as its JSONB column is written. JSONB refuses NUL, which JSON allows: in
+    keys and values alike it is written as the text ``\\x00``, as audit rows keep it
+    (``toolmesh.audit.storable``): the document is kept, its NUL visible, as SQLite keeps it
+    whole, instead of refused."""
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    if "\\u0000" in text:  # (JSON's escape of NUL; rare: only then is the document walked)
+        text = json.dumps(_without_nul(document), ensure_ascii=False, separators=(",", ":"))
+    return text
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(item) for item in value]
+    return value
+
+
+def _text(value: str) -> str:
+    """``value`` as a TEXT column keeps it: NUL written as ``\\x00`` (as in ``_jsonb_text``)."""
+    return value.replace("\x00", "\\x00") if "\x00" in value else value
 
 
 def display_url(url: str) -> str:
@@ -604,9 +689,9 @@ class PostgresStore(Store):
                 "metadata = excluded.metadata",
                 record.session_id,
                 record.agent_id,
-                json.dumps(record.capabilities),
+                _jsonb_text(record.capabilities),
                 record.created_at,
-                json.dumps(record.metadata),
+                _jsonb_text(record.metadata),
             )
         )
 
@@ -639,37 +724,24 @@ class PostgresStore(Store):
     async def save_state(
         self, session_id: str, document: dict[str, Any], *, expected_version: int
     ) -> bool:
-        text = json.dumps(document, ensure_ascii=False)
+        text = _jsonb_text(document)
         token = uuid.uuid4().hex
         attempts = 0
 
         async def write(db: Connection) -> bool:
             nonlocal attempts
             attempts += 1
-            if attempts > 1:  # the last try may have landed before its connection was lost
-                row = await db.fetchrow(
-                    "SELECT version, writer FROM state WHERE session_id = $1", session_id
-                )
-                if row is not None and row["writer"] == token:
-                    return True
+            if attempts > 1 and await _landed(db, token):  # before its connection was lost
+                return True
             if expected_version == 0:
                 status = await db.execute(
-                    "INSERT INTO state (session_id, document, version, writer) "
-                    "VALUES ($1, $2, 1, $3) ON CONFLICT (session_id) DO NOTHING",
-                    session_id,
-                    text,
-                    token,
+                    _INSERT_STATE, session_id, text, token, WRITE_TOKEN_SECONDS
                 )
-                return bool(status == "INSERT 0 1")
-            status = await db.execute(
-                "UPDATE state SET document = $2, version = version + 1, writer = $4 "
-                "WHERE session_id = $1 AND version = $3",
-                session_id,
-                text,
-                expected_version,
-                token,
-            )
-            return bool(status == "UPDATE 1")
+            else:
+                status = await db.execute(
+                    _UPDATE_STATE, session_id, text, token, WRITE_TOKEN_SECONDS, expected_version
+                )
+            return bool(status == "INSERT 0 1")
 
         return await self.run(write)
 
@@ -679,7 +751,8 @@ class PostgresStore(Store):
         return await self.save_a2a_task_on(record, "")
 
     async def save_a2a_task_on(self, record: A2ATaskRecord, host_id: str) -> bool:
-        text = _task_text(record.document)
+        text = _jsonb_text(record.document)
+        task_id, context_id = _text(record.task_id), _text(record.context_id)
         # One statement: the row is locked and its state checked as it stands, so of hosts
         # ending a task together only the first one's end is kept. A retry after a lost reply
         # finds its own document there, and counts as written. The writer is recorded with the
@@ -694,8 +767,8 @@ class PostgresStore(Store):
                 "host_id = excluded.host_id, host_at = excluded.host_at "
                 "WHERE a2a_tasks.state <> ALL($6::text[]) "
                 "OR a2a_tasks.document = excluded.document",
-                record.task_id,
-                record.context_id,
+                task_id,
+                context_id,
                 record.state,
                 record.updated_at,
                 text,
@@ -708,7 +781,7 @@ class PostgresStore(Store):
     async def replace_a2a_task_on(
         self, record: A2ATaskRecord, host_id: str, expected: A2ATaskRecord
     ) -> bool:
-        text, was = _task_text(record.document), _task_text(expected.document)
+        text, was = _jsonb_text(record.document), _jsonb_text(expected.document)
         # One statement: the row is locked and its document compared as it stands (JSONB
         # equality, whatever the key order), so of writers resuming a task together only the
         # first one's write is made; the others find another document there. A retry after a
@@ -719,8 +792,8 @@ class PostgresStore(Store):
                 "document = $5::jsonb, host_id = NULLIF($6, ''), host_at = $4 "
                 "WHERE task_id = $1 AND (document = $7::jsonb AND state <> ALL($8::text[]) "
                 "OR document = $5::jsonb)",
-                record.task_id,
-                record.context_id,
+                _text(record.task_id),
+                _text(record.context_id),
                 record.state,
                 record.updated_at,
                 text,
@@ -740,7 +813,9 @@ class PostgresStore(Store):
             return set()
         now = None if self.clock is None else self.clock()
         rows = await self.run(
-            lambda db: db.fetch(_ORPHANED, host_id, now, list(task_ids), HOST_TIMEOUT, HOST_GAP)
+            lambda db: db.fetch(
+                _ORPHANED, host_id, now, [_text(i) for i in task_ids], HOST_TIMEOUT, HOST_GAP
+            )
         )
         return {str(row["task_id"]) for row in rows}
 
@@ -749,7 +824,7 @@ class PostgresStore(Store):
             lambda db: db.fetchrow(
                 "SELECT task_id, context_id, state, updated_at, document FROM a2a_tasks "
                 "WHERE task_id = $1",
-                task_id,
+                _text(task_id),
             )
         )
         return None if row is None else _task_record(row)
@@ -763,6 +838,7 @@ class PostgresStore(Store):
         limit: int = 50,
         offset: int = 0,
     ) -> tuple[list[A2ATaskRecord], int]:
+        context_id = _text(context_id)
         where = (  # '' and 0 match every context, state and time, as for SQLite
             "($1 = '' OR context_id = $1) AND ($2 = '' OR state = $2) "
             "AND ($3 = 0 OR updated_at > $3)"
@@ -842,14 +918,19 @@ class PostgresStore(Store):
 
     # -- HTTP sessions shared by several hosts (toolmesh.transports.cluster) -------------------
 
-    async def post_messages(self, session_ids: Sequence[str], messages: Sequence[bytes]) -> None:
+    async def post_messages(
+        self, session_ids: Sequence[str], messages: Sequence[bytes], count: Collection[str] = ()
+    ) -> dict[str, int]:
         """Queue messages for the host holding each session's stream and signal it (one
         statement: rows and signals commit together). The post carries an id: a retry after
-        a lost reply finds it recorded and adds nothing (nor signals again)."""
+        a lost reply finds it recorded and adds nothing (nor signals again). Returns how many
+        bytes then wait in the mailbox for each session of ``count`` (a second statement,
+        which reads every row waiting for them: asked only when the answer matters)."""
         now = time.time()
         post_id = uuid.uuid4().hex
-        await self.run(
-            lambda db: db.execute(
+
+        async def post(db: Connection) -> dict[str, int]:
+            await db.execute(
                 "WITH post AS (INSERT INTO mailbox_posts (posted_at, post_id) VALUES ($3, $5) "
                 "ON CONFLICT DO NOTHING RETURNING post_id), "
                 "posted AS (INSERT INTO mailbox (session_id, message, posted_at) "
@@ -864,10 +945,26 @@ class PostgresStore(Store):
                 CHANNEL,
                 post_id,
             )
-        )
+            return await _waiting(db, count) if count else {}
+
+        return await self.run(post)
+
+    async def waiting_bytes(self, session_id: str) -> int:
+        """How many bytes of messages wait in the mailbox for ``session_id``."""
+        waiting = await self.run(lambda db: _waiting(db, [session_id]))
+        return waiting.get(session_id, 0)
 
     async def take_messages(self, session_id: str, claim: str = "") -> list[bytes]:
-        """Remove and return the messages waiting for ``session_id``, oldest first.
+        """Remove and return the messages waiting for ``session_id``, oldest first (see
+        ``take_mail``)."""
+        messages, _claimed_for = await self.take_mail(session_id, claim)
+        return messages
+
+    async def take_mail(self, session_id: str, claim: str = "") -> tuple[list[bytes], float | None]:
+        """Remove and return the messages waiting for ``session_id``, oldest first, and in how
+        many seconds the first claim another taker holds on the session's rows expires (None:
+        no such claim): the caller takes again then, else rows claimed by a host that died
+        would wait for the session's next message.
 
         Two steps, each safe to retry after a lost reply: the rows are claimed with the token
         ``claim`` (rows another taker claimed are left alone for ``CLAIM_TIMEOUT`` seconds; the
@@ -878,11 +975,16 @@ class PostgresStore(Store):
         them (or, once the claim expired, another taker does)."""
         claim = claim or uuid.uuid4().hex
         now = None if self.clock is None else self.clock()
-        rows = await self.run(
+        found = await self.run(
             lambda db: db.fetch(_CLAIM_ROWS, session_id, claim, now, CLAIM_TIMEOUT)
         )
+        rows = [row for row in found if row["id"] is not None]
+        claimed_for = next(
+            (max(0.0, row["expires_in"]) + CLAIM_MARGIN for row in found if row["id"] is None),
+            None,
+        )
         if not rows:
-            return []
+            return [], claimed_for
         ids = [row["id"] for row in rows]
         taken_at, take_id = time.time(), uuid.uuid4().hex
 
@@ -899,11 +1001,12 @@ class PostgresStore(Store):
             return set(deleted or ())
 
         deleted = await self.run(delete)
-        return [
+        messages = [
             bytes(row["message"])
             for row in sorted(rows, key=lambda r: r["id"])
             if row["id"] in deleted
         ]
+        return messages, claimed_for
 
     async def drop_messages(self, older_than: float) -> int:
         """Forget messages nobody collected for ``older_than`` seconds."""
@@ -1014,6 +1117,25 @@ def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
         entry.args_digest,
         entry.decision,
         entry.host_id,
+    )
+
+
+async def _waiting(db: Connection, session_ids: Collection[str]) -> dict[str, int]:
+    """How many bytes of messages wait in the mailbox for each of ``session_ids``."""
+    rows = await db.fetch(
+        "SELECT session_id, sum(octet_length(message)) AS size FROM mailbox "
+        "WHERE session_id = ANY($1::text[]) GROUP BY session_id",
+        list(session_ids),
+    )
+    return dict.fromkeys(session_ids, 0) | {
+        str(row["session_id"]): int(row["size"]) for row in rows
+    }
+
+
+async def _landed(db: Connection, token: str) -> bool:
+    """Whether the state write carrying ``token`` committed (its reply may have been lost)."""
+    return bool(
+        await db.fetchval("SELECT EXISTS (SELECT 1 FROM state_writes WHERE token = $1)", token)
     )
 
 

@@ -100,7 +100,11 @@ class _Peer:
             seq=event.seq,
             data={"level": "warning", "message": note},
         )
-        self.queue.put_nowait(encode(dropped))
+        self._queue_note(encode(dropped))
+
+    def _queue_note(self, data: bytes) -> None:
+        """Send a note of the host's own down the stream, after what waits for it."""
+        self.queue.put_nowait(data)
 
     async def receive(self, body: bytes) -> None:
         """One message POSTed for this session."""
@@ -137,6 +141,11 @@ class _Sessions:
 
     def detached(self, peer: _Peer) -> None:
         """``peer``'s stream ended (messages may still be queued)."""
+
+    async def backlog_refusal(self, peer: _Peer) -> Response | None:
+        """The answer to a POST /send while too many bytes wait for ``peer``'s stream (asked
+        only then; the cluster version first counts again what waits in the store)."""
+        return _backlog_refusal(peer)
 
     def ended(self, peer: _Peer) -> None:
         """``peer``'s session was shut down by its client: forget it now (it can serve
@@ -268,8 +277,8 @@ def build_app(
         """POST /send as plain ASGI: every call passes here (``_A2EApp`` skips the router)."""
         headers = Headers(scope=scope)
         answer = refuse_unwelcome(headers, origins, auth_token) or await peer_of(headers)
-        if not isinstance(answer, Response):
-            answer = _backlog_refusal(answer) or answer
+        if not isinstance(answer, Response) and answer.queue.unsent_bytes > MAX_UNSENT_BYTES:
+            answer = await sessions.backlog_refusal(answer) or answer
         if isinstance(answer, Response):
             await answer(scope, receive, reply)
             return
