@@ -387,3 +387,20 @@ def test_a_glob_outside_the_workspace_does_not_list_it(workspace: Path, outside:
     assert len(answers) == 1, answers  # a match and no match answer alike
     (workspace / "in.txt").write_text("x")
     assert check_command("ls i*", policy, roots, str(workspace)).argv[1:] == ["in.txt"]
+
+
+def test_absolute_arguments_through_a_symlinked_workspace_are_inside(
+    workspace: Path, outside: Path
+) -> None:
+    # the shell's argument checks refused them as outside the workspace, as the file tools did
+    (workspace / "a.txt").write_text("inside\n")
+    os.symlink(outside, workspace / "out")
+    link = workspace.parent / "ws-link"
+    os.symlink(workspace, link)
+    roots, policy = Roots([link]), Policy.from_allow(["cat", "ls"])
+    cwd = roots.home
+    assert check_command(f"cat {link}/a.txt", policy, roots, cwd).argv[1:] == [f"{link}/a.txt"]
+    assert check_command(f"ls {link}/*.txt", policy, roots, cwd).argv[1:] == [f"{link}/a.txt"]
+    for command in (f"cat {link}/out/secret.txt", f"cat {link}/../outside/secret.txt"):
+        with pytest.raises(CommandRefused, match="outside the workspace"):
+            check_command(command, policy, roots, cwd)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.sources.builtins.conftest import SECRET, Make
-from toolmesh import ToolErrorCode
+from toolmesh import ToolErrorCode, create_toolkit
 from toolmesh.sources.builtins.confine import MAX_NAME, MAX_PATH, PathRefused, Roots
 
 
@@ -236,3 +236,52 @@ async def test_dotdot_after_a_symlink_climbs_from_its_target(
     shell = await kit.execute("shell", {"command": f"cat {climbing}"})
     assert shell.error_code == ToolErrorCode.TOOL_DENIED, shell
     assert SECRET not in (shell.output or "")
+
+
+@pytest.fixture
+def linked_workspace(workspace: Path, outside: Path) -> Path:
+    """The workspace given through a symlink (as macOS's /tmp is), with a file and a trap."""
+    (workspace / "a.txt").write_text("inside\n")
+    os.symlink(outside, workspace / "out")
+    link = workspace.parent / "ws-link"
+    os.symlink(workspace, link)
+    return link
+
+
+async def test_absolute_paths_through_a_symlinked_workspace_are_inside(
+    linked_workspace: Path, workspace: Path, outside: Path
+) -> None:
+    # the path spelled with the workspace as configured was refused as "outside the workspace"
+    kit = await create_toolkit(builtins=True, workspace=linked_workspace)
+    try:
+        for folder in (linked_workspace, workspace):
+            read = await kit.execute("read_file", {"path": str(folder / "a.txt")})
+            assert read.success and read.data["content"] == "inside\n", read
+        wrote = await kit.execute(
+            "write_file", {"path": str(linked_workspace / "new" / "b.txt"), "content": "b\n"}
+        )
+        assert wrote.success, wrote
+        assert (workspace / "new" / "b.txt").read_text() == "b\n"
+        # the resolved path still decides: through the link, a way out is still refused
+        for path, reason in [
+            (linked_workspace / "out" / "secret.txt", "symlink that leads outside"),
+            (linked_workspace / ".." / "outside" / "secret.txt", "absolute path"),
+            (f"{linked_workspace}/../outside/secret.txt", "absolute path"),
+        ]:
+            result = await kit.execute("read_file", {"path": str(path)})
+            assert result.error_code == ToolErrorCode.TOOL_DENIED, (path, result)
+            assert reason in result.error and SECRET not in (result.output or "")
+    finally:
+        await kit.close()
+
+
+def test_roots_accept_both_spellings_of_a_symlinked_root(
+    linked_workspace: Path, workspace: Path
+) -> None:
+    roots = Roots([linked_workspace])
+    real = str(workspace.resolve() / "a.txt")
+    assert roots.resolve(str(linked_workspace / "a.txt")) == real
+    assert roots.resolve(str(workspace / "a.txt")) == real
+    assert roots.resolve("a.txt") == real
+    with pytest.raises(PathRefused, match="symlink"):
+        roots.resolve(str(linked_workspace / "out" / "secret.txt"))

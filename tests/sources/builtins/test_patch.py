@@ -108,3 +108,57 @@ def test_git_headers_are_accepted() -> None:
     patch = "diff --git a/x b/x\nindex 123..456 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
     (file,) = parse_patch(patch)
     assert file.path == "x" and file.hunks[0].old == ["a"] and file.hunks[0].new == ["b"]
+
+
+def two_changes(first: str, second: str) -> str:
+    """One patch changing line 1 of ``first`` and line 2 of ``second``."""
+    return (
+        f"--- a/{first}\n+++ b/{first}\n@@ -1,2 +1,2 @@\n-one\n+ONE\n two\n"
+        f"--- a/{second}\n+++ b/{second}\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n"
+    )
+
+
+def two_creations(first: str, second: str) -> str:
+    return (
+        f"--- /dev/null\n+++ b/{first}\n@@ -0,0 +1 @@\n+first\n"
+        f"--- /dev/null\n+++ b/{second}\n@@ -0,0 +1 @@\n+second\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "first", "second"),
+    [
+        (two_changes("a.txt", "./a.txt"), "a.txt", "./a.txt"),
+        (two_changes("a.txt", "sub/../a.txt"), "a.txt", "sub/../a.txt"),
+        (two_changes("a.txt", "alias.txt"), "a.txt", "alias.txt"),  # a symlink to a.txt
+        (two_changes("sub/b.txt", "linked/b.txt"), "sub/b.txt", "linked/b.txt"),  # via a folder
+        (two_creations("new.txt", "./new.txt"), "new.txt", "./new.txt"),
+    ],
+)
+async def test_a_file_named_twice_is_refused(
+    make_kit: Make, workspace: Path, patch: str, first: str, second: str
+) -> None:
+    # the second file patch was computed from the original text too, and its write silently
+    # undid the first one's hunks, while the answer reported both as applied
+    (workspace / "a.txt").write_text("one\ntwo\n")
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "b.txt").write_text("one\ntwo\n")
+    (workspace / "alias.txt").symlink_to("a.txt")
+    (workspace / "linked").symlink_to("sub")
+    kit = await make_kit()
+    result = await kit.execute("apply_patch", {"patch": patch})
+    assert not result.success, result
+    assert f"{second!r} and {first!r} name the same file" in result.error
+    assert (workspace / "a.txt").read_text() == "one\ntwo\n"  # nothing written
+    assert (workspace / "sub" / "b.txt").read_text() == "one\ntwo\n"
+    assert not (workspace / "new.txt").exists()
+
+
+async def test_different_files_in_one_patch_still_apply(make_kit: Make, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("one\ntwo\n")
+    (workspace / "b.txt").write_text("one\ntwo\n")
+    kit = await make_kit()
+    result = await kit.execute("apply_patch", {"patch": two_changes("a.txt", "./b.txt")})
+    assert result.success, result.error
+    assert (workspace / "a.txt").read_text() == "ONE\ntwo\n"
+    assert (workspace / "b.txt").read_text() == "one\nTWO\n"

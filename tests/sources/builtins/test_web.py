@@ -16,6 +16,7 @@ import pytest
 
 from tests.sources.builtins.conftest import Make
 from toolmesh import ToolErrorCode
+from toolmesh.sources.builtins.htmltext import html_to_text
 
 
 @functools.cache
@@ -41,6 +42,8 @@ ENCODED = {  # path: (content-encoding, body), all but the bomb saying "hello"
 }
 
 PAGE = b"<html><head><title>T</title></head><body><h1>Hello</h1><p>A <a href='/x'>link</a></p></body></html>"
+# a run of spaces the old converter's whitespace cleanup took quadratic time over, on the loop
+SPACES_PAGE = b"<html><body><pre>" + b" " * 200_000 + b"x</pre></body></html>"
 
 
 class Server:
@@ -67,6 +70,11 @@ class Server:
                     self._send(200, b"x" * 10_000)
                 elif self.path == "/page":
                     self._send(200, PAGE, kind="text/html; charset=utf-8")
+                elif self.path == "/spaces":
+                    self._send(200, SPACES_PAGE, kind="text/html")
+                elif self.path.startswith("/charset/"):
+                    charset = self.path.removeprefix("/charset/")
+                    self._send(200, b"hello", kind=f"text/plain; charset={charset}")
                 elif self.path in ENCODED:
                     coding, make = ENCODED[self.path]
                     self._send(200, make(), **{"content-encoding": coding})
@@ -333,3 +341,56 @@ def test_ipv4_compatible_translated_and_local_nat64_addresses_are_refused(addres
         AddressPolicy(False).check("h", ipaddress.ip_address(address))
     AddressPolicy(True).check("h", ipaddress.ip_address(address))
     AddressPolicy(False).check("h", ipaddress.ip_address("2606:4700::1111"))  # global stays fine
+
+
+async def test_html_is_converted_off_the_event_loop(
+    make_kit: Make, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the conversion ran synchronously on the loop: a page took 22 s, past every timeout, and
+    # every other call on the loop stood still meanwhile
+    from toolmesh.sources.builtins import web
+
+    threads: list[threading.Thread] = []
+
+    def recording(*args: Any, **kwargs: Any) -> str:
+        threads.append(threading.current_thread())
+        return html_to_text(*args, **kwargs)
+
+    monkeypatch.setattr(web, "html_to_text", recording)
+    kit = await make_kit({"http_request": {"allow_private": True, "html": "text", "timeout": 20}})
+    result = await kit.execute("http_request", {"url": server.url + "/spaces"})
+    assert result.success and result.data["body"] == "x", result
+    assert threads and threads[0] is not threading.current_thread()
+
+
+async def test_a_conversion_past_the_deadline_answers_timeout(
+    make_kit: Make, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolmesh.sources.builtins import web
+
+    release = threading.Event()
+
+    def stuck(html: str, mode: str, *, deadline: float | None = None) -> str:
+        release.wait(10)  # a conversion that takes longer than the call may
+        return html
+
+    monkeypatch.setattr(web, "html_to_text", stuck)
+    kit = await make_kit({"http_request": {"allow_private": True, "html": "text", "timeout": 0.5}})
+    try:
+        result = await kit.execute("http_request", {"url": server.url + "/page"})
+    finally:
+        release.set()
+    assert result.error_code == ToolErrorCode.TIMEOUT, result
+    assert "(the timeout setting)" in result.error
+
+
+@pytest.mark.parametrize(
+    "charset", ["rot13", "base64", "hex", "zlib_codec", "idna", "undefined", "no-such-charset"]
+)
+async def test_a_charset_that_is_no_text_encoding_falls_back_to_utf8(
+    make_kit: Make, server: Server, charset: str
+) -> None:
+    # it failed the 200 response: "LookupError: 'rot13' is not a text encoding"
+    kit = await make_kit({"http_request": {"allow_private": True}})
+    result = await kit.execute("http_request", {"url": f"{server.url}/charset/{charset}"})
+    assert result.success and result.data["body"] == "hello", result

@@ -49,12 +49,20 @@ class Roots:
         if not roots:
             raise ValueError("at least one root folder is needed")
         resolved: list[str] = []
+        aliases: list[tuple[str, str]] = []
         for root in roots:
             real = os.path.realpath(os.fspath(root))
             if not os.path.isdir(real):
                 raise ValueError(f"root {os.fspath(root)!r} is not a folder")
             resolved.append(real)
+            given = os.path.normpath(os.path.abspath(os.fspath(root)))
+            if given != real:
+                aliases.append((given, real))
         self.paths: tuple[str, ...] = tuple(resolved)
+        # (as configured, resolved) for the roots a symlink leads to (macOS's /tmp, a linked
+        # project folder): a model may spell an absolute path that way. Only the first, lexical
+        # check of ``resolve`` admits these spellings; the resolved path must lie in ``paths``.
+        self.aliases: tuple[tuple[str, str], ...] = tuple(aliases)
         self.allow_hardlinks = allow_hardlinks
 
     @property
@@ -81,11 +89,12 @@ class Roots:
 
         ``base`` is the folder a relative path starts from (default: the working folder).
         The path need not exist; its nearest existing ancestor is resolved and must be inside.
+        An absolute path may start with a root as resolved or as configured.
         """
         check_text(path)
         start = base or self.home
         joined = os.path.normpath(os.path.join(start, path or "."))
-        if not self.contains(joined):
+        if not self.contains(joined) and not any(_within(joined, a) for a, _ in self.aliases):
             if os.path.isabs(path):
                 raise PathRefused(f"absolute path {path!r} is outside the workspace")
             raise PathRefused(f"path {path!r} uses '..' to leave the workspace")

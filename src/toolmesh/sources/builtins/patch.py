@@ -223,8 +223,10 @@ def apply_patch_text(roots: Roots, settings: FileSettings, text: str) -> list[di
     """Apply a patch to the workspace, all or nothing; what happened to each file."""
     patches = parse_patch(text)
     plans: list[tuple[FilePatch, str, str | None, str | None]] = []
+    planned: dict[str, str] = {}  # real path -> the name the patch gave it first
     for patch in patches:
         real = roots.resolve(patch.path)
+        _refuse_second_name(planned, real, patch.path)
         exists = roots.check_file(real) is not None
         if patch.old_path == DEV_NULL and exists:
             raise PatchError(f"{patch.path!r} already exists; the patch would create it")
@@ -245,6 +247,18 @@ def apply_patch_text(roots: Roots, settings: FileSettings, text: str) -> list[di
         _restore(roots, done)
         raise
     return [_report(roots, patch, real, original, new) for patch, real, original, new in plans]
+
+
+def _refuse_second_name(planned: dict[str, str], real: str, name: str) -> None:
+    """Refuse a file the patch already changes under another name ("a.txt" and "./a.txt", or a
+    symlink to it): both changes would be made to the original text, and the second write
+    would undo the first."""
+    first = planned.get(real)
+    if first is not None:
+        raise PatchError(
+            f"{name!r} and {first!r} name the same file; give all of its hunks under one name"
+        )
+    planned[real] = name
 
 
 def _restore(roots: Roots, done: list[tuple[str, str | None]]) -> None:

@@ -20,6 +20,7 @@ import ipaddress
 import re
 import socket
 import ssl
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import httpx
 from toolmesh.models import ToolErrorCode, ToolResult
 from toolmesh.sources.builtins.base import Refused, make_tool, schema
 from toolmesh.sources.builtins.htmltext import html_to_text
-from toolmesh.tools import Tool, ToolContext
+from toolmesh.tools import Tool, ToolContext, run_blocking
 
 __all__ = ["AddressRefused", "HttpSettings", "http_request_tool"]
 
@@ -293,10 +294,19 @@ def http_request_tool(settings: HttpSettings) -> tuple[Tool, HttpClients]:
         limit = settings.timeout
         if ctx.remaining is not None:
             limit = max(0.01, min(limit, ctx.remaining - 0.1))
+        deadline = time.monotonic() + limit  # the HTML conversion's, on its thread
         try:
             async with asyncio.timeout(limit):
                 return await _fetch(
-                    clients.get(), args["url"], method, headers, body, prefixes, methods, settings
+                    clients.get(),
+                    args["url"],
+                    method,
+                    headers,
+                    body,
+                    prefixes,
+                    methods,
+                    settings,
+                    deadline,
                 )
         except (TimeoutError, httpx.TimeoutException):  # ours, or httpx's per-step timeout
             return _timed_out(method, args["url"], limit, limit < settings.timeout)
@@ -335,6 +345,7 @@ async def _fetch(
     prefixes: list[_Prefix],
     methods: set[str],
     settings: HttpSettings,
+    deadline: float,
 ) -> ToolResult:
     try:
         url = httpx.URL(raw_url)
@@ -372,7 +383,7 @@ async def _fetch(
             read = await _read_bounded(response, settings.max_bytes)
         finally:
             await response.aclose()
-        return _shape(response, read, hops, settings)
+        return await _shape(response, read, hops, settings, deadline)
 
 
 def _timed_out(method: str, url: str, limit: float, by_call: bool) -> ToolResult:
@@ -492,8 +503,22 @@ class _Inflater:
             ) from None
 
 
-def _shape(
-    response: httpx.Response, read: _Body, hops: list[str], settings: HttpSettings
+def _text_of(content: bytes, charset: str | None) -> str:
+    """The body as text, in its charset, or as UTF-8 when that is no text encoding: httpx
+    accepts any name ``codecs`` knows, and rot13, base64, zlib_codec or idna decode no bytes
+    to text (U+FFFD stands for what does not decode)."""
+    try:
+        return content.decode(charset or "utf-8", "replace")
+    except (LookupError, ValueError):  # ValueError: UnicodeError from idna or "undefined"
+        return content.decode("utf-8", "replace")
+
+
+async def _shape(
+    response: httpx.Response,
+    read: _Body,
+    hops: list[str],
+    settings: HttpSettings,
+    deadline: float,
 ) -> ToolResult:
     content, truncated = read.content, read.truncated
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -501,9 +526,13 @@ def _shape(
     if read.undecoded:
         body = f"[{len(content)} bytes in content coding {read.undecoded!r}, not decoded]"
     elif textual:
-        body = content.decode(response.encoding or "utf-8", "replace")
+        body = _text_of(content, response.encoding)
         if kind in ("text/html", "application/xhtml+xml") and settings.html != "raw":
-            body = html_to_text(body, settings.html)
+            # on a thread: a page of a megabyte takes a good part of a second to convert, and it
+            # stops at the deadline (TimeoutError) when no one waits for it any more
+            body = await run_blocking(
+                functools.partial(html_to_text, body, settings.html, deadline=deadline)
+            )
     else:
         body = f"[{len(content)} bytes of {kind} not shown]"
     status_line = f"HTTP {response.status_code} {response.reason_phrase}".strip()
