@@ -103,3 +103,24 @@ async def test_missing_bubblewrap_fails_closed(
     assert result.error_code == ToolErrorCode.TOOL_DENIED
     assert "apt-get install bubblewrap" in result.error
     assert not (workspace / "ran").exists()
+
+
+async def test_a_workspace_reached_through_a_symlink_is_there_by_both_names(
+    tmp_path: Path,
+) -> None:
+    """The path checks accept the configured spelling of a symlinked workspace; inside the
+    sandbox only the resolved folder was mounted, so such a path was "No such file"."""
+    from toolmesh import create_toolkit
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.txt").write_text("inside\n")
+    link = tmp_path / "ws"
+    link.symlink_to(real)
+    kit = await create_toolkit(builtins=isolated(view="read-only"), workspace=link)
+    try:
+        result = await kit.execute("shell", {"command": f"cat {link}/a.txt {real}/a.txt"})
+    finally:
+        await kit.close()
+    assert result.success, result
+    assert result.data["stdout"] == "inside\ninside\n"

@@ -60,6 +60,9 @@ class Sandbox:
     view: str = "overlay"
     network: bool = False
     read_only_paths: Sequence[str] = ()
+    # (root as configured, root resolved) for roots reached through a symlink: the configured
+    # spelling leads to the root inside too, as the path checks accept it
+    aliases: Sequence[tuple[str, str]] = ()
     _scratch: str | None = field(default=None, init=False)
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
@@ -89,6 +92,9 @@ class Sandbox:
                 merged = self._layer_for(root, len(overlays))
                 overlays.append((root, merged))
                 command += ["--bind", merged, root]
+        for given, real in self.aliases:
+            if not _under_system_mount(given):  # (those are read-only: no link can be made)
+                command += ["--symlink", real, given]
         command += ["--chdir", self.cwd, "--", *argv]
         if overlays:
             return _with_overlays(overlays, command)
@@ -111,6 +117,12 @@ class Sandbox:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, onerror=_force_remove)
             self._scratch = None
+
+
+def _under_system_mount(path: str) -> bool:
+    return any(
+        path == top or path.startswith(top + "/") for top in (*SYSTEM_PATHS, "/proc", "/dev")
+    )
 
 
 def _system_mounts() -> list[str]:

@@ -181,6 +181,7 @@ async def run_limited(
         view=settings.view,
         network=settings.network,
         read_only_paths=(*settings.read_only_paths, *visible),
+        aliases=roots.aliases,
     )
     try:
         wrapped = sandbox.wrap(argv)
