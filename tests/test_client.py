@@ -16,6 +16,7 @@ from tests.fixtures.waiting import Waiting
 from toolmesh import (
     AsyncClient,
     AsyncToolAPI,
+    CallTimeout,
     ConfigError,
     HandshakeError,
     Host,
@@ -458,3 +459,43 @@ async def test_closing_a_client_whose_call_was_given_up_does_not_wait_for_it(
     finally:
         await server.stop()
         await host.close()
+
+
+class _StalledChannel:
+    """A channel to a host that takes the connection, then never answers: ``open``, or the
+    ``send`` of the handshake (the one named), waits forever."""
+
+    def __init__(self, stalls: str) -> None:
+        self.stalls = stalls
+        self.closed = False
+
+    async def open(
+        self, on_message: Callable[[object], None], on_close: Callable[[str], None]
+    ) -> None:
+        if self.stalls == "open":
+            await asyncio.Event().wait()
+
+    async def send(self, message: object) -> None:
+        if self.stalls == "send" and isinstance(message, HandshakeRequest):
+            await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.timeout(30)  # the guard: the opening and the handshake's send had no deadline
+@pytest.mark.parametrize(
+    ("stalls", "error", "says"),
+    [
+        ("open", TransportError, "the host did not answer within 0.2s of connecting"),
+        ("send", CallTimeout, "no answer to the handshake within 0.2s of connecting"),
+    ],
+)
+async def test_connecting_to_a_host_that_never_answers_fails_at_the_connect_timeout(
+    stalls: str, error: type[Exception], says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("toolmesh.client.CONNECT_TIMEOUT_SECONDS", 0.2, raising=False)
+    channel = _StalledChannel(stalls)
+    with pytest.raises(error, match=re.escape(says)):
+        await AsyncClient(channel).start()  # type: ignore[arg-type]
+    assert channel.closed

@@ -66,6 +66,8 @@ ApprovalHandler = Callable[[ToolEvent], "bool | Awaitable[bool]"]
 """Answers an approval request (the call's `approval` event): only True approves; False, any
 other answer and an exception deny (the last two with the reason)."""
 RESPONSE_GRACE_SECONDS = 5.0
+CONNECT_TIMEOUT_SECONDS = 30.0
+"""How long opening a channel and the handshake may take, together."""
 logger = logging.getLogger("toolmesh.client")
 
 
@@ -146,9 +148,12 @@ class AsyncClient:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> AsyncClient:
-        """Open the channel and do the handshake; raise ``HandshakeError`` if refused."""
+        """Open the channel and do the handshake, within ``CONNECT_TIMEOUT_SECONDS``; raise
+        ``HandshakeError`` if refused."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONNECT_TIMEOUT_SECONDS
         if self._channel is not None:
-            await self._channel.open(self._on_message, self._on_close)
+            await self._open_channel(self._channel, deadline)
         request = HandshakeRequest(
             agent_id=self.agent_id,
             agent_caps=self.agent_caps,
@@ -157,7 +162,14 @@ class AsyncClient:
             session_id=self._resume,
         )
         try:
-            response = await self.request(request, timeout=30.0)
+            async with asyncio.timeout_at(deadline):
+                response = await self.request(request)
+        except TimeoutError:
+            await self._drop_channel()  # no shutdown: a host that never answers would hold it
+            await self.close()
+            raise CallTimeout(
+                f"no answer to the handshake within {CONNECT_TIMEOUT_SECONDS:g}s of connecting"
+            ) from None
         except BaseException:
             await self.close()
             raise
@@ -173,14 +185,35 @@ class AsyncClient:
             self._connection.approval_handler = self._decide_in_process
         return self
 
+    async def _open_channel(self, channel: Channel, deadline: float) -> None:
+        """Open ``channel`` by ``deadline``: a host that takes the connection but never
+        answers would hold ``connect`` forever."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await channel.open(self._on_message, self._on_close)
+        except TimeoutError:
+            await self._drop_channel()
+            raise TransportError(
+                f"the host did not answer within {CONNECT_TIMEOUT_SECONDS:g}s of connecting"
+            ) from None
+
+    async def _drop_channel(self) -> None:
+        """Close the channel without a word to the host."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
     async def close(self) -> None:
         if self._channel is not None:
             channel, self._channel = self._channel, None
             # Calls given up here (a cancelled caller, Ctrl-C) have nobody to answer: the host
             # stops them now instead of draining them, which held this close up to 10 s.
             abandoned = bool(self._pending or self._given_up)
-            with contextlib.suppress(ProtocolError):
-                await channel.send(Shutdown(timeout=0) if abandoned else Shutdown())
+            shutdown = Shutdown(timeout=0) if abandoned else Shutdown()
+            # Bounded: a host that stalls must not hold the close up past its own drain.
+            with contextlib.suppress(ProtocolError, TimeoutError):
+                async with asyncio.timeout(shutdown.timeout + RESPONSE_GRACE_SECONDS):
+                    await channel.send(shutdown)
             await channel.close()
         if self._connection is not None:
             connection, self._connection = self._connection, None
@@ -246,13 +279,15 @@ class AsyncClient:
         if on_event is not None:
             self._listeners[message.id] = on_event
         late = False
-        expected = None  # by when the host answers, at the latest, once the request is sent
+        sent = False
+        deadline = None if timeout is None else loop.time() + timeout
         try:
-            await self._channel.send(message)
-            if timeout is not None:
-                expected = loop.time() + timeout
             try:
-                async with asyncio.timeout(timeout):
+                # The send counts against the deadline too: a host that stalls taking the
+                # request (an HTTP POST it never answers) must not hold the call past it.
+                async with asyncio.timeout_at(deadline):
+                    await self._channel.send(message)
+                    sent = True
                     return await future
             except TimeoutError:
                 late = True
@@ -265,12 +300,12 @@ class AsyncClient:
                 # slot stays taken until the host answers it, or should have (past that the
                 # host is late, and it is its own to refuse a call over max_parallel).
                 answered = future.done() and not future.cancelled()
-                if answered or late or expected is None or self._channel is None:
+                if answered or late or not sent or deadline is None or self._channel is None:
                     slot.give_back()
-                else:
+                else:  # the host answers by the deadline, at the latest
                     self._given_up[message.id] = slot
                     release = functools.partial(self._host_done, message.id)
-                    loop.call_at(expected, release)
+                    loop.call_at(deadline, release)
 
     def _host_done(self, req_id: str) -> None:
         """The host answered a call given up here (or should have by now): free its slot."""

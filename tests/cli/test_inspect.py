@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,3 +260,125 @@ def test_a_call_made_here_is_audited_where_serve_audits(
     assert main(["call", "add", "--args", '{"a": 1, "b": 2}', "--target", DEMO]) == 0
     rows = sqlite3.connect(tmp_path / "chosen.db").execute("SELECT tool_name FROM audit")
     assert rows.fetchall() == [("add",)]
+
+
+# -- `call --stream`: the events as they arrive --------------------------------------------------
+
+STEPS = '''
+from toolmesh import ToolContext, tool
+
+
+@tool
+def steps(ctx: ToolContext) -> str:
+    """Reports progress between other events, some of it far outside 0..100."""
+    ctx.progress(25, "starting up slowly")
+    ctx.progress(50, "half way")
+    ctx.status("working")
+    ctx.emit("progress", {"pct": 10**15, "message": "way over"})
+    ctx.log("a line of log")
+    ctx.emit("progress", {"pct": -5, "message": "under"})
+    return "done"
+
+
+TOOLS = [steps]
+'''
+HALF, FULL, EMPTY = "#" * 15 + "-" * 15, "#" * 30, "-" * 30
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _as_a_terminal_shows(written: str) -> list[str]:
+    """The lines a terminal shows for ``written``: a carriage return goes back to the line's
+    start, and what follows overwrites it."""
+    screen, column = [""], 0
+    for char in written:
+        if char == "\n":
+            screen.append("")
+            column = 0
+        elif char == "\r":
+            column = 0
+        else:
+            line = screen[-1]
+            screen[-1] = line[:column] + char + line[column + 1 :]
+            column += 1
+    return [line.rstrip() for line in screen]
+
+
+def test_streamed_progress_is_one_line_per_bar_outside_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pct of 10**15 built a string of that many characters (a MemoryError traceback), and
+    every bar began with a carriage return, in a file too."""
+    (tmp_path / "steps_plain.py").write_text(STEPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["call", "steps", "--stream", "--tools", "steps_plain:TOOLS"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert err.splitlines() == [
+        f"[{'#' * 7}{'-' * 23}]  25% starting up slowly",
+        f"[{HALF}]  50% half way",
+        "status: working",
+        f"[{FULL}] 100% way over",
+        "log: a line of log",
+        f"[{EMPTY}]   0% under",
+    ]
+
+
+def test_streamed_progress_on_a_terminal_redraws_its_bar_but_no_other_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each bar was drawn over whatever line was last, a status or log line too."""
+    (tmp_path / "steps_tty.py").write_text(STEPS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(["call", "steps", "--stream", "--tools", "steps_tty:TOOLS"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"] == "done"
+    assert _as_a_terminal_shows(terminal.getvalue()) == [
+        f"[{HALF}]  50% half way",  # drawn over the 25% bar, whose longer tail is gone
+        "status: working",
+        f"[{FULL}] 100% way over",
+        "log: a line of log",
+        f"[{EMPTY}]   0% under",
+        "",
+    ]
+
+
+ODD_PROGRESS = """
+import sys
+
+from toolmesh.models import ToolEvent, ToolResult
+from toolmesh.protocol import HandshakeResponse, ToolCallResponse, decode, encode
+
+ODD = [{"pct": "half", "message": "as text"}, {"pct": None}, {"pct": 12.7, "message": "a float"}]
+for line in sys.stdin.buffer:
+    message = decode(line)
+    if message.type == "handshake/req":
+        sys.stdout.buffer.write(encode(HandshakeResponse(req_id=message.id, session_id="s1")))
+    elif message.type == "tool/call/req":
+        for seq, data in enumerate(ODD):
+            event = ToolEvent(kind="progress", req_id=message.id, data=data, seq=seq)
+            sys.stdout.buffer.write(encode(event))
+        done = ToolResult(success=True, tool_name=message.tool_name, data="ok", duration_ms=1)
+        sys.stdout.buffer.write(encode(ToolCallResponse(req_id=message.id, data=done)))
+    else:
+        break
+    sys.stdout.flush()
+"""
+
+
+def test_a_progress_event_whose_pct_is_no_number_is_shown_as_a_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host that is no toolmesh sent pct "half" or null: the bar raised a traceback."""
+    host = tmp_path / "odd_progress.py"
+    host.write_text(ODD_PROGRESS)
+    assert main(["call", "x", "--stream", "--target", shlex.join([sys.executable, str(host)])]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "progress: as text",
+        'progress: {"pct": null}',
+        f"[{'#' * 3}{'-' * 27}]  12% a float",
+    ]

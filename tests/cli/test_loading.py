@@ -108,3 +108,12 @@ def test_a_message_of_many_lines_prints_as_one(
     name = write_module('raise RuntimeError("first line\\n  second line\\r\\nthird")')
     line = one_error_line(["tools", "--tools", f"{name}:x"], capsys)
     assert line.endswith("RuntimeError: first line second line third")
+
+
+@pytest.mark.parametrize("target", ["toolmesh serve --stdio --tools 'mytools:TOOLS", "toolmesh \\"])
+def test_a_target_command_that_cannot_be_split_is_one_line(
+    target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unbalanced quote (a typo in a host command) raised a ValueError traceback."""
+    line = one_error_line(["tools", "--target", target], capsys)
+    assert f"--target {target!r} cannot be read as a command: No " in line

@@ -559,3 +559,139 @@ async def test_a_peer_that_is_no_a2e_host_is_quoted_in_one_short_line(tmp_path: 
     message = str(refused.value)
     assert f"{url}/session answered 501: " in message and "<html" in message.lower()
     assert "\n" not in message and len(message) < 400
+
+
+class _StallingHost:
+    """A raw loopback server speaking just enough A2E over HTTP, which takes the request
+    ``stalls`` names ("POST /session", "GET /stream", or a message type POSTed to /send) and
+    never answers it."""
+
+    def __init__(self, stalls: str) -> None:
+        self.stalls = stalls
+        self._released = asyncio.Event()
+        self._stream: asyncio.Queue[bytes] = asyncio.Queue()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._released.set()
+        self._stream.put_nowait(b"")
+        assert self._server is not None
+        self._server.close()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            while True:
+                start, *fields = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+                length = sum(
+                    int(f.split(":", 1)[1])
+                    for f in fields
+                    if f.lower().startswith("content-length")
+                )
+                body = await reader.readexactly(length)
+                request = start.rsplit(" ", 1)[0]  # "POST /send"
+                message = json.loads(body) if request == "POST /send" else {}
+                if self.stalls in (request, message.get("type")):
+                    await self._released.wait()
+                    return
+                if request == "GET /stream":
+                    await self._send_stream(writer)
+                    return
+                if message.get("type") == "handshake/req":
+                    from toolmesh.protocol import HandshakeResponse, encode
+
+                    answer = HandshakeResponse(req_id=message["id"], session_id="s1")
+                    self._stream.put_nowait(encode(answer).strip())
+                reply = b'{"session_id": "s1"}' if request == "POST /session" else b'{"ok": true}'
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    async def _send_stream(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        while data := await self._stream.get():
+            chunk = b"data: " + data + b"\n\n"
+            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            await writer.drain()
+
+
+def _through(url: str, client: str) -> str:
+    """``url`` as the HTTP client named takes it: credentials in the URL send it through httpx."""
+    return url if client == "lean" else url.replace("http://", "http://user:pw@")
+
+
+@pytest.mark.timeout(30)  # the guard: without a timeout of its own the client hung forever
+@pytest.mark.parametrize("client", ["lean", "httpx"])
+@pytest.mark.parametrize("stalls", ["POST /session", "GET /stream"])
+async def test_connecting_to_a_host_that_never_answers_fails(stalls: str, client: str) -> None:
+    from toolmesh import AsyncClient
+    from toolmesh.transports.http import HttpChannel
+
+    async with _StallingHost(stalls) as url:
+        channel = HttpChannel(_through(url, client), timeout=0.5)
+        with pytest.raises(TransportError, match="cannot reach"):
+            await AsyncClient(channel).start()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("client", ["lean", "httpx"])
+async def test_a_call_whose_post_is_never_answered_fails_at_the_read_timeout(
+    client: str,
+) -> None:
+    from toolmesh import AsyncClient
+    from toolmesh.transports.http import HttpChannel
+
+    async with _StallingHost("tool/call/req") as url:
+        connected = await AsyncClient(HttpChannel(_through(url, client), timeout=0.5)).start()
+        try:
+            with pytest.raises(TransportError, match="POST /send failed"):
+                await connected.call_tool("anything", {}, timeout=60.0)
+        finally:
+            await connected.close()
+
+
+@pytest.mark.timeout(30)
+async def test_a_call_whose_post_is_never_answered_fails_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The channel's own read timeout is longer than the call's deadline: the deadline, which
+    used to start only once the request was sent, ends the call."""
+    from toolmesh import CallTimeout
+
+    monkeypatch.setattr("toolmesh.client.RESPONSE_GRACE_SECONDS", 0.0)
+    async with _StallingHost("tool/call/req") as url:
+        connected = await connect_async(url)
+        try:
+            with pytest.raises(CallTimeout, match=r"no answer to tool/call/req within 0\.2s"):
+                await connected.call_tool("anything", {}, timeout=0.2)
+        finally:
+            await connected.close()
+
+
+@pytest.mark.parametrize("client", ["lean", "httpx"])
+async def test_a_stream_idle_past_the_read_timeout_stays_open(server: str, client: str) -> None:
+    """Only the POSTs have a read timeout: the event stream idles between messages."""
+    from toolmesh import AsyncClient
+    from toolmesh.transports.http import HttpChannel
+
+    connected = await AsyncClient(HttpChannel(_through(server, client), timeout=0.2)).start()
+    try:
+        await asyncio.sleep(0.6)  # nothing arrives on the stream meanwhile (no keepalive yet)
+        result = await connected.call_tool("echo", {"text": "still here"})
+        assert result.success and result.data == "still here"
+    finally:
+        await connected.close()

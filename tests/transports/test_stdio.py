@@ -8,6 +8,8 @@ import json
 import os
 import pty
 import select
+import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -223,3 +225,71 @@ async def test_closing_the_client_mid_call_stops_the_host_gracefully(
     finally:
         db.close()
     assert rows == [("hold", "cancelled")]
+
+
+@pytest.mark.timeout(30)  # the guard: the call used to wait for the helper (60 s)
+async def test_a_host_killed_mid_call_fails_the_call_while_its_helper_holds_stdout(
+    tmp_path: Path,
+) -> None:
+    """The host runs through a wrapper whose background helper inherits its stdout: when the
+    host dies no end of file comes (the helper still holds the pipe), yet its pending call
+    fails once it exited, not once the helper does."""
+    from toolmesh import TransportError, connect_async
+
+    helper = tmp_path / "helper.pid"
+    host = shlex.join(serve_stdio_command(tmp_path / "a.db"))
+    wrapper = f"sleep 60 & echo $! > {shlex.quote(str(helper))}; exec {host}"
+    client = await connect_async(["sh", "-c", wrapper])
+    try:
+        pid = client._channel.pid  # type: ignore[union-attr]
+        assert pid is not None
+        call = asyncio.ensure_future(client.call_tool("hold", {"seconds": 60}, timeout=60))
+        await client.ping()  # answered after the call's line was read: the call is running
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(TransportError, match="exited with code -9"):
+            await call
+    finally:
+        await client.close()
+        with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+            os.kill(int(helper.read_text()), signal.SIGKILL)
+
+
+LAST_WORDS = """
+import sys
+
+from toolmesh.models import ToolResult
+from toolmesh.protocol import HandshakeResponse, ToolCallResponse, decode, encode
+
+for line in sys.stdin.buffer:
+    message = decode(line)
+    if message.type == "handshake/req":
+        sys.stdout.buffer.write(encode(HandshakeResponse(req_id=message.id, session_id="s1")))
+    elif message.type == "tool/call/req":
+        result = ToolResult(
+            success=True, tool_name=message.tool_name, data="last words", duration_ms=1
+        )
+        sys.stdout.buffer.write(encode(ToolCallResponse(req_id=message.id, data=result)))
+        sys.stdout.flush()
+        break  # exits at once: its answer is still on its way through the pipe
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.timeout(30)
+async def test_what_a_host_wrote_before_it_exited_still_arrives_while_its_helper_holds_stdout(
+    tmp_path: Path,
+) -> None:
+    from toolmesh import connect_async
+
+    (tmp_path / "last_words.py").write_text(LAST_WORDS)
+    helper = tmp_path / "helper.pid"
+    host = shlex.join([sys.executable, str(tmp_path / "last_words.py")])
+    wrapper = f"sleep 60 & echo $! > {shlex.quote(str(helper))}; exec {host}"
+    client = await connect_async(["sh", "-c", wrapper])
+    try:
+        result = await client.call_tool("anything", {}, timeout=20)
+        assert result.success and result.data == "last words"
+    finally:
+        await client.close()
+        with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+            os.kill(int(helper.read_text()), signal.SIGKILL)

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from toolmesh import strictjson
 from toolmesh.cli.loading import default_audit, parse_target
@@ -31,6 +31,8 @@ __all__ = ["add_parsers"]
 
 # What an HTTP server that is no A2E host answers POST /session with (http.server: 501).
 _NOT_A2E = re.compile(r"/session answered (404|405|501)\b")
+BAR_WIDTH = 30
+MAX_EVENT_LINE = 100  # characters of a progress line
 
 
 def add_parsers(commands: Any) -> None:
@@ -217,16 +219,18 @@ def run_call(args: argparse.Namespace) -> int:
         raise ConfigError('--args must be a JSON object, e.g. \'{"path": "a.txt"}\'')
 
     async def main() -> int:
+        events = _EventPrinter(sys.stderr)
         async with _client(args, audited=True) as client:
-            result = await client.call_tool(
-                args.name,
-                arguments,
-                streaming=args.stream,
-                on_event=_show_event if args.stream else None,
-                timeout=args.timeout,
-            )
-        if args.stream:
-            print(file=sys.stderr)
+            try:
+                result = await client.call_tool(
+                    args.name,
+                    arguments,
+                    streaming=args.stream,
+                    on_event=events.show if args.stream else None,
+                    timeout=args.timeout,
+                )
+            finally:
+                events.end_line()
         shown = {**result.model_dump(mode="json"), "output": result.output}
         print(json.dumps(shown, indent=2, ensure_ascii=False))
         return 0 if result.success else 1
@@ -234,14 +238,58 @@ def run_call(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
-def _show_event(event: ToolEvent) -> None:
-    data = event.data
-    if event.kind == "progress":
-        pct = int(data.get("pct", 0))
-        filled = pct * 30 // 100
-        bar = "#" * filled + "-" * (30 - filled)
-        sys.stderr.write(f"\r[{bar}] {pct:3d}% {data.get('message', '')}"[:100])
-    else:
-        text = data.get("message") or json.dumps(data, ensure_ascii=False)
-        sys.stderr.write(f"\n{event.kind}: {text}")
-    sys.stderr.flush()
+class _EventPrinter:
+    """Shows a streamed call's events, one line each. On a terminal a progress bar is redrawn
+    in place while it is the last line printed; elsewhere (a file, a pipe) each bar is a line
+    of its own, with no carriage returns in the output."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._redraws = out.isatty()
+        self._bar_shown = 0  # characters of the bar the cursor is behind (0: at a line start)
+
+    def show(self, event: ToolEvent) -> None:
+        pct = _percent(event.data.get("pct")) if event.kind == "progress" else None
+        if pct is None:
+            self._line(f"{event.kind}: {_event_text(event.data)}")
+        elif self._redraws:
+            self._redraw(_progress_line(pct, event.data.get("message", "")))
+        else:
+            self._line(_progress_line(pct, event.data.get("message", "")))
+        self._out.flush()
+
+    def end_line(self) -> None:
+        """End the bar the cursor is behind, if any, so what follows starts a line."""
+        if self._bar_shown:
+            self._out.write("\n")
+            self._out.flush()
+            self._bar_shown = 0
+
+    def _line(self, text: str) -> None:
+        self.end_line()
+        self._out.write(f"{text}\n")
+
+    def _redraw(self, bar: str) -> None:
+        # A shorter bar than the one it replaces is padded, or the old one's tail would stay.
+        self._out.write(f"\r{bar.ljust(self._bar_shown)}" if self._bar_shown else bar)
+        self._bar_shown = len(bar)
+
+
+def _percent(value: object) -> int | None:
+    """A progress event's ``pct`` as a whole percent within 0..100; None when it is no number
+    (a host that is no toolmesh may send anything, a toolmesh tool any int)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:  # NaN
+        return None
+    return int(min(max(value, 0), 100))
+
+
+def _progress_line(pct: int, message: object) -> str:
+    filled = pct * BAR_WIDTH // 100
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    text = " ".join(str(message)[:MAX_EVENT_LINE].split())  # one line, or no redrawing it
+    return f"[{bar}] {pct:3d}% {text}"[:MAX_EVENT_LINE]
+
+
+def _event_text(data: dict[str, Any]) -> str:
+    message = data.get("message")
+    return str(message) if message else json.dumps(data, ensure_ascii=False, default=str)

@@ -102,7 +102,10 @@ def parse_target(target: str, *, audit: str | None = None) -> Any:
             return found
         # Anything --tools takes (a plugin, @tool function, list...): served as --tools would be
         return Host(_plugged(target, found), audit=audit)
-    words = shlex.split(target)
+    try:
+        words = shlex.split(target)
+    except ValueError as exc:  # an unbalanced quote, or a trailing backslash
+        raise ConfigError(f"--target {target!r} cannot be read as a command: {exc}") from None
     if not words:
         raise ConfigError("--target is empty")
     if not Path(words[0]).exists() and not _on_path(words[0]):

@@ -751,7 +751,13 @@ class HttpChannel:
         self._session = {SESSION_HEADER: self.session_id}
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.ensure_future(self._read(on_message, on_close, opened))
-        await opened
+        try:  # the stream is read without a timeout (it idles): its answer has one
+            await asyncio.wait_for(opened, self.timeout)
+        except TimeoutError:
+            await self.close()
+            raise TransportError(
+                f"cannot reach {self.base}: GET /stream did not answer within {self.timeout:g}s"
+            ) from None
 
     async def _read(
         self,
@@ -810,7 +816,9 @@ class HttpChannel:
         base = url.rsplit("/", 1)[0]
         if base not in self._lean:
             self._lean[base] = (
-                LeanClient(base, self.headers, connect_timeout=self.timeout, read_timeout=None)
+                LeanClient(
+                    base, self.headers, connect_timeout=self.timeout, read_timeout=self.timeout
+                )
                 if lean_suits(base)
                 else None
             )
@@ -821,9 +829,7 @@ class HttpChannel:
 
         if self._httpx is None:
             try:
-                self._httpx = httpx.AsyncClient(
-                    headers=self.headers, timeout=httpx.Timeout(self.timeout, read=None)
-                )
+                self._httpx = httpx.AsyncClient(headers=self.headers, timeout=self.timeout)
             except httpx.InvalidURL as exc:  # httpx cannot read NO_PROXY=[::1], say
                 raise TransportError(f"the proxy settings cannot be used: {exc}") from exc
         return self._httpx
@@ -855,7 +861,11 @@ class HttpChannel:
             async with await lean.request("GET", url, headers=headers, read_timeout=None) as r:
                 yield r.status_code, r.aiter_lines()
             return
-        async with self._httpx_client().stream("GET", url, headers=self._session) as response:
+        import httpx
+
+        idles = httpx.Timeout(self.timeout, read=None)  # the stream idles between messages
+        streaming = self._httpx_client().stream("GET", url, headers=self._session, timeout=idles)
+        async with streaming as response:
             yield response.status_code, response.aiter_lines()
 
 

@@ -252,6 +252,9 @@ class StdioChannel:
 
     close_grace = 5.0
     """Seconds ``close`` waits for the host to exit after end of input (then after SIGTERM)."""
+    exit_grace = 0.5
+    """Seconds the host's last lines may take to arrive once it exited, when a process it
+    started keeps its stdout open (no end of file comes until that one exits too)."""
 
     def __init__(
         self,
@@ -323,15 +326,18 @@ class StdioChannel:
         self._stdin = cast("asyncio.WriteTransport", transport.get_pipe_transport(0))  # a PIPE
         self._watcher = asyncio.ensure_future(self._watch(feed, process, transport, on_close))
 
-    @staticmethod
     async def _watch(
+        self,
         feed: LineFeed,
         process: _HostProcess,
         transport: asyncio.SubprocessTransport,
         on_close: Callable[[str], None],
     ) -> None:
-        with contextlib.suppress(Exception):
-            await feed.finished
+        """Report the host's end once it exited and its output was read: to the end of file,
+        or for ``exit_grace`` when something else still holds the pipe."""
+        await asyncio.wait([feed.finished, process.exited], return_when=asyncio.FIRST_COMPLETED)
+        with contextlib.suppress(Exception):  # a handler's failure, or the grace ran out
+            await asyncio.wait_for(asyncio.shield(feed.finished), self.exit_grace)
         await process.exited
         on_close(f"host process exited with code {transport.get_returncode()}")
 
