@@ -87,6 +87,27 @@ def test_a_paraphrase_finds_the_tool_lexical_search_misses(
     assert [k for k, _ in index.search("mail", accept=lambda k: k != "mail", limit=1)] != ["mail"]
 
 
+def test_nonsense_and_stop_words_find_nothing_a_paraphrase_finds_its_tool(
+    encoder: Encoder, tmp_path: Path
+) -> None:
+    # Every tool was a hit for every query, ranked: a search with no limit (the wire's) gave
+    # the whole catalogue, deferred tools too, for "zzzzqqq".
+    index = hybrid(encoder, tmp_path)
+    for key, name, description in (
+        ("weather", "get_forecast", "Weather forecast for a city"),
+        ("mail", "send_email", "Send an email message"),
+        ("invoice", "create_invoice", "Create a billing invoice for a customer"),
+    ):
+        index.add(key, ToolDefinition(name=name, description=description))
+    for query in ("zzzzqqq", "the", "a", "of the", "qwerty", "lorem ipsum"):
+        assert index.scores(query) == {} and index.search(query) == [], query
+    assert index.scores("will it rain in Oslo") == {}  # no word in common, yet relevant
+    assert [key for key, _ in index.search("will it rain in Oslo")] == ["weather"]
+    stricter = HybridIndex(encoder=encoder, cache=tmp_path / "vectors.sqlite", min_similarity=0.5)
+    stricter.add("weather", ToolDefinition(name="get_forecast", description="Weather forecast"))
+    assert stricter.search("will it rain in Oslo") == []  # cosine 0.32: the cut-off is a setting
+
+
 def test_embeddings_are_cached_on_disk_and_incremental(encoder: Encoder, tmp_path: Path) -> None:
     first = hybrid(encoder, tmp_path)
     definitions = [
@@ -171,6 +192,7 @@ def test_toolkit_hybrid_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert kit.search("is it going to rain tomorrow", limit=1)[0].name == "get_forecast"
     source.add(Tool(ToolDefinition(name="book_taxi", description="Order a cab"), run))  # type: ignore[arg-type]
     assert kit.search("I need a ride to the airport", limit=1)[0].name == "book_taxi"
+    assert kit.search("zzzzqqq") == [] and kit.search("the") == []  # as lexical search
     assert (tmp_path / "embeddings.sqlite").is_file()
 
 

@@ -263,6 +263,16 @@ def test_a_limit_of_zero_or_less_finds_nothing_whoever_ranks() -> None:
         assert kit.search("d", limit=limit) == []  # -1 was every tool but the last
 
 
+def test_a_whole_float_limit_is_that_limit_and_any_other_non_int_is_refused() -> None:
+    # JSON Schema counts 2.0 as an integer, so wire callers send it: it reached heapq (TypeError)
+    kit = Toolkit(*(make(f"mail_{i}", "send mail") for i in range(5)))
+    assert [t.name for t in kit.search("mail", limit=2.0)] == ["mail_0", "mail_1"]  # type: ignore[arg-type]
+    assert kit.search("mail", limit=0.0) == []  # type: ignore[arg-type]
+    for bad in (2.5, float("nan"), float("inf"), "2", True):
+        with pytest.raises(ConfigError, match="limit must be a whole number"):
+            kit.search("mail", limit=bad)  # type: ignore[arg-type]
+
+
 def test_a_wrapped_source_that_relists_its_tools_is_seen_afresh() -> None:
     """A re-listed tool can take the place (and id) of the freed one it replaces: the wrapper
     must not take it for the old one."""

@@ -59,7 +59,7 @@ from toolmesh.tools import Tool
 if TYPE_CHECKING:
     from toolmesh.search import SearchIndex, SearchMode
     from toolmesh.serving import ServeHandle
-    from toolmesh.sources.skills import Skill, SkillsSource
+    from toolmesh.sources.skills import Skill
 
 __all__ = ["ToolNameConflict", "Toolkit", "create_toolkit", "sanitize_name"]
 
@@ -353,7 +353,7 @@ class Toolkit(ToolResolver):
             return old
         tool = given if public == original else given.replace(name=public)
         entry = self._entries[public] = _Entry(tool, source, original, given)
-        self._unindexed[public] = tool.definition
+        self._unindexed[public] = tool.definition if _searchable(tool) else None
         return entry
 
     def _conflict(self, holder: _Entry, source: Source, original: str, public: str) -> None:
@@ -563,17 +563,32 @@ class Toolkit(ToolResolver):
 
     @property
     def skills(self) -> list[Skill]:
-        """Every skill of the toolkit's skills folders."""
-        return [skill for s in self._skill_sources() for skill in s.skills]
+        """The skills the toolkit's skill tools can load, each name once (the first tool's)."""
+        by_name: dict[str, Skill] = {}
+        for _tool_name, skills in self._served_skills():
+            for skill in skills:
+                by_name.setdefault(skill.name, skill)
+        return list(by_name.values())
 
     def skills_prompt(self) -> str:
         """The catalogue of skills, for a system prompt (empty when there are none)."""
-        return "\n\n".join(p for s in self._skill_sources() if (p := s.prompt()))
+        from toolmesh.sources.skills import skills_catalogue
 
-    def _skill_sources(self) -> list[SkillsSource]:
-        from toolmesh.sources.skills import SkillsSource
+        catalogues = (skills_catalogue(skills, name) for name, skills in self._served_skills())
+        return "\n\n".join(c for c in catalogues if c)
 
-        return [s for s in self._sources if isinstance(s, SkillsSource)]
+    def _served_skills(self) -> list[tuple[str, list[Skill]]]:
+        """Each skill tool served, by its public name, with the skills it can load. Served is
+        what counts: a skills folder behind a prefix or in a nested toolkit is served under
+        another name, and one whose tool lost its name to an earlier tool is not served."""
+        from toolmesh.sources.skills import skills_served_by
+
+        served = []
+        for name, entry in self._entries.items():
+            skills = skills_served_by(entry.tool)
+            if skills is not None:
+                served.append((name, skills))
+        return served
 
     def to_openai(
         self,
@@ -680,7 +695,9 @@ class Toolkit(ToolResolver):
         include_deferred: bool = True,
         limit: int | None = None,
     ) -> list[Tool]:
-        """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call."""
+        """Tools ranked by relevance to ``query`` that the holder of ``capabilities`` may call.
+        ``limit`` is a whole number (2.0, which JSON Schema calls an integer, is 2)."""
+        limit = _whole_limit(limit)
         if limit is not None and limit <= 0:
             return []  # whoever ranks them: `tools[:-1]` would be nearly all
         held = self._held(capabilities)
@@ -688,8 +705,10 @@ class Toolkit(ToolResolver):
 
         def accept(name: str) -> bool:
             entry = self._entries.get(name)  # a source's own search may have changed its tools
-            return entry is not None and _visible(
-                entry.tool.definition, held, kind, tags, include_deferred
+            return (
+                entry is not None
+                and _searchable(entry.tool)
+                and _visible(entry.tool.definition, held, kind, tags, include_deferred)
             )
 
         self._catch_up_index()
@@ -1036,6 +1055,25 @@ def _same_run(first: Iterable[Tool], second: Iterable[Tool], most: int) -> int:
     speed, as a change to a long list is usually a short stretch of it."""
     differs = map(operator.is_not, itertools.islice(first, most), second)
     return next(itertools.compress(itertools.count(), differs), most)
+
+
+def _searchable(tool: Tool) -> bool:
+    """Whether a search may find ``tool``: not a tool-search tool (``ToolSearchSource``'s, of
+    this toolkit or a nested one, under any name), listed but never a hit: the examples in
+    their descriptions ("create a GitHub issue", "^slack_") matched searches for tools that
+    are not there."""
+    return tool.source != "tool_search"
+
+
+def _whole_limit(limit: object) -> int | None:
+    """A search limit as an int: a whole float (a wire caller's 2.0, valid for JSON Schema's
+    "integer") is that int; anything else but None is a ConfigError, not a TypeError from
+    deep in the ranking."""
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool)):
+        return limit
+    if isinstance(limit, float) and limit.is_integer():
+        return int(limit)
+    raise ConfigError(f"limit must be a whole number or None, not {limit!r}")
 
 
 def _flattened(items: Sequence[Any]) -> list[Any]:

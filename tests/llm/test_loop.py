@@ -203,6 +203,31 @@ async def test_bad_tool_search_arguments_go_back_to_the_model() -> None:
     assert outcomes[4].data == ["weather_forecast"]
 
 
+async def test_a_whole_float_limit_is_a_limit_not_a_crash() -> None:
+    """JSON Schema counts 2.0 as an integer: it passed the check, then crashed the whole run
+    with a TypeError from deep in the ranking."""
+
+    def weather(kind: str) -> Tool:
+        return deferred_tool().replace(
+            name=f"weather_{kind}", description=f"Weather {kind} for a city."
+        )
+
+    kit = Toolkit(add, *(weather(k) for k in ("forecast", "alerts", "radar")))
+    answers = scripted(
+        openai_calls(
+            ("a", "tool_search", {"query": "weather", "limit": 2.0}),
+            ("b", "tool_search", {"query": "weather", "limit": 2.5}),
+        ),
+        openai_text("done"),
+    )
+    with StubLLM(answers) as llm:
+        result = await create_client(llm.base_url, model="m").run("weather?", toolkit=kit)
+    assert result.text == "done"
+    (_, whole), (_, fraction) = result.tool_calls
+    assert whole.success and len(whole.data) == 2, whole
+    assert fraction.error_code == "invalid_arguments" and "limit" in (fraction.error or "")
+
+
 async def test_the_toolkits_own_tool_search_loads_what_it_finds() -> None:
     kit = Toolkit(add, deferred_tool(), tool_search=True)
     answers = scripted(

@@ -220,6 +220,38 @@ async def test_search_tools_checks_its_arguments_and_is_audited(
     ]
 
 
+@pytest.mark.parametrize("variant", ["stdio-auto", "http-auto"])
+async def test_search_tools_takes_a_whole_float_limit(variant: str, tmp_path: Path) -> None:
+    # 2.0 is an integer for JSON Schema: it passed the check, then raised a TypeError inside
+    # the search, and the request was never answered.
+    async with serving(variant, tmp_path) as served:
+        found = await asyncio.wait_for(
+            served.client.call_tool("search_tools", {"query": "seconds", "limit": 1.0}), 10
+        )
+        assert not found.is_error and found.structured_content is not None, text_of(found)
+        assert len(found.structured_content["tools"]) == 1  # of the two, block and hold
+
+
+async def test_a_failing_search_is_an_error_result_not_silence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with serving("http-auto", tmp_path) as served:
+        assert served.host is not None
+
+        def broken(*args: Any, **kwargs: Any) -> list[Any]:
+            raise RuntimeError("the index is gone")
+
+        monkeypatch.setattr(served.host.toolkit, "search", broken)
+        failed = await asyncio.wait_for(
+            served.client.call_tool("search_tools", {"query": "github"}), 10
+        )
+        assert failed.is_error and "RuntimeError: the index is gone" in text_of(failed)
+        assert (failed.meta or {})["io.toolmesh/errorCode"] == "tool_error"
+        assert "search_tools failed" in caplog.text
+    rows = [r for r in served.audit_rows() if r["tool_name"] == "search_tools"]
+    assert [(r["success"], r["error_code"]) for r in rows] == [(0, "tool_error")]
+
+
 @pytest.mark.parametrize("variant", ["http-auto", "http-legacy"])  # stdio: the next test
 async def test_client_cancellation_cancels_the_tool(variant: str, tmp_path: Path) -> None:
     async with serving(variant, tmp_path) as served:

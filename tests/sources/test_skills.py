@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolmesh import ConfigError, ToolErrorCode, create_toolkit
+from toolmesh import ConfigError, ToolErrorCode, Toolkit, ToolNameConflict, create_toolkit
 from toolmesh.sources.skills import MAX_FILES, SkillsSource, load_skills
 
 REPO = Path(__file__).resolve().parents[2]
@@ -278,6 +278,76 @@ async def test_a_link_swapped_in_after_the_check_is_not_followed(
     assert "the skill has no file 'note.txt'" in (note.error or ""), note
     assert "'sub/secret.txt' is outside the skill's folder" in (sub.error or ""), sub
     assert "the skill has no file 'pipe' (a FIFO)" in (pipe.error or ""), pipe
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+async def test_a_folder_named_as_a_file_is_refused_and_leaks_no_descriptor(tmp_path: Path) -> None:
+    # os.open of a folder succeeds and os.fdopen then raised IsADirectoryError before a `with`
+    # owned the descriptor: one leaked per call, until real files could not be opened.
+    write(tmp_path / "s", GOOD.format(name="s"))
+    (tmp_path / "s" / "scripts").mkdir()
+    kit = await create_toolkit(skills_dir=tmp_path)
+    first = await kit.execute("skill", {"name": "s", "file": "scripts"})
+    assert first.error_code == ToolErrorCode.TOOL_ERROR, first
+    assert "the skill has no file 'scripts' (a folder)" in (first.error or ""), first
+    before = len(os.listdir("/proc/self/fd"))
+    for wanted in ("scripts", ".", "scripts/") * 50:
+        result = await kit.execute("skill", {"name": "s", "file": wanted})
+        assert "(a folder)" in (result.error or ""), result
+    assert len(os.listdir("/proc/self/fd")) == before
+    await kit.close()
+
+
+def test_a_skill_md_that_turned_into_a_folder_is_skipped_without_a_leak(tmp_path: Path) -> None:
+    from toolmesh.sources.skills import _read_skill_file
+
+    (tmp_path / "SKILL.md").mkdir()  # a folder swapped in after the walk saw a file
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
+    for _ in range(20):
+        with pytest.raises(ValueError, match=r"not a regular file \(a folder\)"):
+            _read_skill_file(tmp_path / "SKILL.md")
+    if before:
+        assert len(os.listdir("/proc/self/fd")) == before
+
+
+def folder_of(tmp_path: Path, name: str) -> Path:
+    write(tmp_path / name / name, GOOD.format(name=name))
+    return tmp_path / name
+
+
+def test_the_catalogue_names_the_served_skill_tool_behind_a_prefix(tmp_path: Path) -> None:
+    kit = Toolkit()
+    kit.add(SkillsSource(folder_of(tmp_path, "alpha")), prefix="team")
+    assert kit.names() == ["team_skill"]
+    assert [s.name for s in kit.skills] == ["alpha"]
+    prompt = kit.skills_prompt()  # was empty: only sources added as they are were seen
+    assert "Call the `team_skill` tool" in prompt and "- alpha: Does alpha things." in prompt
+
+
+async def test_the_catalogue_sees_skills_of_a_nested_toolkit(tmp_path: Path) -> None:
+    inner = Toolkit(SkillsSource(folder_of(tmp_path, "alpha")), name="inner")
+    outer = Toolkit(inner, name="outer")
+    assert [s.name for s in outer.skills] == ["alpha"]
+    assert outer.skills_prompt() == inner.skills_prompt() != ""
+    loaded = await outer.execute("skill", {"name": "alpha"})
+    assert loaded.success, loaded
+
+
+async def test_the_catalogue_leaves_out_a_skill_tool_that_lost_its_name(tmp_path: Path) -> None:
+    first, second = SkillsSource(folder_of(tmp_path, "alpha")), folder_of(tmp_path, "beta")
+    with pytest.warns(ToolNameConflict):
+        kit = Toolkit(first, SkillsSource(second))
+    assert [s.name for s in kit.skills] == ["alpha"]
+    assert kit.skills_prompt() == first.prompt()  # not beta, which `skill` refuses
+    refused = await kit.execute("skill", {"name": "beta"})
+    assert refused.error_code == ToolErrorCode.INVALID_ARGUMENTS
+    both = Toolkit()
+    both.add(first, prefix="a")
+    both.add(SkillsSource(second), prefix="b")  # two tools: each lists its own skills
+    prompts = both.skills_prompt().split("\n\n")
+    assert ["`a_skill`" in prompts[0], "`b_skill`" in prompts[1]] == [True, True]
+    assert ["- beta" in prompts[0], "- beta" in prompts[1]] == [False, True]
+    assert [s.name for s in both.skills] == ["alpha", "beta"]
 
 
 async def test_a_file_name_with_a_nul_says_so(tmp_path: Path) -> None:

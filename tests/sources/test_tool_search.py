@@ -81,6 +81,30 @@ async def test_only_tools_the_session_may_call_and_never_itself() -> None:
     assert allowed.data["tools"][0]["name"] == "vault_read"
 
 
+async def test_the_search_tools_are_listed_but_never_found_by_searching() -> None:
+    # Their own descriptions' examples ("create a GitHub issue", "^slack_") made them the hits
+    # of searches for tools that are not there.
+    kit = Toolkit(make("read_file", "Read a text file"), tool_search=True)
+    assert [d.name for d in kit.definitions()] == ["tool_search", "tool_search_regex", "read_file"]
+    for query in ("github", "slack", "create an issue", "regular expression", "tool_search"):
+        assert kit.search(query) == [], query
+    outer = Toolkit(tool_search=True)
+    outer.add(kit, prefix="inner")  # nor under another name, from a toolkit inside
+    assert "inner_tool_search" in outer and outer.search("github") == []
+    assert [t.name for t in outer.search("read a file")] == ["inner_read_file"]
+    regex = await outer.execute("tool_search_regex", {"pattern": "search|github"})
+    assert regex.success and regex.data == {"tools": []}, regex
+
+
+async def test_a_whole_float_limit_is_that_limit() -> None:
+    # 2.0 passed the schema (an integer for JSON Schema), then failed as a retryable tool_error
+    kit = catalogue()
+    natural = await kit.execute("tool_search", {"query": "issues", "limit": 1.0})
+    regex = await kit.execute("tool_search_regex", {"pattern": "^github_", "limit": 2.0})
+    assert natural.success and len(natural.data["tools"]) == 1, natural
+    assert regex.success and len(regex.data["tools"]) == 2, regex
+
+
 @pytest.mark.parametrize(
     ("name", "arguments", "message", "code"),
     [

@@ -311,7 +311,8 @@ class _Loop:
         query: str = call.arguments["query"]
         if not query.strip():
             return _refused(call, ToolErrorCode.INVALID_ARGUMENTS, "give a non-empty 'query'")
-        limit: int = call.arguments.get("limit", SEARCH_LIMIT)
+        # A whole number (the schema checked): 2.0 is one too, for JSON Schema's "integer".
+        limit = int(call.arguments.get("limit", SEARCH_LIMIT))
         held = self.session.capabilities if self.session is not None else None
         found = kit.search(query, capabilities=held, limit=limit)
         for tool in found:

@@ -689,12 +689,24 @@ class MCPPeer:
         except ArgumentError as exc:
             outcome = _refused_search(name, str(exc))
         else:
-            outcome = self._search(name, arguments, session.capabilities)
+            outcome = self._search_answered(name, arguments, session.capabilities)
         outcome.duration_ms = int((time.perf_counter() - started) * 1000)
         spec = CallSpec(tool_name=name, arguments=arguments, req_id=str(request_id))
         await self.service.host.pipeline.record(session, spec, outcome, source="mcp-server")
         wire = mcp_call_result(outcome, modern=self.era == "modern")
         return self._result(request_id, json.dumps(wire, ensure_ascii=False))
+
+    def _search_answered(
+        self, name: str, arguments: dict[str, Any], held: CapabilitySet
+    ) -> ToolResult:
+        """``_search``, with a search that fails as an error result: raised, it left the
+        client's request unanswered, waiting for ever."""
+        try:
+            return self._search(name, arguments, held)
+        except Exception as exc:
+            logger.exception("search_tools failed (the audit has its arguments)")
+            message = f"search_tools failed: {type(exc).__name__}: {exc}"
+            return ToolResult.failure(name, ToolErrorCode.TOOL_ERROR, message)
 
     def _search(self, name: str, arguments: dict[str, Any], held: CapabilitySet) -> ToolResult:
         query: str = arguments["query"]

@@ -22,17 +22,17 @@ import os
 import re
 import reprlib
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from toolmesh.errors import ConfigError
 from toolmesh.models import ToolDefinition
 from toolmesh.sources.base import Source
 from toolmesh.tools import Output, Tool, ToolContext
 
-__all__ = ["Skill", "SkillsSource", "load_skills"]
+__all__ = ["Skill", "SkillsSource", "load_skills", "skills_catalogue", "skills_served_by"]
 
 SKILL_FILE = "SKILL.md"
 MAX_FILES = 200
@@ -170,16 +170,20 @@ def _read_skill_file(path: Path) -> bytes:
     else (a FIFO, a device such as ``/dev/zero``, a folder, a huge file), without blocking."""
     # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
+    with _adopted(fd, lambda: _check_regular(fd)) as handle:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"not a regular file ({_file_kind(info.st_mode)})")
         if info.st_size > MAX_SKILL_BYTES:
             raise ValueError(f"larger than {MAX_SKILL_BYTES} bytes ({info.st_size} bytes)")
         data = handle.read(MAX_SKILL_BYTES + 1)
     if len(data) > MAX_SKILL_BYTES:  # it grew after the check
         raise ValueError(f"larger than {MAX_SKILL_BYTES} bytes")
     return data
+
+
+def _check_regular(fd: int) -> None:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"not a regular file ({_file_kind(mode)})")
 
 
 def _file_kind(mode: int) -> str:
@@ -265,13 +269,7 @@ class SkillsSource(Source):
 
     def prompt(self) -> str:
         """A catalogue of the skills for a system prompt."""
-        if not self.skills:
-            return ""
-        lines = [f"- {s.name}: {s.summary}" for s in self.skills]
-        return (
-            f"Skills are available. Call the `{self.tool_name}` tool with a skill's name to load "
-            "its instructions before following them.\n" + "\n".join(lines)
-        )
+        return skills_catalogue(self.skills, self.tool_name)
 
     def _skill_tool(self) -> Tool:
         names = [s.name for s in self.skills]
@@ -316,6 +314,32 @@ class SkillsSource(Source):
         )
 
 
+def skills_catalogue(skills: Sequence[Skill], tool_name: str) -> str:
+    """The catalogue of ``skills`` for a system prompt, loaded with the tool ``tool_name``
+    (empty when there are none)."""
+    if not skills:
+        return ""
+    lines = [f"- {s.name}: {s.summary}" for s in skills]
+    return (
+        f"Skills are available. Call the `{tool_name}` tool with a skill's name to load "
+        "its instructions before following them.\n" + "\n".join(lines)
+    )
+
+
+def skills_served_by(tool: Tool) -> list[Skill] | None:
+    """The skills ``tool`` can load when it is a ``SkillsSource``'s skill tool, under whatever
+    name a toolkit serves it (prefixed, renamed, through a nested toolkit); None for any other
+    tool. The skill tool's executor is its source's, whatever wraps the tool; and a skill is
+    loadable when the tool's schema names it (a toolkit may serve a tool made before a reload)."""
+    if tool.source != "skill":
+        return None
+    owner = getattr(tool._fn, "__self__", None)
+    if not isinstance(owner, SkillsSource):
+        return None
+    names = tool.input_schema.get("properties", {}).get("name", {}).get("enum", ())
+    return [skill for skill in owner.skills if skill.name in names]
+
+
 def _one_line(text: str) -> str:
     """A description on one line: a YAML block (``description: |``) must not break the
     catalogue's one-skill-per-line list, nor pass off its lines as other skills. It is cut at
@@ -342,14 +366,30 @@ def _read_inside(folder: Path, relative: str) -> str:
         fd = os.open(target, flags)
     except OSError:
         raise ValueError(f"the skill has no file {relative!r}") from None
-    with os.fdopen(fd, "rb") as handle:
-        proc = f"/proc/self/fd/{fd}"
-        if os.path.exists(proc) and not _inside(base, os.readlink(proc)):
-            raise ValueError(f"{relative!r} is outside the skill's folder")
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"the skill has no file {relative!r} ({_file_kind(info.st_mode)})")
+    with _adopted(fd, lambda: _check_opened(fd, base, relative)) as handle:
         data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{relative!r} is larger than {MAX_FILE_BYTES} bytes")
     return data.decode("utf-8", errors="replace")
+
+
+def _check_opened(fd: int, base: str, relative: str) -> None:
+    """``ValueError`` unless the open ``fd`` is a regular file inside ``base``."""
+    proc = f"/proc/self/fd/{fd}"
+    if os.path.exists(proc) and not _inside(base, os.readlink(proc)):
+        raise ValueError(f"{relative!r} is outside the skill's folder")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"the skill has no file {relative!r} ({_file_kind(mode)})")
+
+
+def _adopted(fd: int, check: Callable[[], None]) -> BinaryIO:
+    """``fd`` as a file object once ``check`` passed on the bare descriptor, which is closed
+    when it does not: ``os.fdopen`` of a folder raises before any ``with`` owns the
+    descriptor, so each refused folder used to leak one."""
+    try:
+        check()
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["SEARCH_TOOL_NAMES", "ToolSearchSource"]
 
 SEARCH_TOOL_NAMES = ("tool_search", "tool_search_regex")
+_SOURCE = "tool_search"  # the tools' ``source``: how a toolkit's search knows to leave them out
 MAX_PATTERN = 200  # characters of a regex, as Anthropic's regex tool search allows
 MAX_LIMIT = 20
 REGEX_SECONDS = 1.0  # for the whole catalogue: a slower pattern is pathological (ReDoS)
@@ -76,7 +77,7 @@ class ToolSearchSource(Source):
                     streaming=False,
                 ),
                 self._search,
-                source="tool_search",
+                source=_SOURCE,
                 input_schema=_schema("query", {"type": "string", "pattern": r"\S"}),  # not blank
             ),
             Tool(
@@ -102,7 +103,7 @@ class ToolSearchSource(Source):
                     streaming=False,
                 ),
                 self._search_regex,
-                source="tool_search",
+                source=_SOURCE,
                 input_schema=_schema(
                     "pattern", {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN}
                 ),
@@ -117,10 +118,11 @@ class ToolSearchSource(Source):
         if not query:
             raise ValueError("query is empty: describe the task a tool should do")
         limit = self._limit(arguments)
+        # The toolkit's search never finds the search tools themselves (Toolkit._searchable).
         found = self.toolkit.search(
-            query, capabilities=ctx.capabilities, include_deferred=True, limit=limit + 2
+            query, capabilities=ctx.capabilities, include_deferred=True, limit=limit
         )
-        return self._result([t for t in found if t.name not in SEARCH_TOOL_NAMES][:limit])
+        return self._result(found)
 
     async def _search_regex(self, arguments: dict[str, Any], ctx: ToolContext) -> Output:
         pattern = str(arguments["pattern"])
@@ -133,9 +135,7 @@ class ToolSearchSource(Source):
         limit = self._limit(arguments)
         held = ctx.capabilities or self.toolkit.capabilities
         tools = [
-            t
-            for t in self.toolkit.tools
-            if t.name not in SEARCH_TOOL_NAMES and held.allows(t.capabilities)
+            t for t in self.toolkit.tools if t.source != _SOURCE and held.allows(t.capabilities)
         ]
         # Off the event loop (and without the GIL while matching): a slow pattern takes up to
         # REGEX_SECONDS of its own call, not of every session on the host.
@@ -144,6 +144,8 @@ class ToolSearchSource(Source):
 
     def _limit(self, arguments: dict[str, Any]) -> int:
         limit = arguments.get("limit", self.default_limit)
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)  # 2.0 passed the schema: JSON Schema counts it as an integer
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}")
         return limit
