@@ -980,6 +980,29 @@ paths:
     tool.validate({"state": "on", "country": "NO"})
 
 
+def test_yaml_numbers_are_read_as_yaml_1_2_reads_them() -> None:
+    # PyYAML's 1.1 floats need a dot: `maximum: 1e6` was the text "1e6", and every call failed
+    # ("maximum must be a number"); 10:30 was base 60 (630), 0755 octal, 1_000 a thousand.
+    text = """
+openapi: 3.0.3
+servers: [{url: "http://127.0.0.1:9"}]
+paths:
+  /slots:
+    get:
+      operationId: book
+      parameters:
+        - {name: n, in: query, required: true, schema: {type: number, maximum: 1e6, minimum: -2.5E-3}}
+        - {name: at, in: query, schema: {type: string, enum: [10:30, 11:00, 1_000]}}
+        - {name: mode, in: query, schema: {type: integer, enum: [0755, 0o17, 0x1F, +3]}}
+"""
+    (tool,) = OpenAPISource(load_document(text, where="slots.yaml")).tools()
+    properties = tool.input_schema["properties"]
+    assert (properties["n"]["maximum"], properties["n"]["minimum"]) == (1e6, -0.0025)
+    assert properties["at"]["enum"] == ["10:30", "11:00", "1_000"]
+    assert properties["mode"]["enum"] == [755, 15, 31, 3]
+    tool.validate({"n": 999_999.5, "at": "10:30", "mode": 755})
+
+
 async def test_path_and_header_lists_and_objects_are_sent_in_their_style() -> None:
     # They were sent as JSON text: /items/%5B1%2C%202%5D and `X-Ids: [4, 5]`, where OpenAPI's
     # default (style simple) is /items/1,2 and `X-Ids: 4,5`.

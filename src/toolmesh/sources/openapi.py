@@ -95,18 +95,47 @@ _PATH_STYLES = ("simple", "label", "matrix")
 
 
 class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2's booleans: ``true`` and ``false`` only. YAML 1.1's
-    ``on``/``off``/``yes``/``no`` (and so ``NO``, Norway's code) are text in YAML 1.2, which
-    OpenAPI asks for; read as booleans, ``enum: [on, off]`` admitted no string at all."""
+    """PyYAML's safe loader with YAML 1.2's booleans and numbers (its core schema), as OpenAPI
+    asks. YAML 1.1's ``on``/``off``/``yes``/``no`` (and so ``NO``, Norway's code) are text in
+    YAML 1.2; read as booleans, ``enum: [on, off]`` admitted no string at all. So are ``10:30``
+    (base 60 in 1.1) and ``1_000``; ``0755`` is 755, not octal, and ``1e6`` a number (PyYAML's
+    1.1 float wants a dot, so ``maximum: 1e6`` was the text "1e6" and broke the tool)."""
 
 
+_YAML12_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "float")}
+_YAML12_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_YAML12_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
 _Yaml12Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML12_TAGS]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Yaml12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
+# (ints first: every int also matches the float pattern)
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:int", _YAML12_INT, list("-+0123456789"))
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+.0123456789"))
+
+
+def _yaml12_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+def _yaml12_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = str(loader.construct_scalar(node)).lower()
+    if text.endswith(".inf"):
+        return float("-inf") if text.startswith("-") else float("inf")
+    return float("nan") if text == ".nan" else float(text)
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _yaml12_int)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _yaml12_float)
 
 
 class _Budget:
