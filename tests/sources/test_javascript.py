@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.gate import NODE_GATE, PYTHON_GATE, PidGate, Snapshot, gone
+from tests.sources.builtins.conftest import requires_bwrap
 from toolmesh import ConfigError, ToolEvent, Toolkit, create_toolkit
 from toolmesh.sources.javascript import JavaScriptSource, sources_from_manifest
 
@@ -940,3 +941,184 @@ async def test_a_lone_folder_to_allow_is_one_folder_not_its_letters(tmp_path: Pa
         sources_from_manifest(
             {"kind": "javascript", "path": "reader", "allow_read": 3}, base_dir=tmp_path
         )
+
+
+DEEP = GATED.replace(
+    "\n];\n",
+    """
+  { name: "deep", description: "Answers JSON nested 1500 levels deep.", parameters: none,
+    execute() { let v = 1; for (let i = 0; i < 1500; i++) v = [v]; return v; } },
+  { name: "deep_event", description: "Emits an event nested 1500 levels deep.",
+    parameters: none, execute({ emit }) {
+      let v = 1; for (let i = 0; i < 1500; i++) v = [v];
+      emit("progress", { v }); return "went on"; } },
+  { name: "emits", description: "Emits an event.", parameters: none,
+    execute({ emit }) { emit("progress", { pct: 1 }); return "emitted"; } },
+];
+""",
+)
+
+
+async def test_an_answer_nested_too_deeply_fails_its_call_at_once(tmp_path: Path) -> None:
+    """Python's JSON reader raised RecursionError, which killed the reader of the worker's
+    messages: that call and every other one on the worker hung until their deadlines."""
+    source = JavaScriptSource(package(tmp_path / "deep", DEEP))
+    async with await create_toolkit(tools=[source]) as kit:
+        waiting = asyncio.ensure_future(kit.execute("wait_gate", {}, timeout=60))
+        pid = (await kit.execute("pid", {})).data  # meanwhile wait_gate reached the worker
+        deep = await kit.execute("deep", {}, timeout=20)
+        assert deep.error_code == "tool_error", deep
+        assert "could not be read: it is nested too deeply" in (deep.error or "")
+        events: list[ToolEvent] = []
+        went_on = await kit.execute("deep_event", {}, timeout=20, on_event=events.append)
+        assert went_on.success and went_on.data == "went on", went_on
+        assert any("dropped an event" in str(e.data.get("message")) for e in events), events
+        # The one message was skipped, not the worker: the call beside them goes on.
+        assert (await kit.execute("open_gate", {})).data == pid
+        waited = await waiting
+        assert waited.success and waited.data == pid, waited
+
+
+async def test_a_tool_list_nested_too_deeply_fails_the_source_at_once(tmp_path: Path) -> None:
+    deep = (
+        "let v = {}; for (let i = 0; i < 1500; i++) v = { v };\n"
+        'export default { name: "t", description: "", parameters: { type: "object", "x-v": v },'
+        " execute() { return 1; } };\n"
+    )
+    source = JavaScriptSource(package(tmp_path / "deeplist", deep))
+    source.start_timeout = 20  # the old reader died: the start waited for this long
+    async with await create_toolkit(tools=[source]) as kit:
+        assert kit.names() == []
+    assert source.status.state == "failed"
+    assert "its list of tools could not be read: it is nested too deeply" in source.status.reason
+
+
+async def test_a_failure_reading_the_messages_fails_the_pending_calls_and_restarts_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong reading the worker's messages, no call is left waiting for its
+    deadline: all fail at once, and the next call gets a fresh worker."""
+
+    def broken(ctx: object, message: object) -> None:
+        raise RuntimeError("a bug in toolmesh")
+
+    source = JavaScriptSource(package(tmp_path / "deep", DEEP))
+    async with await create_toolkit(tools=[source]) as kit:
+        waiting = asyncio.ensure_future(kit.execute("wait_gate", {}, timeout=20))
+        pid = (await kit.execute("pid", {})).data
+        monkeypatch.setattr("toolmesh.sources.worker._emit", broken)
+        emitted = await kit.execute("emits", {}, timeout=20)
+        waited = await waiting
+        for failed in (emitted, waited):
+            assert failed.error_code == "tool_error", failed
+            assert "failed reading the worker's messages (RuntimeError: a bug in toolmesh)" in (
+                failed.error or ""
+            )
+        monkeypatch.undo()
+        again = await kit.execute("pid", {})
+        assert again.success and again.data != pid, again
+        assert gone(pid)
+
+
+LINKED = """
+import fs from "node:fs";
+export default [{
+  name: "read", description: "Reads a file.",
+  parameters: { type: "object", properties: { p: { type: "string" } }, required: ["p"] },
+  execute: ({ args }) => fs.readFileSync(new URL(args.p, import.meta.url), "utf8"),
+}, {
+  name: "bye", description: "Ends the worker.", parameters: { type: "object" },
+  execute() { process.exit(3); },
+}];
+"""
+
+
+def linked(tmp_path: Path) -> tuple[Path, Path]:
+    """A package with the links npm makes (inside node_modules), and a private folder."""
+    folder = package(tmp_path / "linked", LINKED)
+    (folder / "node_modules" / "dep").mkdir(parents=True)
+    (folder / "node_modules" / "dep" / "cli.js").write_text("// a dependency's command")
+    (folder / "node_modules" / ".bin").mkdir()
+    (folder / "node_modules" / ".bin" / "cli").symlink_to("../dep/cli.js")
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "secret.txt").write_text("secret")
+    return folder, private
+
+
+async def test_a_symlink_leading_out_of_what_the_tool_may_read_fails_the_source(
+    tmp_path: Path,
+) -> None:
+    """Node's permissions check the path as written: a link the package ships in its own
+    folder let the tool read any file through it."""
+    folder, private = linked(tmp_path)
+    (folder / "link").symlink_to("../private")
+    source = JavaScriptSource(folder)
+    async with await create_toolkit(tools=[source]) as kit:
+        assert kit.names() == []
+    assert source.status.state == "failed"
+    assert f"{folder / 'link'} is a symbolic link to {private}" in source.status.reason
+    assert "may not read" in source.status.reason and "allow_read" in source.status.reason
+    # Granted, its target may be read through it; npm's own links inside were never refused.
+    granted = JavaScriptSource(folder, allow_read=[str(private)])
+    async with await create_toolkit(tools=[granted]) as kit:
+        result = await kit.execute("read", {"p": "./link/secret.txt"})
+        assert result.success and result.data == "secret", (result, granted.status)
+        bin_link = await kit.execute("read", {"p": "./node_modules/.bin/cli"})
+        assert bin_link.data == "// a dependency's command", bin_link
+
+
+async def test_a_symlink_in_allow_write_leading_where_the_tool_may_not_write_is_refused(
+    tmp_path: Path,
+) -> None:
+    folder, _private = linked(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "into-the-package").symlink_to(folder)  # readable there, not writable
+    source = JavaScriptSource(folder, allow_write=[str(out)])
+    async with await create_toolkit(tools=[source]) as kit:
+        assert kit.names() == []
+    assert f"{out / 'into-the-package'} is a symbolic link to {folder}" in source.status.reason
+    assert "may not write" in source.status.reason and "allow_write" in source.status.reason
+
+
+async def test_a_symlink_made_after_the_start_stops_the_next_start(tmp_path: Path) -> None:
+    folder, private = linked(tmp_path)
+    source = JavaScriptSource(folder)
+    async with await create_toolkit(tools=[source]) as kit:
+        assert (await kit.execute("read", {"p": "./package.json"})).success
+        (folder / "link").symlink_to(private)
+        ended = await kit.execute("bye", {}, timeout=20)
+        assert "the worker exited with code 3" in (ended.error or ""), ended
+        refused = await kit.execute("read", {"p": "./link/secret.txt"}, timeout=20)
+        assert refused.error_code == "tool_error", refused
+        assert f"{folder / 'link'} is a symbolic link to {private}" in (refused.error or "")
+
+
+WRITER = """
+import fs from "node:fs";
+export default {
+  name: "write", description: "Writes a file.",
+  parameters: { type: "object", properties: { p: { type: "string" } }, required: ["p"] },
+  execute({ args }) {
+    try { fs.writeFileSync(args.p, "hello"); return "written"; }
+    catch (e) { return e.code || e.message; }
+  },
+};
+"""
+
+
+@requires_bwrap
+async def test_allow_write_is_writable_in_bubblewrap(tmp_path: Path) -> None:
+    """The allow_write folders were mounted read-only in the sandbox (EROFS)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    folder = package(tmp_path / "writer", WRITER)
+    source = JavaScriptSource(folder, allow_write=[str(out)], isolation="bubblewrap")
+    async with await create_toolkit(tools=[source]) as kit:
+        written = await kit.execute("write", {"p": str(out / "new.txt")}, timeout=30)
+        assert written.data == "written", (written, source.status)
+        assert (out / "new.txt").read_text() == "hello"
+        refused = await kit.execute("write", {"p": str(folder / "new.txt")}, timeout=30)
+        assert refused.data in ("ERR_ACCESS_DENIED", "EROFS"), refused
+    assert not (folder / "new.txt").exists()

@@ -289,7 +289,10 @@ child = asyncio.run(main())
 try:
     gc.collect()  # the loop is closed; the child still holds the pipe
 finally:
-    os.kill(child, signal.SIGKILL)  # the child is the test's to end
+    try:  # the close killed it too: ended here only if it was not reaped yet
+        os.kill(child, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 print("done", flush=True)
 """
 
@@ -472,3 +475,52 @@ async def test_isolation_without_bubblewrap_fails_only_its_source(
         assert kit.names() == ["hello"]
     assert source.status.state == "failed"
     assert "isolation needs bubblewrap, which is not installed" in source.status.reason
+
+
+DAEMON = """
+import os, subprocess
+def spawn(input):
+    # The intermediate shell exits at once: the sleeper loses its parent, has a session of
+    # its own and an empty environment (no TOOLMESH_RUN mark). Its pid stays the same
+    # through setsid and env, which exec what they run.
+    done = subprocess.run(["/bin/sh", "-c", "setsid env -i sleep 300.4302"
+                           " </dev/null >/dev/null 2>&1 & echo $!"],
+                          start_new_session=True, env={}, capture_output=True, text=True)
+    return {"output": int(done.stdout)}
+def bye(input):
+    os._exit(4)
+tools = [{"name": "spawn", "execute": spawn}, {"name": "bye", "execute": bye}]
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+
+
+async def test_closing_ends_a_daemon_that_dropped_its_parent_session_and_mark(
+    tmp_path: Path,
+) -> None:
+    """Found neither by session, live parent nor environment mark, it outlived the toolkit."""
+    source = PythonPackageSource(package(tmp_path / "pkg", body=DAEMON), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        spawned = await kit.execute("spawn", {}, timeout=20)
+        assert spawned.success and running(spawned.data), spawned
+    assert not running(spawned.data)
+
+
+async def test_a_worker_that_ends_by_itself_ends_the_daemons_it_left(tmp_path: Path) -> None:
+    source = PythonPackageSource(package(tmp_path / "pkg", body=DAEMON), cache_dir=tmp_path / "c")
+    async with await create_toolkit(tools=[source]) as kit:
+        spawned = await kit.execute("spawn", {}, timeout=20)
+        assert spawned.success and running(spawned.data), spawned
+        ended = await kit.execute("bye", {}, timeout=20)
+        assert "the worker exited with code 4" in (ended.error or ""), ended
+        assert not running(spawned.data)  # before any close
+        again = await kit.execute("spawn", {}, timeout=20)
+        assert again.success and running(again.data), again  # a fresh worker
+    assert not running(again.data)

@@ -16,10 +16,15 @@ index.{mjs,js,ts}) exports a tool, or a list of them, as ``default``, ``tool`` o
 
 It runs in Node.js as a worker process (sources/worker.py) under Node's permission model: it may
 read its own package folder (and ``allow_read``), write only ``allow_write``, and start no child
-processes or workers. Node's permissions do not cover the network; ``isolation = "bubblewrap"``
-adds a sandbox without network (unless ``network = true``). TypeScript entries are bundled with
-esbuild first (from the setting ``esbuild``, $TOOLMESH_ESBUILD, the package's node_modules, or
-PATH), cached by the content of the package.
+processes or workers. Node's permissions check a path as written, not where its symbolic links
+lead, so before each start of the worker the granted folders are searched for links that would
+lead the tool past them (``node_modules`` included: npm's own links stay inside; a ``file:``
+dependency, ``npm link`` or a store outside, as pnpm's global one, leads out): such a link fails
+the start, naming it, until it is removed or its target granted too. Node's permissions do not
+cover the network; ``isolation = "bubblewrap"`` adds a sandbox without network (unless
+``network = true``), in which the ``allow_write`` folders are the only writable ones.
+TypeScript entries are bundled with esbuild first (from the setting ``esbuild``,
+$TOOLMESH_ESBUILD, the package's node_modules, or PATH), cached by the content of the package.
 """
 
 from __future__ import annotations
@@ -150,10 +155,30 @@ class JavaScriptSource(WorkerSource):
             entry = await self._bundle(entry)
         self.entry = entry
 
-    def command(self) -> tuple[list[str], str, dict[str, str]]:
+    def _readable(self) -> list[str]:
+        """What the worker may read: the runner, the package, its entry's folder (a bundle's
+        is in the cache) and ``allow_read``."""
         if self.entry is None:  # pragma: no cover - prepare() ran first
             raise WorkerError(f"{self.name}: not prepared")
-        readable = [str(RUNNER), str(self.folder), str(self.entry.parent), *self.allow_read]
+        return [str(RUNNER), str(self.folder), str(self.entry.parent), *self.allow_read]
+
+    async def before_start(self) -> None:
+        """No symbolic link in what the worker may read or write leads where it may not:
+        Node would check the link's path, and let it through (one walk of those folders, at
+        each start, since they may have changed)."""
+        found = await asyncio.to_thread(_escaping_link, self._readable(), self.allow_write)
+        if found is not None:
+            link, target, missing = found
+            verbs = " and ".join(sorted(missing))
+            settings = " and ".join(f"allow_{verb}" for verb in sorted(missing))
+            raise WorkerError(
+                f"{self.name}: {link} is a symbolic link to {target}, which the tool may not "
+                f"{verbs}; Node's permissions check the link, not where it leads, so it is "
+                f"refused: remove it, or grant its target with {settings}"
+            )
+
+    def command(self) -> tuple[list[str], str, dict[str, str]]:
+        readable = self._readable()
         argv = [self.node, "--no-warnings", self._permission_flag]
         argv += [f"--allow-fs-read={_grant(p)}" for p in _outermost(readable)]
         argv += [f"--allow-fs-write={_grant(p)}" for p in _outermost(self.allow_write)]
@@ -165,11 +190,8 @@ class JavaScriptSource(WorkerSource):
                 str(self.folder),
                 view="read-only",
                 network=self.network,
-                read_only_paths=[
-                    *readable,
-                    *self.allow_write,
-                    str(Path(self.node).resolve().parent.parent),
-                ],
+                read_only_paths=[*readable, str(Path(self.node).resolve().parent.parent)],
+                writable_paths=self.allow_write,
             )
             argv = sandbox.wrap(argv)
         return argv, str(self.folder), env
@@ -308,6 +330,50 @@ def _outermost(paths: Sequence[str]) -> list[str]:
         if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(path)
     return kept
+
+
+def _escaping_link(
+    readable: Sequence[str], writable: Sequence[str]
+) -> tuple[str, str, set[str]] | None:
+    """The first symbolic link in the granted paths (or a granted path that became one) that
+    leads where the tool may not do what it may do where the link is, with its target and
+    what it may not do there ("read", "write"); None when there is none."""
+    for top in _outermost([*readable, *writable]):
+        for link in _links_in(top):
+            target = os.path.realpath(link)
+            missing = _rights(link, readable, writable) - _rights(target, readable, writable)
+            if missing:
+                return link, target, missing
+    return None
+
+
+def _rights(path: str, readable: Sequence[str], writable: Sequence[str]) -> set[str]:
+    """What Node lets the tool do at ``path`` (as written) with these grants."""
+
+    def granted(grants: Sequence[str]) -> bool:
+        return any(path == g or path.startswith(g.rstrip("/") + "/") for g in grants)
+
+    return {verb for verb, grants in (("read", readable), ("write", writable)) if granted(grants)}
+
+
+def _links_in(top: str) -> list[str]:
+    """The symbolic links under ``top`` (``top`` itself when it is one), found without
+    following any; folders that cannot be listed are skipped (Node cannot list them either)."""
+    if os.path.islink(top):
+        return [top]
+    links: list[str] = []
+    folders = [top]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        links.append(entry.path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+        except OSError:  # a file, gone, or unreadable
+            continue
+    return links
 
 
 def _grant(path: str) -> str:

@@ -4,7 +4,9 @@ A child started in a session of its own (``start_new_session``) and marked with 
 environment (``MARK``) can be ended with all its descendants: its process group, the processes of
 its session that moved to other groups (shells do, for jobs), the descendants of those that
 started sessions of their own while their parents still live, and every process whose
-environment still carries the token (a daemon that double-forked out of the session). Linux
+environment still carries the token (a daemon that double-forked out of the session). A child
+that is a subreaper (``PR_SET_CHILD_SUBREAPER``, as the Python worker's runner is) also keeps
+the orphans of its descendants as its children, so they are found whatever they did. Linux
 (/proc); elsewhere only the process group.
 """
 
@@ -14,6 +16,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 
 __all__ = ["MARK", "kill_group", "kill_session", "new_token"]
 
@@ -34,22 +37,44 @@ def kill_group(pgid: int) -> bool:
     return True
 
 
-def kill_session(sid: int | None, token: str = "", *, wait: float = 1.0) -> None:
+def kill_session(
+    sid: int | None, token: str = "", *, wait: float = 1.0, leader_last: bool = False
+) -> None:
     """SIGKILL the process group ``sid``, every process still in session ``sid`` (those that
     moved to another group of it, as shells do for pipelines and jobs), their descendants, and
     every process whose environment carries ``token`` (daemons that left the session); then
     wait up to ``wait`` seconds until none of them runs any more. ``sid`` None: only the
-    marked ones (and their descendants), for a child already reaped, whose id may be reused."""
+    marked ones (and their descendants), for a child already reaped, whose id may be reused.
+
+    ``leader_last``: the others first, and the leader ``sid`` once their parents reaped them
+    (or ``wait`` passed), for a leader that reaps them (the Python worker's init, bwrap):
+    killed with them, it would leave their zombies to the system's init, which may take its
+    time. Not for a shell: it would run its next command as its children die."""
+    # Found before any is killed: a process whose parent dies is handed to another (init, or
+    # the worker's subreaper), and the link that made it a descendant is gone.
+    members = _session_members(sid, token)
+    if leader_last and sid is not None:
+        others = [pid for pid in members if pid != sid]
+        _kill(others)
+        _wait_until(others, _unreaped, wait)
     if sid is not None:
         kill_group(sid)
-    members = _session_members(sid, token)
-    for pid in members:
+    _kill(members)
+    _wait_until(members, _running, wait)
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _wait_until(pids: list[int], pending: Callable[[int], bool], wait: float) -> None:
+    """Wait up to ``wait`` seconds until ``pending`` is false for each of ``pids``."""
     until = time.monotonic() + wait
-    while members and time.monotonic() < until:
-        members = [pid for pid in members if _running(pid)]
-        if members:
+    while pids and time.monotonic() < until:
+        pids = [pid for pid in pids if pending(pid)]
+        if pids:
             time.sleep(0.001)
 
 
@@ -61,6 +86,20 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
+def _unreaped(pid: int) -> bool:
+    """Whether ``pid`` still runs, or has ended and waits for a parent other than this
+    process (which reaps its own children itself) to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid ...
+    if fields[:1] in ([b"Z"], [b"X"]):
+        return len(fields) > 1 and int(fields[1]) != os.getpid()
+    return True
 
 
 def _session_members(sid: int | None, token: str = "") -> list[int]:

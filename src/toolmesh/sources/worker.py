@@ -16,7 +16,11 @@ The tool contract (seed 003) is the same in every language: ``execute(input)`` r
 worker, so it is abandoned (whatever it still sends is ignored) and the worker is killed as soon
 as no other call runs on it (it may be stuck); the next call starts a fresh one. Calls running
 beside the abandoned one go on undisturbed. A message over ``LINE_LIMIT`` is skipped, and the
-call it answers fails (all pending calls, when it cannot be told which one).
+call it answers fails (all pending calls, when it cannot be told which one); so does a message
+that cannot be decoded (nested too deeply, say), or it is skipped when it names no call. Should
+reading the messages ever fail otherwise, every pending call fails at once and the worker is
+killed (the next call starts a fresh one). Of stderr, the last ``STDERR_LINES`` lines are kept,
+each cut to ``STDERR_LINE_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -49,6 +54,8 @@ logger = logging.getLogger("toolmesh.worker")
 
 LINE_LIMIT = 32 * 1024 * 1024
 STDERR_LINES = 40
+STDERR_LINE_CHARS = 2000  # kept of each stderr line: the tail explains failures, it is no log
+_STDERR_CHUNK = 64 * 1024  # stderr is read in chunks, never a whole (maybe endless) line
 _HEAD = 256  # bytes kept from the start of an oversize message, to tell whose it is
 _TYPE_RE = re.compile(rb'"type"\s*:\s*"(\w+)"')
 _ID_RE = re.compile(rb'"id"\s*:\s*"?([^",}\s]+)')
@@ -81,6 +88,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next = 0
         self._closing = False
+        self._broken = False  # reading its messages failed: it is being killed
 
     async def start(self, timeout: float) -> list[dict[str, Any]]:
         """Start the process and wait for its list of tools."""
@@ -120,7 +128,12 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        return not self._closing and self.process is not None and self.process.returncode is None
+        return (
+            not self._closing
+            and not self._broken
+            and self.process is not None
+            and self.process.returncode is None
+        )
 
     @property
     def busy(self) -> bool:
@@ -183,6 +196,19 @@ class Worker:
     # -- reading ---------------------------------------------------------------------------------
 
     async def _read_messages(self) -> None:
+        try:
+            await self._read_protocol()
+        except Exception as exc:  # a bug here must not leave every call waiting for its deadline
+            logger.exception("%s: reading the worker's messages failed", self.label)
+            await self._give_up(
+                WorkerError(
+                    f"{self.label}: toolmesh failed reading the worker's messages "
+                    f"({type(exc).__name__}: {exc}); the worker was stopped, and the next call "
+                    "starts a fresh one"
+                )
+            )
+
+    async def _read_protocol(self) -> None:
         stream = self.process.stdout if self.process is not None else None
         if stream is None:
             return
@@ -196,52 +222,91 @@ class Worker:
             status = _exit_status(await self.process.wait())
         self._fail_all(WorkerError(f"{self.label}: the worker exited{status}{self._tail()}"))
 
+    async def _give_up(self, error: WorkerError) -> None:
+        """Its messages can no longer be read: fail every pending call now, and kill it."""
+        self._broken = True
+        self._fail_all(error)
+        if self.process is not None:
+            await _kill_tree(self.process, self.token)
+
     async def _read_stderr(self) -> None:
         stream = self.process.stderr if self.process is not None else None
         if stream is None:
             return
         # Read on past an overlong line: a worker whose stderr is not read blocks writing it.
-        async for line, oversize in _lines(stream):
-            text = line.decode("utf-8", "replace").rstrip()
-            self.stderr.append(text + (" [... cut: longer than the limit]" if oversize else ""))
+        try:
+            async for text in _capped_lines(stream, STDERR_LINE_CHARS):
+                self.stderr.append(text)
+        except Exception:
+            logger.exception("%s: reading the worker's stderr failed", self.label)
+            while await stream.read(_STDERR_CHUNK):  # still drained: or the worker blocks
+                pass
 
     def _oversize(self, head: bytes) -> None:
         """A message over LINE_LIMIT was skipped: fail the call it answered (or dropped an
         event of), or every pending call when it does not say whose it is."""
-        kind = _TYPE_RE.search(head)
-        call = _ID_RE.search(head)
-        kind_name = kind.group(1).decode() if kind else "?"
-        call_id = call.group(1).decode("utf-8", "replace") if call else None
+        kind, call_id = _whose(head)
         limit = f"{LINE_LIMIT // (1024 * 1024)} MiB"
         logger.warning(
-            "%s: skipped a %r message over %s (call %s)", self.label, kind_name, limit, call_id
+            "%s: skipped a %r message over %s (call %s)", self.label, kind, limit, call_id
         )
         error = WorkerError(
             f"{self.label}: the tool's output is too large: the worker's message was longer "
             f"than the {limit} limit"
         )
         if call_id is None:  # whose is it? fail whatever waits rather than let it hang
-            if kind_name != "event":
+            if kind != "event":
                 self._fail_all(error)
             return
-        if kind_name in ("result", "error"):
+        self._lost(kind, call_id, error, f"dropped an event from the tool larger than {limit}")
+
+    def _undecodable(self, line: bytes, why: str) -> None:
+        """A message that is no JSON Python can read: fail the call it answered (or tell it of
+        the event it lost), or the start it was the tool list of; skipped when it names none."""
+        kind, call_id = _whose(line[:_HEAD])
+        logger.warning("%s: skipped a %r message (call %s): %s", self.label, kind, call_id, why)
+        if kind in ("ready", "fatal") and self._ready is not None and not self._ready.done():
+            self._ready.set_exception(
+                WorkerError(f"{self.label}: its list of tools could not be read: {why}")
+            )
+        elif call_id is not None:
+            error = WorkerError(f"{self.label}: the tool's output could not be read: {why}")
+            self._lost(kind, call_id, error, f"dropped an event from the tool: {why}")
+        else:
+            self._note_stray(line)
+
+    def _lost(self, kind: str, call_id: str, error: WorkerError, dropped: str) -> None:
+        """A message of call ``call_id`` was skipped: fail the call, unless it was an event
+        (the call is told, and goes on)."""
+        if kind in ("result", "error"):
             self._abandoned.discard(call_id)
         waiting = self._calls.get(call_id)
         if waiting is None:
             return
-        if kind_name == "event":
-            waiting[1].log(f"dropped an event from the tool larger than {limit}", level="warning")
+        if kind == "event":
+            waiting[1].log(dropped, level="warning")
         elif not waiting[0].done():
             waiting[0].set_exception(error)
+
+    def _note_stray(self, line: bytes) -> None:
+        self.stderr.append("[not a protocol message] " + line.decode("utf-8", "replace")[:200])
 
     def _dispatch(self, line: bytes) -> None:
         if not line.strip():  # the runners start each message on a fresh line
             return
         try:
             message = json.loads(line)
+        except RecursionError:  # valid JSON, nested deeper than the decoder's recursion limit
+            limit = sys.getrecursionlimit()
+            self._undecodable(line, f"it is nested too deeply (about {limit} levels or more)")
+            return
+        except ValueError as exc:
+            self._undecodable(line, f"it is not valid JSON ({exc})"[:300])
+            return
+        try:
             kind = message["type"]
-        except (ValueError, KeyError, TypeError):
-            self.stderr.append("[not a protocol message] " + line.decode("utf-8", "replace")[:200])
+        except (KeyError, TypeError):  # JSON, but no protocol message
+            self._note_stray(line)
             return
         if kind == "ready" and self._ready is not None and not self._ready.done():
             tools = message.get("tools")
@@ -271,6 +336,15 @@ class Worker:
     def _tail(self) -> str:
         lines = [line for line in self.stderr if line.strip()]
         return ("; its last output:\n" + "\n".join(lines[-10:])) if lines else ""
+
+
+def _whose(head: bytes) -> tuple[str, str | None]:
+    """The type (``"?"`` when not found) and call id (None) a message's first bytes name:
+    the runners write both first."""
+    kind = _TYPE_RE.search(head)
+    call = _ID_RE.search(head)
+    kind_name = kind.group(1).decode() if kind else "?"
+    return kind_name, call.group(1).decode("utf-8", "replace") if call else None
 
 
 def _exit_status(returncode: int) -> str:
@@ -308,6 +382,36 @@ async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, boo
         yield line, False
 
 
+async def _capped_lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[str]:
+    """The stream's lines, decoded, each cut to ``limit`` characters (saying so). Read in
+    chunks: of a line, no more than ``limit`` characters' worth is ever held."""
+    keep = 4 * limit  # bytes: ``limit`` characters of any UTF-8
+    line = bytearray()
+    length = 0  # of the line so far, in bytes, also those not kept
+    while chunk := await stream.read(_STDERR_CHUNK):
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            line += chunk[start : start + max(0, min(end - start, keep - len(line)))]
+            yield _cut(bytes(line), length + end - start, limit)
+            line.clear()
+            length = 0
+            start = end + 1
+        line += chunk[start : start + max(0, keep - len(line))]
+        length += len(chunk) - start
+    if length:
+        yield _cut(bytes(line), length, limit)
+
+
+def _cut(kept: bytes, length: int, limit: int) -> str:
+    """A stderr line of ``length`` bytes, of which ``kept`` were kept, as text of at most
+    ``limit`` characters and a note of the cut."""
+    # 4 bytes are kept for each character shown: a character split by the cut lies past them.
+    text = kept.decode("utf-8", "replace").rstrip()
+    if length > len(kept) or len(text) > limit:
+        return f"{text[:limit]} [... cut: the line was {length} bytes long]"
+    return text
+
+
 def cache_root() -> Path:
     """Where toolmesh keeps what it builds (virtual environments, bundles): $TOOLMESH_CACHE, or
     toolmesh/ under the user's cache folder."""
@@ -322,7 +426,8 @@ async def _kill_tree(process: asyncio.subprocess.Process, token: str) -> None:
     (marked with ``token``), also after it ended itself (a daemon it left behind)."""
     # The /proc walk and the wait for the killed to end block: off the event loop.
     sid = process.pid if process.returncode is None else None  # reaped: its pid may be reused
-    await asyncio.to_thread(kill_session, sid, token)
+    # The leader last: the Python worker's init (and bwrap) reaps the worker and what it left
+    await asyncio.to_thread(kill_session, sid, token, leader_last=True)
 
 
 async def _end_setup(process: asyncio.subprocess.Process, token: str) -> None:
@@ -462,6 +567,10 @@ class WorkerSource(Source):
         """argv, working folder and environment of the worker."""
         raise NotImplementedError
 
+    async def before_start(self) -> None:
+        """Checks made before each start of the worker, the first and every restart (what
+        they look at may have changed since); a ``WorkerError`` stops the start."""
+
     def tools(self) -> Sequence[Tool]:
         return self._tools
 
@@ -520,6 +629,9 @@ class WorkerSource(Source):
     async def _start(self, epoch: int) -> Worker:
         """A started worker, made the source's own unless the source was closed (``epoch``
         is the one the start was asked in)."""
+        if epoch != self._epoch:
+            raise WorkerError(f"{self.name}: the source was closed")
+        await self.before_start()
         if epoch != self._epoch:
             raise WorkerError(f"{self.name}: the source was closed")
         argv, cwd, env = self.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from tests.sources.builtins.conftest import SECRET, Make, requires_bwrap
 from tests.sources.builtins.test_process import running_with
 from toolmesh import ToolErrorCode
+from toolmesh.sources.builtins.sandbox import Sandbox
 
 pytestmark = requires_bwrap
 
@@ -124,3 +126,22 @@ async def test_a_workspace_reached_through_a_symlink_is_there_by_both_names(
         await kit.close()
     assert result.success, result
     assert result.data["stdout"] == "inside\ninside\n"
+
+
+def test_writable_paths_are_writable_inside_read_only_ones(tmp_path: Path) -> None:
+    """A package's allow_write folders were passed as read-only paths: no write reached them."""
+    package = tmp_path / "package"
+    (package / "out").mkdir(parents=True)
+    link = tmp_path / "out-link"
+    link.symlink_to(package / "out")  # bound by where it leads
+    sandbox = Sandbox(
+        (), str(package), view="read-only", read_only_paths=[str(package)],
+        writable_paths=[str(link)],
+    )  # fmt: skip
+    script = "echo kept > out/new.txt; echo lost > elsewhere.txt; cat out/new.txt"
+    done = subprocess.run(
+        sandbox.wrap(["/bin/sh", "-c", script]), capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout == "kept\n" and "Read-only file system" in done.stderr, done
+    assert (package / "out" / "new.txt").read_text() == "kept\n"
+    assert not (package / "elsewhere.txt").exists()

@@ -63,6 +63,9 @@ class Sandbox:
     # (root as configured, root resolved) for roots reached through a symlink: the configured
     # spelling leads to the root inside too, as the path checks accept it
     aliases: Sequence[tuple[str, str]] = ()
+    # writable folders besides the roots (a package's allow_write), bound after the read-only
+    # paths, so that one inside a read-only path is writable too
+    writable_paths: Sequence[str] = ()
     _scratch: str | None = field(default=None, init=False)
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
@@ -82,6 +85,9 @@ class Sandbox:
         for extra in self.read_only_paths:
             real = os.path.realpath(extra)
             command += ["--ro-bind-try", real, real]
+        for extra in self.writable_paths:
+            real = os.path.realpath(extra)
+            command += ["--bind-try", real, real]
         overlays: list[tuple[str, str]] = []
         for root in self.roots:
             if self.view == "read-write":

@@ -5,22 +5,36 @@ Usage: python -I python_runner.py IMPORT_ROOT MODULE:ATTR
 Runs in the package's own virtual environment and imports nothing of toolmesh. It speaks one
 JSON object per line: calls on stdin, answers on the original stdout; whatever the tool code
 prints goes to stderr, so it cannot break the protocol.
+
+On Linux the process toolmesh starts is a small init above the worker: a subreaper
+(``PR_SET_CHILD_SUBREAPER``) that forks the worker and then only reaps. A process a tool starts
+and that loses its parent (a daemon that double-forked, left the session and dropped its
+environment) is handed to the init instead of the system's, so toolmesh still finds it as a
+descendant when it kills the worker; when the worker ends by itself, the init kills what is left
+and ends as the worker did (its exit code, or its signal). The worker's own children stay its
+own, so the init never takes their exit status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import json
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def main() -> None:
+    adopt_orphans()
     root, entry = sys.argv[1], sys.argv[2]
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # the tool's own prints (Python and C level) go to stderr
@@ -42,6 +56,79 @@ def main() -> None:
         sys.exit(1)
     send({"type": "ready", "tools": [describe(t) for t in tools.values()]})
     asyncio.run(serve(tools, send, sys.stdin))
+
+
+def adopt_orphans() -> None:
+    """Become the init of the worker (see the module's doc): returns in the worker, forked
+    below it; where no subreaper can be had (not Linux), returns at once, as the worker."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return
+    if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return
+    init = os.getpid()
+    worker = os.fork()
+    if worker == 0:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the init gone: so is the worker
+        if os.getppid() != init:  # it went before the line above
+            os._exit(1)
+        return
+    serve_as_init(worker)
+
+
+def serve_as_init(worker: int) -> NoReturn:
+    """Reap what is handed over until ``worker`` ends; then end what is left, and end as it
+    did."""
+    quiet = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the pipes are the worker's: they close when it ends
+        os.dup2(quiet, fd)
+    while True:
+        pid, status = os.wait()
+        if pid == worker:
+            break
+    end_orphans()
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's cannot be set (nor needs to)
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        os._exit(128 + signum)  # a signal whose default is not to end
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def end_orphans() -> None:
+    """Kill the processes handed to this init and those handed over as they die, until it has
+    no child left."""
+    me = os.getpid()
+    while True:
+        for pid in children_of(me):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.wait()  # one ended: its own children are handed over before it is reaped
+        except ChildProcessError:
+            return
+
+
+def children_of(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid ...
+        if len(fields) > 1 and int(fields[1]) == parent:
+            found.append(int(entry))
+    return found
 
 
 def load(root: str, entry: str) -> dict[str, Any]:
