@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 from collections.abc import Callable
@@ -27,7 +28,12 @@ from toolmesh import (
 )
 from toolmesh.errors import ArgumentError, RemoteError
 from toolmesh.models import ToolEvent
-from toolmesh.protocol import ApprovalResponse, HandshakeRequest, HandshakeResponse
+from toolmesh.protocol import (
+    ApprovalResponse,
+    HandshakeRequest,
+    HandshakeResponse,
+    ToolCallRequest,
+)
 from toolmesh.transports.http import HttpServer
 
 
@@ -499,3 +505,53 @@ async def test_connecting_to_a_host_that_never_answers_fails_at_the_connect_time
     with pytest.raises(error, match=re.escape(says)):
         await AsyncClient(channel).start()  # type: ignore[arg-type]
     assert channel.closed
+
+
+class _CallStallingChannel(_RecordingChannel):
+    """A host that takes the handshake, then never finishes taking a tool call (an HTTP POST
+    /send it does not answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sending: list[ToolCallRequest] = []
+        self.cancelled: list[ToolCallRequest] = []
+        self.in_send = asyncio.Event()
+
+    async def send(self, message: object) -> None:
+        await super().send(message)
+        if not isinstance(message, ToolCallRequest):
+            return
+        self.sending.append(message)
+        self.in_send.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(message)
+            raise
+
+
+@pytest.mark.timeout(30)
+async def test_close_fails_the_calls_whose_send_the_host_never_finished(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """close() set the calls' error on futures nobody awaited (their callers still waited on
+    the send): asyncio logged 'Future exception was never retrieved', and each call ended only
+    at its deadline, as a timeout."""
+    channel = _CallStallingChannel()
+    client = await AsyncClient(channel).start()  # type: ignore[arg-type]
+    calls = [
+        asyncio.ensure_future(client.call_tool("echo", {"text": str(i)}, timeout=600))
+        for i in range(2)
+    ]
+    while len(channel.sending) < 2:
+        channel.in_send.clear()
+        await channel.in_send.wait()
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        async with asyncio.timeout(5):  # (the calls' deadline is ten minutes away)
+            await client.close()
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        gc.collect()
+    assert [type(o) for o in outcomes] == [TransportError, TransportError], outcomes
+    assert all("connection to the host lost" in str(o) for o in outcomes)
+    assert channel.cancelled == channel.sending  # the stalled sends end with their calls
+    assert "never retrieved" not in caplog.text

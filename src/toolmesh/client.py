@@ -141,6 +141,9 @@ class AsyncClient:
         # slot until the host answers it, or the host would refuse the next call over
         # max_parallel (A2E has no message that cancels a call).
         self._given_up: dict[str, _Slots] = {}
+        # The deadlines of the requests being sent: one the host does not take (an HTTP POST
+        # it never answers) ends when the connection does, not at its deadline.
+        self._sending: dict[str, asyncio.Timeout] = {}
         self._closed_reason = ""
         self.on_approval = on_approval
         self._answering: set[asyncio.Task[None]] = set()
@@ -285,11 +288,18 @@ class AsyncClient:
             try:
                 # The send counts against the deadline too: a host that stalls taking the
                 # request (an HTTP POST it never answers) must not hold the call past it.
-                async with asyncio.timeout_at(deadline):
-                    await self._channel.send(message)
+                async with asyncio.timeout_at(deadline) as limit:
+                    self._sending[message.id] = limit  # (the connection's end cuts it short)
+                    try:
+                        await self._channel.send(message)
+                    finally:
+                        del self._sending[message.id]
                     sent = True
                     return await future
             except TimeoutError:
+                ended = future.exception() if future.done() and not future.cancelled() else None
+                if ended is not None:
+                    raise ended from None  # the connection ended while the request was sent
                 late = True
                 raise CallTimeout(f"no answer to {message.type} within {timeout:g}s") from None
         finally:
@@ -404,6 +414,9 @@ class AsyncClient:
         for future in list(self._pending.values()):
             if not future.done():
                 future.set_exception(TransportError(f"connection to the host lost: {reason}"))
+        for limit in list(self._sending.values()):  # their calls raise the error just set
+            if not limit.expired():
+                limit.reschedule(asyncio.get_running_loop().time())
 
     async def ping(self) -> float:
         """Round-trip time to the host in milliseconds."""

@@ -20,6 +20,7 @@ from toolmesh import AsyncClient, Host, ToolContext, tool
 from toolmesh.models import ToolEvent
 from toolmesh.protocol import ToolCallRequest, encode
 from toolmesh.store import open_store
+from toolmesh.store.postgres import PostgresStore
 from toolmesh.transports.http import SESSION_HEADER, HttpChannel, HttpServer
 
 pytestmark = [pytest.mark.network_server]
@@ -388,3 +389,124 @@ async def test_a_stream_nobody_reads_leaves_the_backlog_where_every_host_sees_it
             if peer.stream_owner is owner:
                 peer.stream_owner = None
                 sessions.detached(peer)
+
+
+async def test_events_a_stream_on_another_host_has_read_are_not_counted_as_a_backlog(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host running a call reckoned what waited in the mailbox as its last count plus what
+    it posted since, though the stream's host had collected it: a client reading its stream
+    promptly lost the events of a call whose host counted a post before the stream took it."""
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", 2_000)
+    streamed: list[ToolEvent] = []
+    arrived = asyncio.Event()
+
+    async def streamed_at_least(count: int) -> None:
+        while len(streamed) < count:
+            arrived.clear()
+            await arrived.wait()
+
+    @tool
+    async def pair_then_more(ctx: ToolContext) -> str:
+        """Two events at once (more than the limit together), then three, one at a time."""
+        gate.armed = True
+        ctx.log("pair " + "a" * 1_000)
+        ctx.log("pair " + "b" * 1_000)  # posted with the first, and counted by their post
+        await streamed_at_least(2)  # the client read both: nothing waits any more
+        for i in range(3):
+            ctx.log(f"more {i}")
+            await streamed_at_least(3 + i)
+        return "done"
+
+    hosts = [
+        Host(*TOOLS, pair_then_more, store=postgres_url, host_id=f"h{i}", capabilities=["demo"])
+        for i in range(2)
+    ]
+    gate = TakesAfterCountedPost(hosts[0].store, hosts[1].store, b'"pair b')  # type: ignore[arg-type]
+    servers = [HttpServer(host, "127.0.0.1:0") for host in hosts]
+    urls = [await server.start() for server in servers]
+    client = AsyncClient(SpreadChannel(urls[0], urls[0], [urls[1]]), agent_id="tester")
+    await client.start()
+
+    def on_event(event: ToolEvent) -> None:
+        streamed.append(event)
+        arrived.set()
+
+    try:
+        result = await client.call_tool("pair_then_more", {}, on_event=on_event, timeout=30)
+    finally:
+        await client.close()
+        for server, host in zip(servers, hosts, strict=True):
+            await server.stop()
+            await host.close()
+    assert result.success, result
+    assert gate.counted.is_set()  # (the pair's post counted both, before they were taken)
+    messages = [e.data["message"] for e in streamed]
+    assert not any("dropped" in m for m in messages), messages[2:]
+    assert messages[2:] == ["more 0", "more 1", "more 2"]
+
+
+async def test_events_the_calls_host_has_not_posted_yet_count_in_the_backlog(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the call's host holds for the mailbox is known for sure (no count needed): a burst
+    emitted at once, before any of it reached the store, is bounded as on one host."""
+    monkeypatch.setattr("toolmesh.transports.http.MAX_UNSENT_BYTES", 2_000)
+
+    @tool
+    async def burst(ctx: ToolContext) -> str:
+        """Fifty events at once: none reaches the store before the last is emitted."""
+        for i in range(50):
+            ctx.log(f"event {i} " + "x" * 100)
+        return "done"
+
+    hosts = [
+        Host(*TOOLS, burst, store=postgres_url, host_id=f"h{i}", capabilities=["demo"])
+        for i in range(2)
+    ]
+    servers = [HttpServer(host, "127.0.0.1:0") for host in hosts]
+    urls = [await server.start() for server in servers]
+    client = AsyncClient(SpreadChannel(urls[0], urls[0], [urls[1]]), agent_id="tester")
+    await client.start()
+    streamed: list[ToolEvent] = []
+    try:
+        result = await client.call_tool("burst", {}, on_event=streamed.append, timeout=30)
+    finally:
+        await client.close()
+        for server, host in zip(servers, hosts, strict=True):
+            await server.stop()
+            await host.close()
+    assert result.success and len(result.events) == 50
+    messages = [e.data["message"] for e in streamed]
+    assert "further events are dropped" in messages[-1]
+    assert messages[:-1] == [f"event {i} " + "x" * 100 for i in range(len(messages) - 1)]
+    assert 5 < len(messages) < 20
+
+
+class TakesAfterCountedPost:
+    """Once ``armed``, the stream's host takes its mail only after the post of the message
+    holding ``marker`` has counted what waits (as when the stream's host is a little slower
+    than the post): that count finds what the stream then takes at once."""
+
+    def __init__(
+        self, stream_store: PostgresStore, call_store: PostgresStore, marker: bytes
+    ) -> None:
+        self.armed = False
+        self.counted = asyncio.Event()
+        self.marker = marker
+        self._take_mail, self._post_messages = stream_store.take_mail, call_store.post_messages
+        stream_store.take_mail = self.take_mail  # type: ignore[method-assign]
+        call_store.post_messages = self.post_messages  # type: ignore[method-assign]
+
+    async def take_mail(self, session_id: str, claim: str = "") -> Any:
+        if self.armed:
+            await self.counted.wait()
+        return await self._take_mail(session_id, claim)
+
+    async def post_messages(
+        self, session_ids: Sequence[str], messages: Sequence[bytes], count: Any = ()
+    ) -> dict[str, int]:
+        waiting = await self._post_messages(session_ids, messages, count)
+        if count and any(self.marker in message for message in messages):
+            self.counted.set()
+        return waiting

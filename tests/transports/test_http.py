@@ -695,3 +695,38 @@ async def test_a_stream_idle_past_the_read_timeout_stays_open(server: str, clien
         assert result.success and result.data == "still here"
     finally:
         await connected.close()
+
+
+@pytest.mark.timeout(30)  # the guard: the calls ended only at their deadline
+@pytest.mark.parametrize("client", ["lean", "httpx"])
+async def test_close_ends_calls_whose_post_the_host_never_answered(
+    client: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() failed the calls' futures, which nobody awaited yet (their POSTs were still
+    waiting): asyncio logged 'Future exception was never retrieved' and each call ended only
+    at its deadline, as a timeout."""
+    import gc
+    import logging
+
+    from toolmesh import AsyncClient
+    from toolmesh.transports.http import HttpChannel
+
+    posting = asyncio.Event()
+
+    class Noting(HttpChannel):
+        async def send(self, message: Any) -> None:
+            if message.type == "tool/call/req":
+                posting.set()
+            await super().send(message)
+
+    async with _StallingHost("tool/call/req") as url:
+        connected = await AsyncClient(Noting(_through(url, client), timeout=600)).start()
+        call = asyncio.ensure_future(connected.call_tool("anything", {}, timeout=600))
+        await posting.wait()
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            async with asyncio.timeout(10):
+                await connected.close()
+                with pytest.raises(TransportError):  # (not CallTimeout, ten minutes on)
+                    await call
+            gc.collect()
+    assert "never retrieved" not in caplog.text

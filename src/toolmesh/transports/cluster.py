@@ -19,10 +19,14 @@ session lives on one host only:
 - A session's backlog is bounded as on one host (``MAX_UNSENT_BYTES``), wherever it waits:
   a host reckons what waits in the mailbox for a session (its last count, plus what it posted
   since), and past half the limit its posts also count what waits there, from every host (a
-  count reads the session's rows: it is made only then); past the limit
-  ``POST /send`` answers 429 (counted again in the store first) and events that are only
-  streamed are dropped, with a note. The host holding a stream nobody reads leaves what
-  arrives in the mailbox, where the other hosts see it, until its queue is read.
+  count reads the session's rows: it is made only then). The reckoning only grows until the
+  next count (the stream's host collects without telling), so past the limit it is checked:
+  ``POST /send`` answers 429 and events that are only streamed are dropped, with a note, only
+  while a count made since the posts (at most ``COUNT_TRUSTED_SECONDS`` old) confirms it;
+  until one does, events go on and what waits is counted again at once. What this host
+  posted that is not in the store yet always counts (it is held here). The host holding a
+  stream nobody reads leaves what arrives in the mailbox, where the other hosts see it,
+  until its queue is read.
 - A new stream takes over: the host holding an older stream of the session ends it.
 - An approval is answered wherever the answer arrives: the store records which host waits for
   it, and the answer is signalled to that host.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
 
     from starlette.responses import Response
 
+    from toolmesh.models import ToolEvent
     from toolmesh.store.postgres import PostgresStore
 
 __all__ = ["ClusterPeer", "ClusterSessions"]
@@ -71,28 +77,76 @@ logger = logging.getLogger("toolmesh.cluster")
 
 MAIL, APPROVAL, STREAM = "mail", "approval", "stream"
 PRUNE_EVERY_SECONDS = 60.0
-RECOUNT_EVERY_SECONDS = 1.0
-"""While a session's events are dropped (its mailbox past the limit as last learned), how often
-what waits is counted again in the store: the stream's host may have collected it since."""
+COUNT_TRUSTED_SECONDS = 0.25
+"""How long a count that found a session's backlog past the limit drops its events: the
+stream's host may collect what waits at any time, so past it events go on again until a new
+count confirms the backlog."""
+RECOUNT_EVERY_SECONDS = 0.1
+"""While a session's backlog as reckoned here is past the limit, how often (at most) what waits
+for it is counted again: while its events are dropped, before the last count stops being
+trusted (so a backlog that stays keeps its events dropped)."""
 
 
 class _ClusterQueue(_StreamQueue):
-    """A session's queue on a host of several: ``unsent_bytes`` also counts what waits in the
-    mailbox (``mailbox_bytes``: as last counted, plus what this host posted since), and
-    ``when_read`` calls back once the stream has read the queue down to the limit."""
+    """A session's queue on a host of several: ``unsent_bytes`` also counts what waits
+    elsewhere (``mailbox_bytes``: as last counted, plus what this host posted since; an
+    estimate that only grows between counts), ``unflushed_bytes`` is what this host posted that
+    is not in the store yet (held here; ``sending_bytes`` of it on its way, which a count made
+    meanwhile may already see), and ``when_read`` calls back once the stream has read the queue
+    down to the limit."""
 
     def _init(self, maxsize: int) -> None:
         super()._init(maxsize)
         self.mailbox_bytes = 0
+        self.unflushed_bytes = 0
+        self.sending_bytes = 0
+        self.learned_at = -math.inf  # when the count last learned was asked (monotonic)
+        self.counted_bytes = 0  # what the last confirming count found in the mailbox
+        self.counted_at = -math.inf  # when it was asked
         self._when_read: Callable[[], None] | None = None
 
     def posted(self, size: int) -> None:
         self.unsent_bytes += size
         self.mailbox_bytes += size
+        self.unflushed_bytes += size
 
-    def learn_mailbox(self, size: int) -> None:
-        self.unsent_bytes += size - self.mailbox_bytes
-        self.mailbox_bytes = size
+    def sending(self, size: int) -> None:
+        """``size`` bytes this host posted are on their way to the store."""
+        self.sending_bytes += size
+
+    def flushed(self, size: int) -> None:
+        """The ``size`` bytes on their way are in the store now (or lost): not held here."""
+        self.unflushed_bytes = max(0, self.unflushed_bytes - size)
+        self.sending_bytes = max(0, self.sending_bytes - size)
+
+    def learn_mailbox(self, size: int, asked_at: float, *, confirms: bool) -> None:
+        """A count asked at ``asked_at`` found ``size`` bytes in the mailbox (what this host
+        has not flushed yet waits too). It ``confirms`` a backlog when it was made after the
+        posts it saw (not by a post itself: the stream's host had no time to collect them)."""
+        if asked_at < self.learned_at:
+            return  # an older count answered late
+        self.learned_at = asked_at
+        self._reckon(size + self.unflushed_bytes)
+        if confirms:
+            self.counted_bytes, self.counted_at = size, asked_at
+
+    def forget_mailbox(self, now: float) -> None:
+        """A stream of this host collects what waits in the mailbox: it comes into the queue."""
+        self.learned_at, self.counted_bytes, self.counted_at = now, 0, now
+        self._reckon(0)
+
+    def confirmed_bytes(self, now: float) -> int:
+        """The backlog as far as it is known, not merely reckoned: what waits in the queue,
+        what this host has not sent to the store yet, and what a count still trusted found
+        (or, if more, what is on its way: the count may have seen it land, or not)."""
+        queued = self.unsent_bytes - self.mailbox_bytes
+        counted = self.counted_bytes if now - self.counted_at < COUNT_TRUSTED_SECONDS else 0
+        unsent = self.unflushed_bytes - self.sending_bytes
+        return queued + unsent + max(counted, self.sending_bytes)
+
+    def _reckon(self, mailbox_bytes: int) -> None:
+        self.unsent_bytes += mailbox_bytes - self.mailbox_bytes
+        self.mailbox_bytes = mailbox_bytes
 
     def when_read(self, callback: Callable[[], None]) -> None:
         self._when_read = callback
@@ -115,7 +169,8 @@ class ClusterPeer(_Peer):
         self.pulling = False
         self.pull_again = False
         self.pull_timer: asyncio.TimerHandle | None = None  # when others' claims expire
-        self.counted_at = 0.0  # when the mailbox was last counted for dropped events
+        self.counting = False  # a count of what waits in the mailbox is on its way
+        self.recounted_at = -math.inf  # when the last one was asked (monotonic)
         self.approvals_shared = False
         self.claim = secret_id()  # this host's token for the mailbox rows it takes
 
@@ -123,12 +178,22 @@ class ClusterPeer(_Peer):
         if self.stream_owner is not None:
             super()._deliver(message)  # this host's stream: its backlog bounded as on one host
         elif self.queue.unsent_bytes > http.MAX_UNSENT_BYTES and _only_streamed(message):
-            self._drop(message)  # as on one host, the limit counting what waits in the mailbox
-            self.sessions.recount_soon(self)
+            self._past_limit(message)
         else:
             if self._dropping:
                 self._dropping.clear()
             self.post(encode(message))
+
+    def _past_limit(self, event: ToolEvent) -> None:
+        """The backlog as reckoned here is past the limit, but the reckoning still counts what
+        the stream's host may have collected since: ``event`` is dropped (as on one host) only
+        while what is known confirms it, else it goes on and what waits is counted now."""
+        now = time.monotonic()
+        if self.queue.confirmed_bytes(now) > http.MAX_UNSENT_BYTES:
+            self._drop(event)
+        else:
+            self.post(encode(event))  # (its call's note, if any, still holds: not cleared)
+        self.sessions.recount(self, now)
 
     def _queue_note(self, data: bytes) -> None:
         if self.stream_owner is not None:
@@ -233,15 +298,34 @@ class ClusterSessions(_Sessions):
     async def _post(self) -> None:
         while self._outbox:
             batch, self._outbox = self._outbox, []
+            held = self._sending(batch)
+            asked_at = time.monotonic()
             try:
                 waiting = await self.store.post_messages(
                     [s for s, _ in batch], [d for _, d in batch], self._worth_counting(batch)
                 )
             except Exception:
                 logger.exception("%d message(s) for session streams were lost", len(batch))
-                continue
+                waiting = {}
+            for queue, size in held:
+                queue.flushed(size)
             for session_id, size in waiting.items():
-                self._learn_mailbox(session_id, size)
+                # (counted by the post itself: it does not confirm a backlog)
+                self._learn_mailbox(session_id, size, asked_at, confirms=False)
+
+    def _sending(self, batch: list[tuple[str, bytes]]) -> list[tuple[_ClusterQueue, int]]:
+        """Mark the messages of ``batch`` on their way to the store: the queues of their
+        sessions, with how many bytes each has in it."""
+        sizes: dict[str, int] = {}
+        for session_id, data in batch:
+            sizes[session_id] = sizes.get(session_id, 0) + len(data)
+        held = []
+        for session_id, size in sizes.items():
+            peer = self.peers.get(session_id)
+            if isinstance(peer, ClusterPeer):
+                peer.queue.sending(size)
+                held.append((peer.queue, size))
+        return held
 
     def _worth_counting(self, batch: list[tuple[str, bytes]]) -> list[str]:
         """The sessions of ``batch`` whose backlog may near the limit: what waits for them in
@@ -256,40 +340,51 @@ class ClusterSessions(_Sessions):
                 worth.append(session_id)
         return worth
 
-    def _learn_mailbox(self, session_id: str, size: int) -> None:
+    def _learn_mailbox(
+        self, session_id: str, size: int, asked_at: float, *, confirms: bool
+    ) -> None:
         """``size`` bytes wait in the mailbox for the stream of ``session_id``: they count in
         its backlog here, while another host (or none) holds the stream."""
         peer = self.peers.get(session_id)
         if isinstance(peer, ClusterPeer) and peer.stream_owner is None:
-            peer.queue.learn_mailbox(size)
+            peer.queue.learn_mailbox(size, asked_at, confirms=confirms)
 
     async def backlog_refusal(self, peer: _Peer) -> Response | None:
         if isinstance(peer, ClusterPeer) and peer.stream_owner is None:
             # The count may be stale (the stream's host collects without telling): a client
             # that read its stream since is not refused.
             try:
-                self._learn_mailbox(peer.id, await self.store.waiting_bytes(peer.id))
+                await self._count(peer)
             except Exception as exc:  # the store is away: judged by the last count
                 logger.warning("could not count the backlog of session %s: %s", peer.id, exc)
         return await super().backlog_refusal(peer)
 
-    def recount_soon(self, peer: ClusterPeer) -> None:
-        """Count again what waits for ``peer``'s stream (at most every
-        RECOUNT_EVERY_SECONDS): its events are dropped only while the backlog is past the
-        limit, as the stream's host may have collected it since it was counted."""
-        now = time.monotonic()
-        if now - peer.counted_at >= RECOUNT_EVERY_SECONDS:
-            peer.counted_at = now
-            self._spawn(self._recount(peer))
+    def recount(self, peer: ClusterPeer, now: float) -> None:
+        """Count again what waits for ``peer``'s stream, its backlog as reckoned here being
+        past the limit: one count at a time, at most every RECOUNT_EVERY_SECONDS."""
+        if peer.counting or now - peer.recounted_at < RECOUNT_EVERY_SECONDS:
+            return
+        peer.counting, peer.recounted_at = True, now
+        self._spawn(self._recount(peer))
 
     async def _recount(self, peer: ClusterPeer) -> None:
-        self._learn_mailbox(peer.id, await self.store.waiting_bytes(peer.id))
+        try:
+            await self._count(peer)
+        except Exception as exc:  # judged by the last count until the next one
+            logger.warning("could not count the backlog of session %s: %s", peer.id, exc)
+        finally:
+            peer.counting = False
+
+    async def _count(self, peer: ClusterPeer) -> None:
+        asked_at = time.monotonic()
+        waiting = await self.store.waiting_bytes(peer.id)
+        self._learn_mailbox(peer.id, waiting, asked_at, confirms=True)
 
     def attached(self, peer: _Peer) -> None:
         if isinstance(peer, ClusterPeer):
             from toolmesh.store import postgres  # (the store of a cluster; asyncpg is loaded)
 
-            peer.queue.learn_mailbox(0)  # what waits there comes into the queue now
+            peer.queue.forget_mailbox(time.monotonic())  # what waits there comes in now
             self.pull(peer)
             # The host that held the stream before may be claiming rows as this one takes
             # (unseen by its take) and die before it deletes them: they are taken once its
@@ -379,7 +474,8 @@ class ClusterSessions(_Sessions):
             self.detached(peer)
             peer.queue.put_nowait(_END)
         else:
-            peer.queue.learn_mailbox(0)  # the new stream collects what waits
+            # the new stream collects what waits (not what this host still holds)
+            peer.queue.learn_mailbox(0, time.monotonic(), confirms=True)
 
     # -- approvals -------------------------------------------------------------------------------
 
