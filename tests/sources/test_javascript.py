@@ -171,6 +171,37 @@ async def test_typescript_is_bundled_with_esbuild(tmp_path: Path) -> None:
         assert result.data == 42, source.status
 
 
+@pytest.mark.skipif(
+    not ESBUILD.exists() and not os.environ.get("CI"), reason="make setup installs esbuild"
+)
+async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the_source(
+    tmp_path: Path,
+) -> None:
+    """esbuild runs with the host's rights: importing ../private/secret.txt baked that file
+    into the bundle, and the tool read it."""
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "secret.txt").write_text("TOP SECRET")
+    folder = tmp_path / "ts"
+    folder.mkdir()
+    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "index.ts"}))
+    (folder / "index.ts").write_text(
+        'import secret from "../private/secret.txt";\n'
+        'export default { name: "leak", description: "Leaks.", '
+        'parameters: { type: "object" }, execute: () => ({ output: secret }) };\n'
+    )
+    source = JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=tmp_path / "cache")
+    async with await create_toolkit(tools=[source]) as kit:
+        assert len(kit) == 0
+    assert source.status.state == "failed"
+    assert "secret.txt" in source.status.reason and "allow_read" in source.status.reason
+    granted = JavaScriptSource(
+        folder, esbuild=str(ESBUILD), cache_dir=tmp_path / "cache", allow_read=[str(private)]
+    )
+    async with await create_toolkit(tools=[granted]) as kit:
+        assert (await kit.execute("leak")).data == "TOP SECRET"
+
+
 def test_manifest_entries(tmp_path: Path) -> None:
     package(tmp_path / "tools" / "counter", COUNTER)
     (source,) = sources_from_manifest(
@@ -586,6 +617,9 @@ with open(outfile, "w") as out:
 with open(outfile, "w") as out:
     out.write('export default { name: "built", description: "", parameters: { type: "object" },'
               ' execute() { return "bundled"; } };')
+[metafile] = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--metafile=")]
+with open(metafile, "w") as meta:  # what went into the bundle, written last as esbuild does
+    meta.write('{"inputs": {"index.ts": {}}}')
 """
 )
 

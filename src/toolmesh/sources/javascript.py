@@ -230,6 +230,7 @@ class JavaScriptSource(WorkerSource):
             return target
         self.cache.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp.mjs")
+        meta = partial.with_suffix(".meta.json")
         try:
             done = await self.run_setup(
                 [
@@ -240,6 +241,7 @@ class JavaScriptSource(WorkerSource):
                     "--format=esm",
                     "--log-level=error",
                     f"--outfile={partial}",
+                    f"--metafile={meta}",
                 ],
                 "bundling it (esbuild)",
                 cwd=self.folder,
@@ -247,11 +249,35 @@ class JavaScriptSource(WorkerSource):
             )
             if done.returncode != 0:
                 raise WorkerError(f"{self.name}: esbuild failed: {done.stderr.strip()[-800:]}")
+            self._check_bundled(meta)
             os.replace(partial, target)
         except BaseException:  # failed, timed out, closed or cancelled
             partial.unlink(missing_ok=True)
             raise
+        finally:
+            meta.unlink(missing_ok=True)
         return target
+
+    def _check_bundled(self, meta: Path) -> None:
+        """Every file esbuild put in the bundle is one the tool may read. esbuild runs with the
+        host's rights: an ``import`` of ``../../secret.txt`` (text is a loader esbuild has by
+        default) would bake a file from outside into a bundle the tool reads."""
+        try:
+            inputs = json.loads(meta.read_text())["inputs"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise WorkerError(f"{self.name}: esbuild left no readable metafile: {exc}") from None
+        readable = [os.path.realpath(p) for p in (str(self.folder), *self.allow_read)]
+        for name in inputs:
+            if not isinstance(name, str) or ":" in name.split("/", 1)[0]:
+                continue  # a namespaced input (``<stdin>``, ``data:...``): no file on disk
+            path = os.path.realpath(self.folder / name)
+            if not any(
+                path == root or path.startswith(root.rstrip("/") + "/") for root in readable
+            ):
+                raise WorkerError(
+                    f"{self.name}: the TypeScript bundle would hold {path}, which the tool may "
+                    "not read: move it into the package, or grant its folder with allow_read"
+                )
 
     def _find_esbuild(self) -> str:
         for candidate in (
