@@ -258,7 +258,7 @@ async def test_two_sessions_calling_with_the_same_call_id_see_only_their_own_run
         await asyncio.gather(*calls, return_exceptions=True)
         for stream in streams.values():
             await stream.aclose()
-    assert agui._runs == {} and agui._deltas == {}
+    assert agui._runs == {}
 
 
 async def test_a_cancelled_call_ends_its_run() -> None:
@@ -631,7 +631,7 @@ async def test_overlapping_calls_share_one_run_and_changes_apply_in_order() -> N
     assert "STATE_SNAPSHOT" in kinds(events)
     assert rebuilt(events, opening[1]["snapshot"]) == {"context": {"list": "b"}}
     assert [c["toolCallId"] for c in events[-1]["result"]["calls"]] == ["b", "a"]
-    assert agui._runs == {} and agui._deltas == {}
+    assert agui._runs == {}
 
 
 async def test_a_stream_of_overlapping_and_failing_calls_is_one_the_agui_client_accepts() -> None:
@@ -696,3 +696,308 @@ async def test_a_stream_of_overlapping_and_failing_calls_is_one_the_agui_client_
     assert result["metadata"]["success"] is False
     assert result["metadata"]["errorCode"] == failed.error_code
     assert result["content"] == failed.output
+
+
+def _forging_toolkit() -> Any:
+    """``forward`` emits a "state" event (as a proxy of another host might) and says whether it
+    was refused; ``forge`` emits one, letting the refusal fail it; ``hold`` waits for its
+    ``gate`` (set ``running`` once it runs); ``remember`` changes the state."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.tools import Output, ToolContext
+
+    forged = {"delta": [{"op": "add", "path": "/context/fake", "value": "forged"}], "version": 1}
+    gate, running = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def forward(ctx: ToolContext) -> str:
+        """Forwards a 'state' event."""
+        try:
+            ctx.emit("state", forged)
+        except ValueError as exc:
+            return f"refused: {exc}"
+        return "forwarded"
+
+    @tool
+    async def forge(ctx: ToolContext) -> str:
+        """Emits a 'state' event of its own."""
+        ctx.emit("state", forged)
+        return "emitted"
+
+    @tool
+    async def hold() -> str:
+        """Waits until let through."""
+        running.set()
+        await gate.wait()
+        return "held"
+
+    @tool
+    async def remember(key: str, value: str) -> Output:
+        """Set /context/KEY."""
+        return Output(
+            "saved", state_update=[{"op": "add", "path": f"/context/{key}", "value": value}]
+        )
+
+    toolkit = Toolkit(forward, forge, hold, remember)
+    toolkit.forged, toolkit.gate, toolkit.running = forged, gate, running  # type: ignore[attr-defined]
+    return toolkit
+
+
+async def test_a_tools_own_state_event_is_refused_and_the_front_end_keeps_the_true_state() -> None:
+    """A tool's ``ctx.emit("state", ...)`` was shown as a change of the state: its forged delta
+    reached every front end, whose next real change (of the same version) was then dropped as
+    held already, its copy of the state wrong for good. The kind is the host's own: emitting it
+    fails in the tool, and only the changes the pipeline made are shown."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    toolkit = _forging_toolkit()
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    try:
+        opening = await asyncio.wait_for(collect(stream, 3), 10)
+        forwarded = await toolkit.pipeline.call(session, CallSpec("forward", {}, req_id="a"))
+        forged = await toolkit.pipeline.call(session, CallSpec("forge", {}, req_id="b"))
+        real = CallSpec("remember", {"key": "real", "value": "yes"}, req_id="c")
+        assert (await toolkit.pipeline.call(session, real)).success
+        events = await asyncio.wait_for(until_finished(stream, "c"), 10)
+    finally:
+        await stream.aclose()
+    refusal = "the 'state' event is the host's own: return Output(state_update=...)"
+    assert forwarded.output == f"refused: {refusal}"
+    assert not forged.success and forged.error_code == "tool_error"
+    assert refusal in (forged.error or "")
+    assert [e.kind for r in (forwarded, forged) for e in r.events] == []
+    verify([*opening, *events])
+    assert rebuilt([*opening, *events]) == await toolkit.state.snapshot(session.id)
+    assert rebuilt([*opening, *events]) == {"context": {"real": "yes"}}
+    deltas = [e["delta"] for e in events if e["type"] == "STATE_DELTA"]
+    assert deltas == [[{"op": "add", "path": "/context/real", "value": "yes"}]]
+
+
+async def test_a_state_event_the_result_does_not_carry_is_not_shown() -> None:
+    """Only the state event the pipeline put on a call's result is shown: one that reached the
+    stream otherwise (a source handing an event past ``ctx.emit``) used to be shown as a change,
+    and the real change after it was dropped."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.models import ToolEvent
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    toolkit = _forging_toolkit()
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    held = CallSpec("hold", {}, req_id="a")
+    call = asyncio.ensure_future(toolkit.pipeline.call(session, held))
+    try:
+        opening = await asyncio.wait_for(collect(stream, 3), 10)
+        await asyncio.wait_for(toolkit.running.wait(), 10)
+        event = ToolEvent(kind="state", req_id="a", data=toolkit.forged, seq=0)
+        agui.call_event(session, held, event)  # as the pipeline hands events on
+        toolkit.gate.set()
+        assert (await asyncio.wait_for(call, 10)).success
+        real = CallSpec("remember", {"key": "real", "value": "yes"}, req_id="c")
+        assert (await toolkit.pipeline.call(session, real)).success
+        events = await asyncio.wait_for(until_finished(stream, "c"), 10)
+    finally:
+        toolkit.gate.set()
+        await asyncio.gather(call, return_exceptions=True)
+        await stream.aclose()
+    verify([*opening, *events])
+    assert rebuilt([*opening, *events]) == {"context": {"real": "yes"}}
+
+
+async def test_a_call_cancelled_while_audited_ends_its_run_with_its_change() -> None:
+    """A caller cancelled while its call's audit entry was written (a slow store) left the
+    call's run open for good, its change of the state never shown."""
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+    from toolmesh.store import MemoryStore
+
+    auditing = asyncio.Event()
+
+    class StuckAudit(MemoryStore):  # an audit that waits until cancelled
+        async def append_audit(self, entry: Any, *, durable: bool = True) -> None:
+            auditing.set()
+            await asyncio.Event().wait()
+
+    toolkit = _state_toolkit(StuckAudit())
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    opening = await asyncio.wait_for(collect(stream, 3), 10)
+    spec = CallSpec("put", {"key": "k", "value": "v"}, req_id="a")
+    call = asyncio.ensure_future(toolkit.pipeline.call(session, spec))
+    await asyncio.wait_for(auditing.wait(), 10)
+    call.cancel()
+    await asyncio.gather(call, return_exceptions=True)
+    assert call.cancelled()  # the caller's cancellation goes on, once the call is audited
+    agui.end(session.id)  # what it holds, then the end
+    events = [event async for event in stream]
+    assert kinds(events) == [
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "STATE_DELTA",
+        "RUN_FINISHED",
+    ]
+    verify([*opening, *events])
+    assert rebuilt([*opening, *events]) == {"context": {"k": "v"}}
+    assert agui._runs == {}
+
+
+def _chatty_toolkit() -> Any:
+    """``chatty`` logs ``n`` lines and ``busy`` reports progress ``n`` times, neither letting
+    a reader in meanwhile; ``put`` sets /context/KEY."""
+    from toolmesh import Toolkit, tool
+    from toolmesh.tools import Output, ToolContext
+
+    @tool
+    async def chatty(n: int, ctx: ToolContext) -> str:
+        """Logs n lines."""
+        for i in range(n):
+            ctx.log(f"line {i}")
+        return "said"
+
+    @tool
+    async def busy(n: int, ctx: ToolContext) -> str:
+        """Reports progress n times."""
+        for i in range(n):
+            ctx.progress(i * 100 // n, "working")
+        return "done"
+
+    @tool
+    async def put(key: str, value: str) -> Output:
+        """Set /context/KEY."""
+        return Output(
+            "set", state_update=[{"op": "add", "path": f"/context/{key}", "value": value}]
+        )
+
+    return Toolkit(chatty, busy, put)
+
+
+async def test_a_subscriber_a_whole_backlog_behind_is_cut_off_with_a_run_error(
+    monkeypatch: Any,
+) -> None:
+    """A subscriber whose backlog was full silently lost what came next, its run's results and
+    end included, then read the next run's RUN_STARTED while its run was open (the AG-UI
+    client's verifier stops there), or waited for that run's end for ever. It is cut off
+    instead: what it did not read is dropped and its stream ends with a RUN_ERROR saying why,
+    and subscribing again starts afresh."""
+    import toolmesh.agui as agui_module
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    monkeypatch.setattr(agui_module, "_QUEUE_LIMIT", 8)
+    toolkit = _chatty_toolkit()
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stalled = agui.events(session.id)
+    opening = await asyncio.wait_for(collect(stalled, 3), 10)  # subscribed; reads no more
+    said = await toolkit.pipeline.call(session, CallSpec("chatty", {"n": 20}, req_id="a"))
+    assert said.success
+    put = CallSpec("put", {"key": "k", "value": "v"}, req_id="b")
+    assert (await toolkit.pipeline.call(session, put)).success
+    agui.end(session.id)  # what its streams hold, then the end
+    rest = [event async for event in stalled]
+    assert kinds(rest) == ["RUN_ERROR"]
+    assert rest[0]["code"] == "toolmesh.backlog_full" and "8 events behind" in rest[0]["message"]
+    verify([*opening, *rest])
+    EVENT.validate_python(rest[0])
+    assert toolkit.pipeline.observers == [] and agui._runs == {}  # its reader left
+    again = agui.events(session.id)
+    assert (await opened(again))["snapshot"] == {"context": {"k": "v"}}
+    await again.aclose()
+
+
+async def test_progress_past_half_a_backlog_is_dropped_and_the_runs_still_end(
+    monkeypatch: Any,
+) -> None:
+    """A call reporting progress faster than a subscriber read filled its backlog, and the
+    results and ends of the runs after it were lost. Progress (each report superseded by the
+    next) is what gives way, past half the backlog: every run still ends."""
+    import toolmesh.agui as agui_module
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    monkeypatch.setattr(agui_module, "_QUEUE_LIMIT", 20)
+    toolkit = _chatty_toolkit()
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    opening = await asyncio.wait_for(collect(stream, 3), 10)
+    for req_id, n in (("a", 40), ("b", 1)):
+        assert (
+            await toolkit.pipeline.call(session, CallSpec("busy", {"n": n}, req_id=req_id))
+        ).success
+    agui.end(session.id)
+    events = [event async for event in stream]
+    verify([*opening, *events])
+    assert "RUN_ERROR" not in kinds(events)
+    results = [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    finished = [e["runId"] for e in events if e["type"] == "RUN_FINISHED"]
+    assert results == finished == ["a", "b"]
+    assert 0 < kinds(events).count("CUSTOM") < 41
+
+
+async def test_a_run_held_open_lists_only_its_last_calls(monkeypatch: Any) -> None:
+    """One long call held its run open while any number of others came and went; the run kept
+    every one's summary and listed them all in its RUN_FINISHED (3,002 calls, 282 kB). It counts
+    them and lists the last ones."""
+    import toolmesh.agui as agui_module
+    from toolmesh import Toolkit, tool
+    from toolmesh.agui import AguiStream
+    from toolmesh.pipeline import CallSpec
+    from toolmesh.session import Session
+
+    monkeypatch.setattr(agui_module, "_SUMMARY_CALLS", 3)
+    gate, running = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def watch() -> str:
+        """Waits until let through."""
+        running.set()
+        await gate.wait()
+        return "stopped"
+
+    @tool
+    def ping() -> str:
+        """Answers at once."""
+        return "pong"
+
+    @tool
+    def fail() -> str:
+        """Fails."""
+        raise RuntimeError("boom")
+
+    toolkit = Toolkit(watch, ping, fail)
+    agui = AguiStream(toolkit.pipeline, toolkit.state)
+    session = Session()
+    stream = agui.events(session.id)
+    opening = await asyncio.wait_for(collect(stream, 3), 10)
+    long = asyncio.ensure_future(toolkit.pipeline.call(session, CallSpec("watch", {}, req_id="w")))
+    try:
+        await asyncio.wait_for(running.wait(), 10)
+        for i in range(4):
+            await toolkit.pipeline.call(session, CallSpec("ping", {}, req_id=f"p{i}"))
+        await toolkit.pipeline.call(session, CallSpec("fail", {}, req_id="f"))
+        assert len(agui._runs[session.id].ended) == 3  # what the open run keeps
+        gate.set()
+        assert (await asyncio.wait_for(long, 10)).success
+        events = await asyncio.wait_for(until_finished(stream, "w"), 10)
+    finally:
+        gate.set()
+        await asyncio.gather(long, return_exceptions=True)
+        await stream.aclose()
+    verify([*opening, *events])
+    EVENT.validate_python(events[-1])
+    result = events[-1]["result"]
+    assert [c["toolCallId"] for c in result.pop("calls")] == ["p3", "f", "w"]
+    assert result == {"success": False, "callCount": 6, "failedCount": 1, "callsOmitted": 3}

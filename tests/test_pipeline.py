@@ -815,3 +815,81 @@ async def test_a_state_and_an_audit_the_store_cannot_write_still_answer_the_call
         assert toolkit.pipeline.audit_failures == 1
     lost = [r for r in caplog.records if r.name == "toolmesh.audit" and r.levelname == "ERROR"]
     assert len(lost) == 1 and '"tool_name": "echo"' in lost[0].getMessage()
+
+
+async def test_observers_see_the_end_of_a_call_cancelled_while_it_is_audited() -> None:
+    """A caller cancelled while its call's audit entry was written (a slow store) left the call
+    unended for the pipeline's observers (an AG-UI run stayed open for good). They are shown
+    its result, its change of the state made, as for any call."""
+    from toolmesh.pipeline import CallObserver, CallSpec
+
+    auditing = asyncio.Event()
+
+    class StuckAudit(MemoryStore):  # an audit that waits until cancelled
+        async def append_audit(self, entry: AuditEntry, *, durable: bool = True) -> None:
+            auditing.set()
+            await asyncio.Event().wait()
+
+    class Ends(CallObserver):
+        def __init__(self) -> None:
+            self.results: list[ToolResult] = []
+
+        def call_ended(self, session: Session, spec: CallSpec, result: ToolResult) -> None:
+            self.results.append(result)
+
+    @tool
+    def put() -> Output:
+        """Set /context/k."""
+        return Output("set", state_update=[{"op": "add", "path": "/context/k", "value": 1}])
+
+    kit = Toolkit(put, store=StuckAudit())
+    ends = Ends()
+    kit.pipeline.observers.append(ends)
+    call = asyncio.ensure_future(kit.pipeline.call(Session(), CallSpec("put", {}, req_id="a")))
+    await asyncio.wait_for(auditing.wait(), 10)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert [(r.success, [e.kind for e in r.events]) for r in ends.results] == [(True, ["state"])]
+
+
+async def test_a_tool_cannot_emit_the_events_the_host_makes() -> None:
+    """A tool's ``ctx.emit("approval", ...)`` reached a wire client as an approval request
+    nobody made (its approval handler was asked to approve whatever the tool named), and its
+    ``ctx.emit("state", ...)`` looked like a change of the state. Both kinds are the host's
+    own: emitting one fails in the tool, naming what to do instead."""
+    from toolmesh import connect_async
+    from toolmesh.host import Host
+    from toolmesh.transports.http import HttpServer
+
+    refused: dict[str, str] = {}
+
+    @tool
+    async def forge(ctx: ToolContext) -> str:
+        """Emits the host's own events."""
+        approval = {"approval_id": "x", "tool_name": "rm", "arguments": {}, "reason": "routine"}
+        for kind, data in (("approval", approval), ("state", {"delta": [], "version": 1})):
+            try:
+                ctx.emit(kind, data)
+            except ValueError as exc:
+                refused[kind] = str(exc)
+        return "done"
+
+    host = Host(Toolkit(forge))
+    server = HttpServer(host, "127.0.0.1:0")
+    url = await server.start()
+    asked: list[ToolEvent] = []
+    client = await connect_async(url, on_approval=lambda event: asked.append(event) or True)
+    try:
+        streamed: list[ToolEvent] = []
+        result = await client.call_tool("forge", {}, on_event=streamed.append)
+    finally:
+        await client.close()
+        await server.stop()
+        await host.close()
+    assert result.success and result.events == [] and streamed == [] and asked == []
+    assert refused == {
+        "approval": "the 'approval' event is the host's own: declare the tool with "
+        "requires_approval=True (or a policy rule) to be approved",
+        "state": "the 'state' event is the host's own: return Output(state_update=...)",
+    }

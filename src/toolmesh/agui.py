@@ -1,7 +1,8 @@
 """A session's tool activity as an AG-UI event stream, so AG-UI front ends can show it live.
 
 The stream is a sequence of runs, as the AG-UI client's verifier requires (the first event is
-a RUN_STARTED, a run ends before the next starts, nothing follows a RUN_ERROR, so none is sent):
+a RUN_STARTED, a run ends before the next starts, nothing follows a RUN_ERROR, so one is sent
+only as a stream's last event, when its subscriber fell too far behind):
 
     RUN_STARTED, STATE_SNAPSHOT, RUN_FINISHED           (a subscriber's own first run)
 
@@ -11,7 +12,8 @@ a RUN_STARTED, a run ends before the next starts, nothing follows a RUN_ERROR, s
     TOOL_CALL_RESULT                                    (what the model sees; its metadata
                                                          says whether it succeeded, and why not)
     STATE_DELTA                                         (when the call changed the state)
-    RUN_FINISHED                                        (once no call of the run is running)
+    RUN_FINISHED                                        (once no call of the run is running;
+                                                         its result sums the run's calls up)
 
 One run lasts as long as calls a subscriber saw start are running: calls that overlap share it,
 each its own TOOL_CALL_START .. TOOL_CALL_RESULT. A subscriber joining while a run is open gets
@@ -19,19 +21,28 @@ its RUN_STARTED, a STATE_SNAPSHOT and the start of each call still running (and 
 its activity) instead of a run of its own. Calls that started while nobody subscribed are not
 shown, but every change of the state after a subscriber's snapshot is: as a STATE_DELTA in the
 open run or in a run of its own, or as a fresh STATE_SNAPSHOT when the subscriber missed a
-change (states are versioned, so each one applies to the document it was made against). Events
-are JSON objects with the spec's camelCase field names. The stream costs nothing until someone
-subscribes.
+change (states are versioned, so each one applies to the document it was made against). A
+change is taken from the call's result, where the pipeline put its state event: a tool cannot
+emit one (``ToolContext.emit`` refuses the kind), and no "state" event streamed is trusted.
+
+A subscriber's backlog is bounded (``_QUEUE_LIMIT`` items). Past half of it, progress and status
+events (each one superseded by the next) are dropped for it; one that falls behind by the whole
+limit is cut off: its unread backlog is dropped and its stream ends with a RUN_ERROR (code
+``toolmesh.backlog_full``) saying so. Dropping any other event would leave a run unfinished, an
+activity or a delta applied to the wrong document; what it did read is a valid stream, and
+subscribing again starts afresh from a snapshot. Events are JSON objects with the spec's
+camelCase field names. The stream costs nothing until someone subscribes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
+import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = ["AguiStream"]
 
+logger = logging.getLogger("toolmesh.agui")
+
 Event = dict[str, Any]
-_QUEUE_LIMIT = 10_000
+_QUEUE_LIMIT = 10_000  # unread items a subscriber may have before it is cut off
+_SUPERSEDED = frozenset({"toolmesh.progress", "toolmesh.status"})  # dropped past half of it
+_SUMMARY_CALLS = 100  # call summaries a RUN_FINISHED lists: the run's last ones
 
 
 class _Snapshot:
@@ -84,16 +99,31 @@ class _Call:
 class _Run:
     """A session's open run: open while a call its subscribers saw start is running."""
 
-    __slots__ = ("calls", "ended", "started")
+    __slots__ = ("calls", "ended", "ended_count", "failed_count", "started")
 
     def __init__(self, started: Event) -> None:
         self.started = started  # its RUN_STARTED, for subscribers joining while it is open
         self.calls: dict[int, _Call] = {}  # by CallSpec: a client may reuse a call's id at once
-        self.ended: list[dict[str, Any]] = []  # the summaries of its calls that ended
+        # Its calls that ended: counted, and the last ones' summaries (one long call holds a
+        # run open while any number of others come and go).
+        self.ended: deque[dict[str, Any]] = deque(maxlen=_SUMMARY_CALLS)
+        self.ended_count = self.failed_count = 0
+
+    def call_ended(self, summary: dict[str, Any]) -> None:
+        self.ended.append(summary)
+        self.ended_count += 1
+        self.failed_count += not summary["success"]
 
     def summary(self) -> dict[str, Any]:
-        """Its RUN_FINISHED's result: did all its calls succeed, and each call's summary."""
-        return {"success": all(call["success"] for call in self.ended), "calls": self.ended}
+        """Its RUN_FINISHED's result: did all its calls succeed, how many ended (and failed),
+        and the summaries of the last of them (``callsOmitted``: how many earlier ones not)."""
+        return {
+            "success": self.failed_count == 0,
+            "callCount": self.ended_count,
+            "failedCount": self.failed_count,
+            "calls": list(self.ended),
+            "callsOmitted": self.ended_count - len(self.ended),
+        }
 
 
 class AguiStream(CallObserver):
@@ -109,13 +139,11 @@ class AguiStream(CallObserver):
         self._state = state
         self._subscribers: dict[str, set[asyncio.Queue[_Item]]] = {}
         self._runs: dict[str, _Run] = {}  # by session: the run its subscribers are shown
-        # By session and call: the state change a call made, until its result is sent.
-        self._deltas: dict[tuple[str, int], dict[str, Any]] = {}
 
     async def events(self, session_id: str) -> AsyncIterator[Event]:
         """AG-UI events of one session from now on, starting with a run holding a snapshot of
         its state."""
-        queue: asyncio.Queue[_Item] = asyncio.Queue(_QUEUE_LIMIT)
+        queue: asyncio.Queue[_Item] = asyncio.Queue()  # bounded by _offer, the end always fits
         self._subscribe(session_id, queue)
         view = _View(self._state, session_id)
         try:
@@ -126,23 +154,24 @@ class AguiStream(CallObserver):
             self._unsubscribe(session_id, queue)
 
     def close(self) -> None:
-        """End every subscriber's stream (a stalled one too: its backlog makes room for the end)."""
+        """End every subscriber's stream (a stalled one too: the end fits past its backlog)."""
         for session_id in list(self._subscribers):
             self.end(session_id)
 
     def end(self, session_id: str) -> None:
-        """End the streams of one session (it closed): its subscribers see the end at once."""
-        for queue in self._subscribers.get(session_id, ()):
-            while queue.full():
-                queue.get_nowait()  # events it would read after the session ended anyway
-            _offer(queue, None)
+        """End the streams of one session (it closed): its subscribers see the end after what
+        they have not read yet."""
+        for queue in list(self._subscribers.get(session_id, ())):
+            self._drop_queue(session_id, queue)  # nothing more is queued for it
+            queue.put_nowait(None)
 
     def _subscribe(self, session_id: str, queue: asyncio.Queue[_Item]) -> None:
         if not self._subscribers and self not in self._pipeline.observers:
             self._pipeline.observers.append(self)
         self._subscribers.setdefault(session_id, set()).add(queue)
         for item in self._opening(session_id):
-            _offer(queue, item)
+            if not self._offer(session_id, queue, item):
+                break
 
     def _opening(self, session_id: str) -> list[_Item]:
         """What a new subscriber is shown first: a run of its own holding the state, or, while
@@ -160,22 +189,48 @@ class AguiStream(CallObserver):
         return items
 
     def _unsubscribe(self, session_id: str, queue: asyncio.Queue[_Item]) -> None:
-        queues = self._subscribers.get(session_id, set())
-        queues.discard(queue)
-        if not queues:
-            self._subscribers.pop(session_id, None)
-            self._forget(session_id)  # nobody is left to show its runs to
+        self._drop_queue(session_id, queue)
         if not self._subscribers and self in self._pipeline.observers:
             self._pipeline.observers.remove(self)
 
-    def _forget(self, session_id: str) -> None:
-        self._runs.pop(session_id, None)
-        for key in [k for k in self._deltas if k[0] == session_id]:
-            del self._deltas[key]
+    def _drop_queue(self, session_id: str, queue: asyncio.Queue[_Item]) -> None:
+        queues = self._subscribers.get(session_id)
+        if queues is None or queue not in queues:
+            return  # cut off already
+        queues.discard(queue)
+        if not queues:
+            del self._subscribers[session_id]
+            self._runs.pop(session_id, None)  # nobody is left to show its runs to
 
     def _send(self, session_id: str, item: _Item) -> None:
-        for queue in self._subscribers.get(session_id, ()):
-            _offer(queue, item)
+        for queue in list(self._subscribers.get(session_id, ())):  # one may be cut off
+            self._offer(session_id, queue, item)
+
+    def _offer(self, session_id: str, queue: asyncio.Queue[_Item], item: _Item) -> bool:
+        """Queue ``item`` for one subscriber; False when it was cut off, its backlog full."""
+        backlog = queue.qsize()
+        if backlog >= _QUEUE_LIMIT // 2 and _superseded(item):
+            return True  # dropped: the next progress or status event supersedes it
+        if backlog < _QUEUE_LIMIT:
+            queue.put_nowait(item)
+            return True
+        self._cut_off(session_id, queue)
+        return False
+
+    def _cut_off(self, session_id: str, queue: asyncio.Queue[_Item]) -> None:
+        """End a stalled subscriber's stream: it costs no more memory, and what it read stays a
+        stream the verifier accepts (losing just the events that do not fit would not)."""
+        # Its observer stays until its reader leaves: the pipeline may be iterating over them.
+        self._drop_queue(session_id, queue)
+        logger.warning(
+            "AG-UI: a subscriber of session %s fell %d events behind; its stream ends",
+            session_id,
+            _QUEUE_LIMIT,
+        )
+        while not queue.empty():
+            queue.get_nowait()  # unread: the subscriber starts afresh from a snapshot anyway
+        queue.put_nowait(_backlog_full())
+        queue.put_nowait(None)
 
     def _call(self, session_id: str, spec: CallSpec) -> _Call | None:
         run = self._runs.get(session_id)
@@ -202,9 +257,7 @@ class AguiStream(CallObserver):
             self._send(session.id, event)
 
     def call_event(self, session: Session, spec: CallSpec, event: ToolEvent) -> None:
-        if event.kind == "state":  # a change of the state reaches everyone, seen call or not
-            if session.id in self._subscribers and _is_change(event.data):
-                self._deltas[(session.id, id(spec))] = event.data
+        if event.kind == "state":  # shown from the result, which the pipeline gives it
             return
         call = self._call(session.id, spec)
         if call is None:  # it started unseen: nobody saw its TOOL_CALL_START
@@ -216,10 +269,7 @@ class AguiStream(CallObserver):
             self._send(session.id, _event("CUSTOM", name=f"toolmesh.{event.kind}", value=value))
 
     def call_ended(self, session: Session, spec: CallSpec, result: ToolResult) -> None:
-        # The result's own state event first: it is the pipeline's (a tool may emit "state"
-        # events too). The one seen streaming stands in when the result lost it (cancelled).
-        seen_streaming = self._deltas.pop((session.id, id(spec)), None)
-        change = _change_of(result) or seen_streaming
+        change = _change_of(result)  # a change made but not on the result: the next resyncs
         run = self._runs.get(session.id)
         if run is None or run.calls.pop(id(spec), None) is None:  # started unseen
             if change is not None and session.id in self._subscribers:
@@ -227,12 +277,12 @@ class AguiStream(CallObserver):
                 own_run = None if run is not None else uuid.uuid4().hex
                 self._send(session.id, _StateChange(change["delta"], change["version"], own_run))
             return
+        run.call_ended({"toolCallId": spec.req_id, **_summary(result)})
         self._send(session.id, _tool_call_result(spec.req_id, result))
         if change is not None:
             self._send(session.id, _StateChange(change["delta"], change["version"], None))
-        run.ended.append({"toolCallId": spec.req_id, **_summary(result)})
-        if not run.calls:  # the last call of the run ended: so does the run
-            del self._runs[session.id]
+        if not run.calls and self._runs.get(session.id) is run:  # its last call ended (and
+            del self._runs[session.id]  # its subscribers were not all cut off meanwhile)
             self._send(session.id, _run_finished(session.id, run.started["runId"], run.summary()))
 
     def _activity(self, session_id: str, req_id: str, call: _Call, data: dict[str, Any]) -> None:
@@ -308,7 +358,8 @@ def _is_change(data: dict[str, Any]) -> bool:
 
 def _change_of(result: ToolResult) -> dict[str, Any] | None:
     """The state change a call made, as its result carries it: the pipeline's state event is
-    its last event once its update is applied."""
+    its last event once its update is applied (a tool's own events hold none: see the module's
+    docstring)."""
     if not (result.success and result.state_update and result.events):
         return None
     last = result.events[-1]
@@ -362,6 +413,16 @@ def _summary(result: ToolResult) -> dict[str, Any]:
     }
 
 
-def _offer(queue: asyncio.Queue[_Item], item: _Item) -> None:
-    with contextlib.suppress(asyncio.QueueFull):  # a stalled subscriber loses events, not memory
-        queue.put_nowait(item)
+def _superseded(item: _Item) -> bool:
+    """A CUSTOM event whose news the next one of its kind supersedes (progress, status)."""
+    return isinstance(item, dict) and item["type"] == "CUSTOM" and item["name"] in _SUPERSEDED
+
+
+def _backlog_full() -> Event:
+    """The last event of a subscriber cut off: an AG-UI client accepts nothing after it."""
+    return _event(
+        "RUN_ERROR",
+        message=f"this stream fell more than {_QUEUE_LIMIT} events behind and ends: "
+        "subscribe again for the current state",
+        code="toolmesh.backlog_full",
+    )

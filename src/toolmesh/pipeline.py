@@ -252,14 +252,18 @@ class Pipeline:
             result = _failure(spec.tool_name, ToolErrorCode.CANCELLED, "the call was cancelled")
             self._keep_prior_events(spec, result)
             result.duration_ms = _elapsed_ms(started)
-            await self._audit(session, spec, tool, result, decision, measured)
-            for observer in observers:  # an AG-UI run, say, ends (as an error) here too
-                observer.call_ended(session, spec, result)
+            try:
+                await self._audit(session, spec, tool, result, decision, measured)
+            finally:  # an AG-UI run, say, ends (as an error) here too
+                for observer in observers:
+                    observer.call_ended(session, spec, result)
             raise
         result.duration_ms = _elapsed_ms(started)
-        await self._audit(session, spec, tool, result, decision, measured)
-        for observer in observers:
-            observer.call_ended(session, spec, result)
+        try:
+            await self._audit(session, spec, tool, result, decision, measured)
+        finally:  # cancelled while audited, the call still ended (its state change made)
+            for observer in observers:
+                observer.call_ended(session, spec, result)
         return result
 
     async def record(

@@ -287,7 +287,9 @@ class ToolContext:
         """Stream an event to the caller. Safe from any thread; dropped once the call is over.
 
         ``data`` must have a JSON form (``ValueError`` otherwise): the event holds that form, as
-        every transport delivers it. Data larger than the events' budget is replaced by a note."""
+        every transport delivers it. Data larger than the events' budget is replaced by a note.
+        The kinds the host makes itself (``state``, ``approval``) are refused (``ValueError``)."""
+        check_tool_event_kind(kind)
         payload = dict(data or {})
         check_event_data(kind, payload)
         encoded = _event_json(kind, payload)
@@ -361,6 +363,22 @@ def event_data_size(data: dict[str, Any]) -> int:
         return len(to_json(data, fallback=str))
     except PydanticSerializationError:  # a lone surrogate, which the wire form mends
         return len(to_json(mend_text(data), fallback=str))
+
+
+# The events the host makes itself, and what a tool does instead. Clients act on them (an AG-UI
+# front end applies a "state" event's delta, a client's approval handler answers an "approval"),
+# so a tool emitting one would plant a state change or an approval request nobody made.
+_HOST_EVENT_KINDS = {
+    "state": "return Output(state_update=...)",
+    "approval": "declare the tool with requires_approval=True (or a policy rule) to be approved",
+}
+
+
+def check_tool_event_kind(kind: str) -> None:
+    """Raise ValueError when ``kind`` is one the host makes itself, not a tool."""
+    instead = _HOST_EVENT_KINDS.get(kind)
+    if instead is not None:
+        raise ValueError(f"the {kind!r} event is the host's own: {instead}")
 
 
 def _event_json(kind: str, data: dict[str, Any]) -> bytes:

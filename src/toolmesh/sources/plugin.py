@@ -28,7 +28,7 @@ from typing import Any
 from toolmesh.errors import ConfigError
 from toolmesh.models import ToolDefinition, ToolEvent, ToolResult, check_event_data
 from toolmesh.sources.base import Source
-from toolmesh.tools import Tool, ToolContext, run_blocking
+from toolmesh.tools import Tool, ToolContext, check_tool_event_kind, run_blocking
 
 __all__ = ["PluginSource", "ToolPlugin"]
 
@@ -95,8 +95,11 @@ class ToolPlugin(ABC):
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         """Emit a streaming event during ``_execute_tool``. From a thread the plugin started,
         it reaches the call only when the plugin runs just one (see the module's docstring)."""
+        # A bad event fails in the tool, as ctx.emit does: from another thread, ctx.emit runs
+        # later in a callback on the loop, where its ValueError would reach nobody.
+        check_tool_event_kind(kind)
         payload = dict(data or {})
-        check_event_data(kind, payload)  # a bad event fails in the tool, as ctx.emit does
+        check_event_data(kind, payload)
         current = _current_call.get() or _sole_running_call(self)
         if current is None:
             if self._event_cb is not None:
