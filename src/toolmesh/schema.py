@@ -344,6 +344,10 @@ _TO_PARTS = frozenset(
     }
 )
 _TO_PARTS_MAPS = frozenset({"properties", "patternProperties"})
+SUBSCHEMA_KEYWORDS = _IN_PLACE | _TO_PARTS
+"""Keywords whose value is a schema or a list of schemas."""
+SUBSCHEMA_MAP_KEYWORDS = _IN_PLACE_MAPS | _TO_PARTS_MAPS | {"$defs", "definitions"}
+"""Keywords whose value is an object of schemas (``dependencies`` may hold lists of names)."""
 
 
 def ref_cycle(schema: Mapping[str, Any]) -> str | None:

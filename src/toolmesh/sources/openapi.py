@@ -43,7 +43,14 @@ import httpx
 import yaml
 
 from toolmesh.errors import ConfigError, SchemaError
-from toolmesh.schema import def_ref, pointer_step, pointer_target, ref_cycle
+from toolmesh.schema import (
+    SUBSCHEMA_KEYWORDS,
+    SUBSCHEMA_MAP_KEYWORDS,
+    def_ref,
+    pointer_step,
+    pointer_target,
+    ref_cycle,
+)
 from toolmesh.sources.base import Source, SourceStatus
 from toolmesh.sources.http import HttpEndpoint, HttpSource, ParamStyle
 from toolmesh.tools import Tool
@@ -57,31 +64,6 @@ _ANNOTATIONS_ONLY = frozenset({"example", "xml", "discriminator", "externalDocs"
 # left out too: every reference is resolved here, and an $id would make the validator read the
 # rewritten ones (#/$defs/X) against another document
 _DROPPED = _ANNOTATIONS_ONLY | {"nullable", "$id"}
-# keywords whose value is a schema or a list of schemas, and those whose value is an object of
-# schemas (dependencies' lists of names pass as they are): every $ref in them is resolved
-_SUBSCHEMAS = frozenset(
-    {
-        "items",
-        "prefixItems",
-        "additionalItems",
-        "contains",
-        "additionalProperties",
-        "propertyNames",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "contentSchema",
-        "not",
-        "if",
-        "then",
-        "else",
-        "allOf",
-        "anyOf",
-        "oneOf",
-    }
-)
-_SUBSCHEMA_MAPS = frozenset(
-    {"properties", "patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions"}
-)
 _SCHEMA_PREFIX = "#/components/schemas/"
 _DEFS_PREFIX = "#/$defs/"  # where component schemas land in a tool's schema
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")  # {name} in a path template
@@ -252,11 +234,11 @@ class _Document:
         for key, value in node.items():
             if key in _DROPPED:
                 continue
-            if key in _SUBSCHEMA_MAPS:
+            if key in SUBSCHEMA_MAP_KEYWORDS:
                 if not isinstance(value, Mapping):
                     raise ConfigError(f"{where}: {key} must be an object of schemas")
                 out[key] = {k: self.schema(v, f"{where}.{key}.{k}", refs) for k, v in value.items()}
-            elif key in _SUBSCHEMAS:
+            elif key in SUBSCHEMA_KEYWORDS:
                 out[key] = self.schema(value, f"{where}.{key}", refs)
             else:
                 out[key] = value

@@ -116,6 +116,8 @@ def end_orphans() -> None:
 
 
 def children_of(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (read from /proc as toolmesh's process_tree
+    does: this runner imports nothing of toolmesh, so it cannot share that code)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
