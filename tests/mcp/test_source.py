@@ -284,6 +284,30 @@ async def test_a_crashed_server_fails_running_calls_and_restarts() -> None:
     assert live_children() == before
 
 
+async def test_a_secret_the_server_prints_is_masked_in_the_status_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server quoting its rejected token on stderr put it in the status reason, the
+    warning and `toolmesh mcp status`; docs/mcp.md says configured values are never shown."""
+    import sys
+
+    script = "import os,sys; sys.stderr.write('bad token ' + os.environ['GH_TOKEN'] + chr(10))"
+    config = parse_mcp_server(
+        "gh",
+        {
+            "command": sys.executable,
+            "args": ["-c", script + "; sys.exit(1)"],
+            "env": {"GH_TOKEN": "ghp_SUPERSECRET123", "DEBUG": "1"},
+            "connect_timeout": 5,
+        },
+    )
+    caplog.set_level(logging.DEBUG, logger="toolmesh.mcp")
+    async with await started(config) as toolkit:
+        reason = toolkit.sources[0].status.reason
+    assert "bad token ***" in reason and "ghp_SUPERSECRET123" not in reason
+    assert "ghp_SUPERSECRET123" not in caplog.text
+
+
 async def test_hung_and_garbage_servers_do_not_hold_up_the_toolkit() -> None:
     before = live_children()
     hung = fixture_server("hang", name="hung", connect_timeout=0.5)

@@ -137,6 +137,18 @@ class MCPServerConfig:
             return " ".join([self.command, *self.args])
         return _without_userinfo(self.url)
 
+    def mask(self, text: str) -> str:
+        """``text`` with every configured secret (an ``env`` or header value, the bearer token)
+        replaced by ``***``: a server's own output may quote them (a rejected token, say). Values
+        under four characters are left alone, or every "1" of a flag would go."""
+        secrets = {v for v in (*self.env.values(), *self.headers.values()) if len(v) >= 4}
+        if self.bearer_token and len(self.bearer_token) >= 4:
+            secrets.add(self.bearer_token)
+        for secret in sorted(secrets, key=len, reverse=True):
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
     def http_headers(self) -> dict[str, str]:
         """The headers sent with every HTTP request (bearer token included)."""
         headers = dict(self.headers)

@@ -592,7 +592,8 @@ class _Connection:
                     continue
                 if not line:
                     return
-                text = line.decode("utf-8", "replace").rstrip()
+                # masked before it is kept or logged: status reasons and errors quote it
+                text = self.config.mask(line.decode("utf-8", "replace").rstrip())
                 self._stderr.append(text[:500])
                 logger.debug("MCP server %r stderr: %s", name, text)
         finally:
@@ -1025,7 +1026,7 @@ def _connect_failure(config: MCPServerConfig, exc: BaseException, stderr: str) -
     text = f"{reason} ({config.transport}: {where})"
     if stderr:
         text += f"; stderr: {stderr}"
-    return text
+    return config.mask(text)  # an exception's text may quote a secret too
 
 
 def _describe(exc: BaseException) -> str:
