@@ -101,3 +101,31 @@ def test_toolmesh_results_as_mcp_results() -> None:
     wire = mcp_call_result(denied, modern=False)
     assert wire["isError"] and wire["content"][0]["text"] == "no"
     assert wire["_meta"][ERROR_CODE_META_KEY] == "tool_denied"
+
+
+def test_an_error_told_only_in_structured_content_keeps_its_details() -> None:
+    """An isError answer with no text but structuredContent became "reported an error without
+    a message": the details (a code, say) reached nobody."""
+    failed = result_from_mcp(
+        CallToolResult(content=[], is_error=True, structured_content={"code": "E42"}),
+        ToolContext(tool_name="t"),
+        tool_name="t",
+    )
+    assert not failed.success and failed.error == '{"code": "E42"}'
+    assert failed.data == {"code": "E42"}
+    wire = mcp_call_result(failed, modern=False)  # and the gateway passes them on
+    assert wire["isError"] is True and wire["structuredContent"] == {"code": "E42"}
+
+
+def test_resource_links_from_an_upstream_server_pass_through_the_gateway() -> None:
+    """The inbound side kept them in metadata; the outbound side dropped them."""
+    ctx = ToolContext(tool_name="t")
+    link = ResourceLink(type="resource_link", uri="file:///c", name="c")
+    inbound = result_from_mcp(
+        CallToolResult(content=[TextContent(type="text", text="see"), link]), ctx, tool_name="t"
+    )
+    wire = mcp_call_result(inbound, modern=False)
+    assert wire["content"] == [
+        {"type": "text", "text": "see"},
+        {"type": "resource_link", "uri": "file:///c", "name": "c"},
+    ]

@@ -202,6 +202,28 @@ async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the
         assert (await kit.execute("leak")).data == "TOP SECRET"
 
 
+@pytest.mark.skipif(
+    not ESBUILD.exists() and not os.environ.get("CI"), reason="make setup installs esbuild"
+)
+async def test_a_typescript_package_loads_with_a_cache_folder_reached_through_a_link(
+    tmp_path: Path,
+) -> None:
+    """The cache folder was used as given: through a symlink, the bundle's folder failed the
+    symlink check (and Node's read grant, before it)."""
+    folder = tmp_path / "ts"
+    folder.mkdir()
+    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "index.ts"}))
+    (folder / "index.ts").write_text(
+        'export default { name: "hi", description: "Hi.", '
+        'parameters: { type: "object" }, execute: () => ({ output: "hi" }) };\n'
+    )
+    (tmp_path / "real-cache").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "real-cache")
+    source = JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=tmp_path / "cache")
+    async with await create_toolkit(tools=[source]) as kit:
+        assert (await kit.execute("hi")).data == "hi", source.status
+
+
 def test_manifest_entries(tmp_path: Path) -> None:
     package(tmp_path / "tools" / "counter", COUNTER)
     (source,) = sources_from_manifest(

@@ -12,6 +12,7 @@ text, so a model can read what went wrong.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from mcp_types import (
@@ -57,16 +58,19 @@ def result_from_mcp(result: CallToolResult, ctx: ToolContext, *, tool_name: str)
             links.append(block.model_dump(by_alias=True, mode="json", exclude_none=True))
     text = "\n".join(texts)
     metadata: dict[str, Any] = {"resource_links": links} if links else {}
+    structured = result.structured_content
     if result.is_error:
+        if not text and structured is not None:  # the details are the structured content
+            text = json.dumps(structured, ensure_ascii=False, default=str)
         return ToolResult(
             success=False,
             tool_name=tool_name,
             error=text or "the MCP tool reported an error without a message",
             error_code=ToolErrorCode.TOOL_ERROR,
+            data=structured,
             metadata=metadata,
             duration_ms=0,
         )
-    structured = result.structured_content
     return ToolResult(
         success=True,
         tool_name=tool_name,
@@ -92,8 +96,15 @@ def mcp_call_result(result: ToolResult, *, modern: bool) -> dict[str, Any]:
             content.append({"type": "text", "text": text})
         content.extend(_artifact_blocks(result.events))
         wire = {"content": content, "isError": False}
-        if isinstance(result.data, dict):
-            wire["structuredContent"] = result.data
+    # what an upstream server sent passes on: its resource links, its structured content (an
+    # error's too: clients check only a success's against the output schema)
+    links = result.metadata.get("resource_links") if result.metadata else None
+    if isinstance(links, list):
+        wire["content"].extend(
+            link for link in links if isinstance(link, dict) and link.get("type") == "resource_link"
+        )
+    if isinstance(result.data, dict):
+        wire["structuredContent"] = result.data
     if modern:
         wire["resultType"] = "complete"
     return wire

@@ -122,7 +122,9 @@ class JavaScriptSource(WorkerSource):
         self.isolation = settings.isolation
         self.network = settings.network
         self.env = dict(settings.env or {})
-        self.cache = Path(cache_dir) if cache_dir else cache_root() / "javascript"
+        # resolved, as the package and allow_* folders are: Node's read grant and the symlink
+        # check name the bundle's folder by its real path
+        self.cache = (Path(cache_dir) if cache_dir else cache_root() / "javascript").resolve()
         self.entry: Path | None = None
         self._permission_flag = "--experimental-permission"
 
