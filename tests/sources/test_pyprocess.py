@@ -524,3 +524,38 @@ async def test_a_worker_that_ends_by_itself_ends_the_daemons_it_left(tmp_path: P
         again = await kit.execute("spawn", {}, timeout=20)
         assert again.success and running(again.data), again  # a fresh worker
     assert not running(again.data)
+
+
+FORKING = """
+import multiprocessing, subprocess, sys
+
+def _exit_five():
+    import os
+    os._exit(5)
+
+def forked(input):
+    process = multiprocessing.get_context("fork").Process(target=_exit_five)
+    process.start()
+    process.join(20)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        squares = pool.map(abs, [-1, -2, -3])
+    heard = subprocess.run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"],
+                           capture_output=True, text=True).stdout.strip()
+    return {"output": {"exitcode": process.exitcode, "pool": squares, "stdin": heard}}
+
+tools = [{"name": "forked", "description": "Forks.", "execute": forked,
+          "parameters": {"type": "object", "properties": {}}}]
+"""
+
+
+async def test_a_tool_may_fork_and_its_children_read_no_calls(tmp_path: Path) -> None:
+    """multiprocessing's fork start hung (the child closed sys.stdin, whose lock the runner's
+    reading thread held), and a subprocess inherited the calls' pipe as its stdin."""
+    source = PythonPackageSource(
+        package(tmp_path / "pkg", body=FORKING), cache_dir=tmp_path / "cache"
+    )
+    async with await create_toolkit(tools=[source]) as kit:
+        result = await kit.execute("forked", {}, timeout=60)
+        assert result.success, result
+        assert result.data == {"exitcode": 5, "pool": [1, 2, 3], "stdin": "''"}
+        assert (await kit.execute("forked", {}, timeout=60)).success  # the worker reads on

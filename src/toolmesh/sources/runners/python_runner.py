@@ -38,6 +38,15 @@ def main() -> None:
     root, entry = sys.argv[1], sys.argv[2]
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # the tool's own prints (Python and C level) go to stderr
+    # Calls are read from a descriptor of the runner's own; the tool's stdin (fd 0, sys.stdin)
+    # is empty. A child forked while the reading thread waits in readline (multiprocessing's
+    # "fork" start closes sys.stdin first) would otherwise block for ever on that thread's lock,
+    # and a subprocess reading its stdin would take the calls.
+    calls = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    empty = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(empty, 0)
+    os.close(empty)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - for the process's life
     lock = threading.Lock()
 
     def send(message: dict[str, Any]) -> None:
@@ -55,7 +64,7 @@ def main() -> None:
         send({"type": "fatal", "message": f"{type(exc).__name__}: {exc}"})
         sys.exit(1)
     send({"type": "ready", "tools": [describe(t) for t in tools.values()]})
-    asyncio.run(serve(tools, send, sys.stdin))
+    asyncio.run(serve(tools, send, calls))
 
 
 def adopt_orphans() -> None:
