@@ -642,3 +642,26 @@ async def test_closing_while_a_call_reconnects_fails_the_call_and_stops_the_serv
     assert result.error_code == "tool_error", result
     assert "was closed" in (result.error or ""), result
     assert await before.left() == (set(), set())
+
+
+async def test_an_http_server_refusing_says_its_status() -> None:
+    """A 401 (a wrong token) or a 500 read "MCPError: Server returned an error response": the
+    SDK's error names no status."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def refuse(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("no", status_code=int(request.path_params["status"]))
+
+    app = Starlette(routes=[Route("/{status:int}", refuse, methods=["GET", "POST", "DELETE"])])
+    async with serve_app(app) as url:
+        configs = [
+            parse_mcp_server(f"s{code}", {"url": f"{url}/{code}", "connect_timeout": 5})
+            for code in (401, 500)
+        ]
+        async with await started(*configs) as toolkit:
+            reasons = [source.status.reason for source in toolkit.sources]
+    assert "HTTP 401 Unauthorized" in reasons[0], reasons
+    assert "HTTP 500 Internal Server Error" in reasons[1], reasons

@@ -59,8 +59,17 @@ class AckBoundClient(httpx2.AsyncClient):
         self._server = server
         self._ack_timeout = ack_timeout
         self._exchanges: dict[RequestId, _Exchange] = {}  # each request's POST, until closed
+        # the last refusal the server answered (the SDK's error names no status: a 401 from a
+        # wrong token read "Server returned an error response")
+        self.last_refusal = ""
 
     async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
+        response = await self._send(request, **options)
+        if response.status_code >= 400:
+            self.last_refusal = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+        return response
+
+    async def _send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
         message = _message(request)
         what = _status_only(request, message)
         if what is not None:

@@ -174,7 +174,9 @@ class MCPSource(Source):
         try:
             listing = await connection.start()
         except Exception as exc:
-            reason = _connect_failure(self.config, exc, connection.stderr_tail())
+            reason = _connect_failure(
+                self.config, exc, connection.stderr_tail(), connection.refusal()
+            )
             self.status = SourceStatus("failed", reason)
             logger.warning("MCP server %r: %s", self.name, reason)
             raise _ConnectFailed(reason) from None
@@ -346,6 +348,7 @@ class _Connection:
         self._ready: asyncio.Future[list[dict[str, Any]]] | None = None
         self._client: Client | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._refusal: Callable[[], str] = str  # the HTTP status a server last refused with
         self._repair = _InboundRepair(config.name, lambda: self.protocol_version)
         self.listing_problems: list[str] = []
         # Per listed tool, the check of its structured content (None: it has no outputSchema)
@@ -393,6 +396,10 @@ class _Connection:
 
     def stderr_tail(self) -> str:
         return " | ".join(line for line in self._stderr if line.strip())
+
+    def refusal(self) -> str:
+        """The status an HTTP server last refused a request with ("HTTP 401 Unauthorized")."""
+        return self._refusal()
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool, following tools/list pagination."""
@@ -547,6 +554,7 @@ class _Connection:
             headers=config.http_headers(),
             timeout=httpx2.Timeout(config.connect_timeout, read=None),
         )
+        self._refusal = lambda: client.last_refusal
         async with client:
             http = streamable_http_client(self.config.url, http_client=client)
             yield _Watched(http, self.lost, self._repair)
@@ -1011,7 +1019,9 @@ def _lost_message(source: MCPSource, connection: _Connection) -> str:
     return message + "; it is restarted on the next call"
 
 
-def _connect_failure(config: MCPServerConfig, exc: BaseException, stderr: str) -> str:
+def _connect_failure(
+    config: MCPServerConfig, exc: BaseException, stderr: str, refusal: str = ""
+) -> str:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
@@ -1022,6 +1032,8 @@ def _connect_failure(config: MCPServerConfig, exc: BaseException, stderr: str) -
         reason = f"cannot start {config.command!r}: {exc.strerror}"
     else:
         reason = _describe(exc)
+    if refusal and refusal not in reason:
+        reason = f"{reason}: the server answered {refusal}"
     where = config.describe()
     text = f"{reason} ({config.transport}: {where})"
     if stderr:
