@@ -19,6 +19,18 @@ from toolmesh.transports.http import HttpServer
 EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
 
+# A run of one call that changed the state, as every subscriber that saw it start is shown it
+ONE_CALL_CHANGING_STATE = [
+    "RUN_STARTED",
+    "TOOL_CALL_START",
+    "TOOL_CALL_ARGS",
+    "TOOL_CALL_END",
+    "TOOL_CALL_RESULT",
+    "STATE_DELTA",
+    "RUN_FINISHED",
+]
+
+
 def kinds(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events]
 
@@ -569,15 +581,7 @@ async def test_a_change_the_snapshot_holds_is_not_sent_again() -> None:
         audited.set()
         await asyncio.gather(unwatched, return_exceptions=True)
         await stream.aclose()
-    assert kinds(events) == [
-        "RUN_STARTED",
-        "TOOL_CALL_START",
-        "TOOL_CALL_ARGS",
-        "TOOL_CALL_END",
-        "TOOL_CALL_RESULT",
-        "STATE_DELTA",
-        "RUN_FINISHED",
-    ]
+    assert kinds(events) == ONE_CALL_CHANGING_STATE
     assert events[5]["delta"] == [{"op": "add", "path": "/context/w", "value": "x"}]
 
 
@@ -837,15 +841,7 @@ async def test_a_call_cancelled_while_audited_ends_its_run_with_its_change() -> 
     assert call.cancelled()  # the caller's cancellation goes on, once the call is audited
     agui.end(session.id)  # what it holds, then the end
     events = [event async for event in stream]
-    assert kinds(events) == [
-        "RUN_STARTED",
-        "TOOL_CALL_START",
-        "TOOL_CALL_ARGS",
-        "TOOL_CALL_END",
-        "TOOL_CALL_RESULT",
-        "STATE_DELTA",
-        "RUN_FINISHED",
-    ]
+    assert kinds(events) == ONE_CALL_CHANGING_STATE
     verify([*opening, *events])
     assert rebuilt([*opening, *events]) == {"context": {"k": "v"}}
     assert agui._runs == {}

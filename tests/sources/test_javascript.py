@@ -145,11 +145,20 @@ async def test_broken_packages_fail_the_source_not_the_toolkit(tmp_path: Path) -
 
 
 ESBUILD = Path(sys.prefix) / "node" / "node_modules" / ".bin" / "esbuild"
-
-
-@pytest.mark.skipif(
+needs_esbuild = pytest.mark.skipif(
     not ESBUILD.exists() and not os.environ.get("CI"), reason="make setup installs esbuild"
 )
+
+
+def ts_package(folder: Path, index: str) -> Path:
+    """A TypeScript package at ``folder`` whose entry, index.ts, is ``index``."""
+    folder.mkdir()
+    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "index.ts"}))
+    (folder / "index.ts").write_text(index)
+    return folder
+
+
+@needs_esbuild
 async def test_typescript_is_bundled_with_esbuild(tmp_path: Path) -> None:
     folder = tmp_path / "ts"
     folder.mkdir()
@@ -171,9 +180,7 @@ async def test_typescript_is_bundled_with_esbuild(tmp_path: Path) -> None:
         assert result.data == 42, source.status
 
 
-@pytest.mark.skipif(
-    not ESBUILD.exists() and not os.environ.get("CI"), reason="make setup installs esbuild"
-)
+@needs_esbuild
 async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the_source(
     tmp_path: Path,
 ) -> None:
@@ -182,13 +189,11 @@ async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the
     private = tmp_path / "private"
     private.mkdir()
     (private / "secret.txt").write_text("TOP SECRET")
-    folder = tmp_path / "ts"
-    folder.mkdir()
-    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "index.ts"}))
-    (folder / "index.ts").write_text(
+    folder = ts_package(
+        tmp_path / "ts",
         'import secret from "../private/secret.txt";\n'
         'export default { name: "leak", description: "Leaks.", '
-        'parameters: { type: "object" }, execute: () => ({ output: secret }) };\n'
+        'parameters: { type: "object" }, execute: () => ({ output: secret }) };\n',
     )
     source = JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=tmp_path / "cache")
     async with await create_toolkit(tools=[source]) as kit:
@@ -202,20 +207,16 @@ async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the
         assert (await kit.execute("leak")).data == "TOP SECRET"
 
 
-@pytest.mark.skipif(
-    not ESBUILD.exists() and not os.environ.get("CI"), reason="make setup installs esbuild"
-)
+@needs_esbuild
 async def test_a_typescript_package_loads_with_a_cache_folder_reached_through_a_link(
     tmp_path: Path,
 ) -> None:
     """The cache folder was used as given: through a symlink, the bundle's folder failed the
     symlink check (and Node's read grant, before it)."""
-    folder = tmp_path / "ts"
-    folder.mkdir()
-    (folder / "package.json").write_text(json.dumps({"name": "ts", "main": "index.ts"}))
-    (folder / "index.ts").write_text(
+    folder = ts_package(
+        tmp_path / "ts",
         'export default { name: "hi", description: "Hi.", '
-        'parameters: { type: "object" }, execute: () => ({ output: "hi" }) };\n'
+        'parameters: { type: "object" }, execute: () => ({ output: "hi" }) };\n',
     )
     (tmp_path / "real-cache").mkdir()
     (tmp_path / "cache").symlink_to(tmp_path / "real-cache")
