@@ -208,6 +208,68 @@ async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the
 
 
 @needs_esbuild
+async def test_a_cached_bundle_is_checked_against_each_sources_own_grants(tmp_path: Path) -> None:
+    """The cache is keyed by the package's content: a bundle built by a source granted the
+    private folder was used as it was by one that is not, and gave it the file."""
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "secret.txt").write_text("TOP SECRET")
+    folder = ts_package(
+        tmp_path / "ts",
+        'import secret from "../private/secret.txt";\n'
+        'export default { name: "leak", description: "Leaks.", '
+        'parameters: { type: "object" }, execute: () => ({ output: secret }) };\n',
+    )
+    cache = tmp_path / "cache"
+    granted = JavaScriptSource(
+        folder, esbuild=str(ESBUILD), cache_dir=cache, allow_read=[str(private)]
+    )
+    async with await create_toolkit(tools=[granted]) as kit:
+        assert (await kit.execute("leak")).data == "TOP SECRET"
+    ungranted = JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=cache)
+    async with await create_toolkit(tools=[ungranted]) as kit:
+        assert len(kit) == 0
+    assert ungranted.status.state == "failed"
+    assert "secret.txt" in ungranted.status.reason
+
+    # A granted file changed since the build: the bundle is built again, not served stale.
+    secret = private / "secret.txt"
+    secret.write_text("NEW SECRET")
+    os.utime(secret, ns=(secret.stat().st_atime_ns, secret.stat().st_mtime_ns + 10**9))
+    again = JavaScriptSource(
+        folder, esbuild=str(ESBUILD), cache_dir=cache, allow_read=[str(private)]
+    )
+    async with await create_toolkit(tools=[again]) as kit:
+        assert (await kit.execute("leak")).data == "NEW SECRET"
+
+
+@needs_esbuild
+async def test_a_cached_bundle_with_no_metafile_beside_it_is_built_again(tmp_path: Path) -> None:
+    """A bundle an earlier toolmesh cached has no record of its inputs to check."""
+    folder = ts_package(
+        tmp_path / "ts",
+        'export default { name: "hi", description: "Hi.", '
+        'parameters: { type: "object" }, execute: () => ({ output: "hi" }) };\n',
+    )
+    cache = tmp_path / "cache"
+    async with await create_toolkit(
+        tools=[JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=cache)]
+    ) as kit:
+        assert (await kit.execute("hi")).data == "hi"
+    [bundle] = cache.glob("*.mjs")
+    bundle.with_suffix(".meta.json").unlink()
+    bundle.write_text(
+        'export default { name: "hi", description: "Hi.", '
+        'parameters: { type: "object" }, execute: () => ({ output: "old" }) };\n'
+    )
+    async with await create_toolkit(
+        tools=[JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=cache)]
+    ) as kit:
+        assert (await kit.execute("hi")).data == "hi"
+    assert bundle.with_suffix(".meta.json").is_file()
+
+
+@needs_esbuild
 async def test_a_typescript_package_loads_with_a_cache_folder_reached_through_a_link(
     tmp_path: Path,
 ) -> None:
@@ -677,8 +739,9 @@ async def test_a_cancelled_open_kills_esbuild_and_keeps_no_partial_bundle(
         async with await starting:
             result = await again.execute("built", {})
             assert result.success and result.data == "bundled", result
-        [bundle] = cache.iterdir()
+        bundle, meta = sorted(cache.iterdir(), key=lambda p: p.suffix != ".mjs")
         assert bundle.name.startswith("ts-") and not bundle.name.endswith(".tmp.mjs")
+        assert meta.name == bundle.name.removesuffix(".mjs") + ".meta.json"
     assert await before.left() == (set(), set())
 
 

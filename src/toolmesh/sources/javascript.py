@@ -228,7 +228,8 @@ class JavaScriptSource(WorkerSource):
         esbuild = self._find_esbuild()
         digest = await asyncio.to_thread(_content_hash, self.folder)
         target = self.cache / f"{self.folder.name}-{digest}.mjs"
-        if target.is_file():
+        kept_meta = target.with_suffix(".meta.json")
+        if target.is_file() and self._cached_bundle_fits(target, kept_meta):
             return target
         self.cache.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp.mjs")
@@ -251,7 +252,12 @@ class JavaScriptSource(WorkerSource):
             )
             if done.returncode != 0:
                 raise WorkerError(f"{self.name}: esbuild failed: {done.stderr.strip()[-800:]}")
-            self._check_bundled(meta)
+            inputs = _metafile_inputs(meta)
+            if inputs is None:
+                raise WorkerError(f"{self.name}: esbuild left no readable metafile at {meta}")
+            self._check_bundled(inputs)
+            # The metafile first: a bundle with none beside it is built again.
+            os.replace(meta, kept_meta)
             os.replace(partial, target)
         except BaseException:  # failed, timed out, closed or cancelled
             partial.unlink(missing_ok=True)
@@ -260,19 +266,33 @@ class JavaScriptSource(WorkerSource):
             meta.unlink(missing_ok=True)
         return target
 
-    def _check_bundled(self, meta: Path) -> None:
-        """Every file esbuild put in the bundle is one the tool may read. esbuild runs with the
-        host's rights: an ``import`` of ``../../secret.txt`` (text is a loader esbuild has by
-        default) would bake a file from outside into a bundle the tool reads."""
+    def _cached_bundle_fits(self, bundle: Path, meta: Path) -> bool:
+        """Whether a cached bundle may be used as it is. The cache is keyed by the package's
+        content only: its inputs are checked again against this source's grants (another
+        source, granted more, may have built it), and one from outside the package that
+        changed since (a granted folder's file) makes it stale. With no metafile beside it
+        (a build of an earlier toolmesh), it is stale."""
+        inputs = _metafile_inputs(meta)
+        if inputs is None:
+            return False
+        paths = self._check_bundled(inputs)
         try:
-            inputs = json.loads(meta.read_text())["inputs"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise WorkerError(f"{self.name}: esbuild left no readable metafile: {exc}") from None
+            built = bundle.stat().st_mtime_ns
+            return all(os.stat(path).st_mtime_ns <= built for path in paths)
+        except OSError:  # an input gone since
+            return False
+
+    def _check_bundled(self, inputs: dict[str, Any]) -> list[str]:
+        """Every file esbuild put in the bundle, checked to be one the tool may read. esbuild
+        runs with the host's rights: an ``import`` of ``../../secret.txt`` (text is a loader
+        esbuild has by default) would bake a file from outside into a bundle the tool reads."""
         readable = [os.path.realpath(p) for p in (str(self.folder), *self.allow_read)]
+        paths: list[str] = []
         for name in inputs:
             if not isinstance(name, str) or ":" in name.split("/", 1)[0]:
                 continue  # a namespaced input (``<stdin>``, ``data:...``): no file on disk
             path = os.path.realpath(self.folder / name)
+            paths.append(path)
             if not any(
                 path == root or path.startswith(root.rstrip("/") + "/") for root in readable
             ):
@@ -280,6 +300,7 @@ class JavaScriptSource(WorkerSource):
                     f"{self.name}: the TypeScript bundle would hold {path}, which the tool may "
                     "not read: move it into the package, or grant its folder with allow_read"
                 )
+        return paths
 
     def _find_esbuild(self) -> str:
         for candidate in (
@@ -294,6 +315,15 @@ class JavaScriptSource(WorkerSource):
             f"{self.name}: a TypeScript entry needs esbuild: `npm install --save-dev esbuild` in "
             "the package, or set `esbuild` (or $TOOLMESH_ESBUILD) to its path"
         )
+
+
+def _metafile_inputs(meta: Path) -> dict[str, Any] | None:
+    """The ``inputs`` of an esbuild metafile, or None when it is missing or unreadable."""
+    try:
+        inputs = json.loads(meta.read_text())["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return inputs if isinstance(inputs, dict) else None
 
 
 _CONDITIONS = frozenset({"import", "node", "default"})  # what Node's import() matches
