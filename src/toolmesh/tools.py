@@ -290,18 +290,23 @@ class ToolContext:
         every transport delivers it. Data larger than the events' budget is replaced by a note.
         The kinds the host makes itself (``state``, ``approval``) are refused (``ValueError``)."""
         check_tool_event_kind(kind)
+        prepared = self._prepare(kind, data)
+        loop = self._loop
+        if loop is not None and not _on_loop_thread(loop):
+            loop.call_soon_threadsafe(self._append, kind, *prepared)
+        else:
+            self._append(kind, *prepared)
+
+    def _prepare(self, kind: str, data: dict[str, Any] | None) -> tuple[dict[str, Any], int, bool]:
+        """An event's data checked and encoded on the emitter's own thread, where a
+        ``ValueError`` reaches the tool: what ``_append`` takes after ``kind``."""
         payload = dict(data or {})
         check_event_data(kind, payload)
         encoded = _event_json(kind, payload)
         cut = len(encoded) > self._event_budget
         if cut:
             encoded = _omitted_note(len(encoded), self._event_budget)
-        payload = from_json(encoded)  # a copy of its own, exactly as a peer reads it
-        loop = self._loop
-        if loop is not None and not _on_loop_thread(loop):
-            loop.call_soon_threadsafe(self._append, kind, payload, len(encoded), cut)
-        else:
-            self._append(kind, payload, len(encoded), cut)
+        return from_json(encoded), len(encoded), cut  # a copy of its own, as a peer reads it
 
     def progress(self, pct: int | float, message: str = "") -> None:
         self.emit("progress", {"pct": max(0, min(100, round(pct))), "message": message})

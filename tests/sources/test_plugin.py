@@ -248,10 +248,11 @@ class Threaded(ToolPlugin):
         return {"ok": tool_name}
 
     def _emit_bad(self, kind: str, data: dict[str, Any]) -> None:
-        try:
-            self.emit(kind, {"pct": "half"})
-        except ValueError as exc:
-            self.refused.append(exc)
+        for bad in ({"pct": "half"}, {"pct": 1, "message": "", "at": object()}):
+            try:
+                self.emit(kind, bad)
+            except ValueError as exc:
+                self.refused.append(exc)
 
 
 async def test_emit_from_a_thread_the_plugin_starts_reaches_the_call() -> None:
@@ -271,13 +272,19 @@ async def test_emit_from_a_thread_the_plugin_starts_reaches_the_call() -> None:
         assert sorted(seen, key=lambda e: e.seq or 0) == result.events  # the very events
 
 
-async def test_emit_from_a_thread_checks_the_event_data() -> None:
+async def test_emit_from_a_thread_checks_the_event_data(caplog: pytest.LogCaptureFixture) -> None:
+    """Data with no JSON form was encoded later, in a callback on the event loop: the
+    ValueError reached nobody but asyncio's log, and the thread went on unaware."""
     plugin = Threaded()
     seen: list[ToolEvent] = []
     plugin.set_event_callback(seen.append)
-    result = await Toolkit(plugin).execute("bad_data", {})
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        result = await Toolkit(plugin).execute("bad_data", {})
     assert result.success and result.events == [] and seen == []
-    assert [str(e) for e in plugin.refused] == ["progress event field 'pct' must be int"]
+    refused = [str(e) for e in plugin.refused]
+    assert refused[0] == "progress event field 'pct' must be int"
+    assert refused[1].startswith("the data of a 'progress' event must be JSON")
+    assert len(refused) == 2 and caplog.records == []
 
 
 async def test_with_several_calls_running_a_threads_emit_goes_to_the_callback_only(

@@ -95,29 +95,32 @@ class ToolPlugin(ABC):
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         """Emit a streaming event during ``_execute_tool``. From a thread the plugin started,
         it reaches the call only when the plugin runs just one (see the module's docstring)."""
-        # A bad event fails in the tool, as ctx.emit does: from another thread, ctx.emit runs
-        # later in a callback on the loop, where its ValueError would reach nobody.
+        # A bad event fails in the tool, on its own thread: checked and encoded here, not in
+        # the callback on the loop that records it, where a ValueError would reach nobody.
         check_tool_event_kind(kind)
-        payload = dict(data or {})
-        check_event_data(kind, payload)
         current = _current_call.get() or _sole_running_call(self)
         if current is None:
+            payload = dict(data or {})
+            check_event_data(kind, payload)
             if self._event_cb is not None:
                 self._event_cb(ToolEvent(kind=kind, data=payload))
             return
         ctx, loop = current
+        prepared = ctx._prepare(kind, data)
         if _on_loop(loop):
-            self._record(ctx, kind, payload)
+            self._record(ctx, kind, prepared)
         else:
             # The event is recorded on the loop's thread; the callback must follow it there
             # (reading ctx.events from here would see the previous event, or none).
             with contextlib.suppress(RuntimeError):  # the loop is gone: the call is over
-                loop.call_soon_threadsafe(self._record, ctx, kind, payload)
+                loop.call_soon_threadsafe(self._record, ctx, kind, prepared)
 
-    def _record(self, ctx: ToolContext, kind: str, data: dict[str, Any]) -> None:
+    def _record(
+        self, ctx: ToolContext, kind: str, prepared: tuple[dict[str, Any], int, bool]
+    ) -> None:
         """On the loop's thread: record the event, then hand that same event to the callback."""
         before = ctx._emitted
-        ctx.emit(kind, data)
+        ctx._append(kind, *prepared)
         event = ctx._last_event
         if self._event_cb is None or event is None or ctx._emitted <= before:
             return  # no callback, or the call is over and the event was dropped
