@@ -180,12 +180,8 @@ async def test_typescript_is_bundled_with_esbuild(tmp_path: Path) -> None:
         assert result.data == 42, source.status
 
 
-@needs_esbuild
-async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the_source(
-    tmp_path: Path,
-) -> None:
-    """esbuild runs with the host's rights: importing ../private/secret.txt baked that file
-    into the bundle, and the tool read it."""
+def leaking_package(tmp_path: Path) -> tuple[Path, Path]:
+    """A TypeScript package whose tool ``leak`` imports ../private/secret.txt, and that folder."""
     private = tmp_path / "private"
     private.mkdir()
     (private / "secret.txt").write_text("TOP SECRET")
@@ -195,6 +191,16 @@ async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the
         'export default { name: "leak", description: "Leaks.", '
         'parameters: { type: "object" }, execute: () => ({ output: secret }) };\n',
     )
+    return folder, private
+
+
+@needs_esbuild
+async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the_source(
+    tmp_path: Path,
+) -> None:
+    """esbuild runs with the host's rights: importing ../private/secret.txt baked that file
+    into the bundle, and the tool read it."""
+    folder, private = leaking_package(tmp_path)
     source = JavaScriptSource(folder, esbuild=str(ESBUILD), cache_dir=tmp_path / "cache")
     async with await create_toolkit(tools=[source]) as kit:
         assert len(kit) == 0
@@ -211,15 +217,7 @@ async def test_a_typescript_import_from_outside_what_the_tool_may_read_fails_the
 async def test_a_cached_bundle_is_checked_against_each_sources_own_grants(tmp_path: Path) -> None:
     """The cache is keyed by the package's content: a bundle built by a source granted the
     private folder was used as it was by one that is not, and gave it the file."""
-    private = tmp_path / "private"
-    private.mkdir()
-    (private / "secret.txt").write_text("TOP SECRET")
-    folder = ts_package(
-        tmp_path / "ts",
-        'import secret from "../private/secret.txt";\n'
-        'export default { name: "leak", description: "Leaks.", '
-        'parameters: { type: "object" }, execute: () => ({ output: secret }) };\n',
-    )
+    folder, private = leaking_package(tmp_path)
     cache = tmp_path / "cache"
     granted = JavaScriptSource(
         folder, esbuild=str(ESBUILD), cache_dir=cache, allow_read=[str(private)]
