@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= test,fast,a2a,mcp,postgres,ray,semantic
 PORT ?= 8765
+# pytest workers (pytest-xdist): the suite mostly waits on subprocesses and sockets, so two
+# workers halve it on a 2-core machine. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup system-packages run test lint typecheck unit bench clean
 
@@ -82,7 +85,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 ## bench: issue 2's benchmark against the MCP SDK (bench/README.md has the others)
 bench: setup
