@@ -45,6 +45,9 @@ def test_tool_definition_defaults_match_the_seed_table() -> None:
     )
     assert (d.tags, d.version, d.toolkit, d.defer_loading) == ([], "1.0.0", None, False)
     assert d.capabilities == []
+    other = ToolDefinition(name="u", description="e")
+    d.tags.append("mine")  # each definition's default list is its own
+    assert other.tags == [] and ToolResult(success=True, tool_name="t", duration_ms=0).events == []
 
 
 def test_extensions_appear_on_the_wire_only_when_set() -> None:

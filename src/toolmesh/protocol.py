@@ -26,6 +26,7 @@ from toolmesh.models import (
     ToolResult,
     _is_empty,
     _is_none,
+    _new_list,
 )
 
 __all__ = [
@@ -84,7 +85,7 @@ class CapabilityOverride(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     strategy: Literal["inherit", "extend", "replace"] = "inherit"
-    capabilities: list[str] = Field(default_factory=list)
+    capabilities: list[str] = Field(default_factory=_new_list)
 
 
 class HandshakeRequest(Envelope):
@@ -95,7 +96,7 @@ class HandshakeRequest(Envelope):
 
     type: Literal["handshake/req"] = "handshake/req"
     agent_id: str = ""
-    agent_caps: list[str] = Field(default_factory=list)
+    agent_caps: list[str] = Field(default_factory=_new_list)
     auth_token: str = ""
     capability_override: CapabilityOverride | None = Field(default=None, exclude_if=_is_none)
     session_id: str = Field(default="", exclude_if=_is_empty)
@@ -117,7 +118,7 @@ class HandshakeResponse(Envelope):
     type: Literal["handshake/resp"] = "handshake/resp"
     req_id: str = ""
     session_id: str = ""
-    accepted_caps: list[NegotiatedCapability] = Field(default_factory=list)
+    accepted_caps: list[NegotiatedCapability] = Field(default_factory=_new_list)
     max_parallel: int = 4
     ok: bool = True
     reason: str = ""
@@ -182,7 +183,7 @@ class ToolListRequest(Envelope):
 
     type: Literal["tool/list/req"] = "tool/list/req"
     filter_kind: str = ""
-    filter_tags: list[str] = Field(default_factory=list)
+    filter_tags: list[str] = Field(default_factory=_new_list)
     query: str = Field(default="", exclude_if=_is_empty)
     include_deferred: bool = Field(default=False, exclude_if=_is_empty)
 
@@ -190,7 +191,7 @@ class ToolListRequest(Envelope):
 class ToolListResponse(Envelope):
     type: Literal["tool/list/resp"] = "tool/list/resp"
     req_id: str = ""
-    tools: list[ToolDefinition] = Field(default_factory=list)
+    tools: list[ToolDefinition] = Field(default_factory=_new_list)
 
 
 class ToolCallRequest(Envelope):
