@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,37 @@ def stdio_target(audit: Path) -> str:
     return " ".join(serve_stdio_command(audit))
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["tools"], ["call"], ["audit"]])
+COMMANDS = ["serve", "tools", "call", "audit", "skills", "agents", "mcp"]
+
+
+@pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS), ["-v", "call"]])
 def test_help_everywhere(command: list[str]) -> None:
     shown = run(*command, "--help")
     assert shown.returncode == 0 and "usage: toolmesh" in shown.stdout
+    if command:
+        assert shown.stdout.startswith(f"usage: toolmesh {command[-1]} ")
+
+
+def test_the_top_help_lists_every_command() -> None:
+    listed = run("--help").stdout.split("positional arguments:")[1].split("options:")[0]
+    assert [line.split()[0] for line in listed.splitlines()[2:] if line.strip()] == COMMANDS
+
+
+def test_a_command_loads_only_its_own_module() -> None:
+    """`toolmesh serve` builds its own parser alone: the other commands' modules stay off a
+    server's start-up."""
+    code = (
+        "import sys\n"
+        "from toolmesh.cli import main\n"
+        "try:\n"
+        "    main(['-v', 'serve', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "others = ('audit', 'inspect', 'mcp', 'skills')\n"
+        "print([m for m in others if 'toolmesh.cli.' + m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize(
