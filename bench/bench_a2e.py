@@ -44,7 +44,8 @@ import rawhttp  # noqa: E402
 REPO = HERE.parent
 FLOOR = str(HERE / "floor.py")
 TOOLS = "bench.echo_tools:TOOLS"
-N_INPROC, N_STDIO, N_HTTP, N_CONC, CONC, COLD = 5000, 2000, 3000, 2000, 50, 7
+N_INPROC, N_STDIO, N_HTTP, N_CONC, CONC = 5000, 2000, 3000, 2000, 50
+COLD = 21  # cold starts of each side; seven left a median 0.27-0.45 of MCP's from run to run
 
 
 def toolmesh_cmd(*args: str) -> list[str]:
