@@ -111,8 +111,9 @@ def test_wrong_auth_token_is_refused() -> None:
 
 
 def test_unreachable_targets_are_clear_errors() -> None:
-    with pytest.raises(TransportError, match="cannot reach"):
+    with pytest.raises(TransportError, match="cannot reach") as unreached:
         connect("http://127.0.0.1:9")
+    assert str(unreached.value).count("[transport_error]") == 1  # the cause's code not repeated
     with pytest.raises(TransportError, match="cannot start"):
         connect(["/nonexistent/toolmesh-host"])
     with pytest.raises(TransportError, match="cannot connect"):

@@ -658,8 +658,9 @@ async def test_a_call_whose_post_is_never_answered_fails_at_the_read_timeout(
     async with _StallingHost("tool/call/req") as url:
         connected = await AsyncClient(HttpChannel(_through(url, client), timeout=0.5)).start()
         try:
-            with pytest.raises(TransportError, match="POST /send failed"):
+            with pytest.raises(TransportError, match="POST /send failed") as failed:
                 await connected.call_tool("anything", {}, timeout=60.0)
+            assert str(failed.value).count("[transport_error]") == 1
         finally:
             await connected.close()
 

@@ -738,7 +738,7 @@ class HttpChannel:
             status, text = await self._post(f"{self.base}/session", b"")
         except TransportError as exc:
             await self.close()
-            raise TransportError(f"cannot reach {self.base}: {exc}") from exc
+            raise TransportError(f"cannot reach {self.base}: {exc.message}") from exc
         if status != 200:
             await self.close()
             raise TransportError(f"{self.base}/session answered {status}: {excerpt(text)}")
@@ -794,7 +794,7 @@ class HttpChannel:
         try:
             status, text = await self._post(f"{self.base}/send", encode(message))
         except TransportError as exc:
-            raise TransportError(f"POST /send failed: {exc}") from exc
+            raise TransportError(f"POST /send failed: {exc.message}") from exc
         if status != 200:
             raise TransportError(f"POST /send answered {status}: {excerpt(text)}")
 
