@@ -21,6 +21,7 @@ from toolmesh.protocol import (
     ToolListResponse,
     decode,
     encode,
+    request_id_of,
 )
 
 SEED_LIST_REQ = (
@@ -136,6 +137,24 @@ def test_decode_errors_carry_precise_codes(line: bytes, code: str) -> None:
     with pytest.raises(ProtocolError) as caught:
         decode(line)
     assert caught.value.code == code
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type": "tool/call/req", "id": "c3", "arguments": {"text": "\\ud800"}}',
+        b'{"type": "tool/call/req", "id": "c3", "arguments": {"x": NaN}}',
+    ],
+)
+def test_a_refused_line_written_by_json_dumps_still_names_its_request(line: bytes) -> None:
+    """Python's json.dumps writes lone surrogates and NaN; the error answers the request."""
+    with pytest.raises(ProtocolError) as caught:
+        decode(line)
+    assert caught.value.code == "parse_error"
+    assert b"NaN" in line or "half a surrogate pair" in caught.value.message
+    assert request_id_of(line) == "c3"
+    too_deep = b'{"id": "c3", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert request_id_of(too_deep) == ""  # neither reader goes that deep: no id, no crash
 
 
 def test_decode_names_the_bad_field() -> None:

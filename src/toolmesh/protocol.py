@@ -11,6 +11,7 @@ keeps serving.
 # field's annotation from its string, a quarter of creating a model class (3 ms of start-up).
 
 import enum
+import json
 import time
 from typing import Annotated, Any, Literal
 
@@ -333,7 +334,10 @@ def decode(line: bytes | str, *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> 
         # strictjson's check for it would cost every message a scan.)
         raw = from_json(line, allow_inf_nan=False)
     except ValueError as exc:
-        raise ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}") from None
+        reason = str(exc)
+        if "surrogate" in reason or "end of hex escape" in reason:  # the parser's words for it
+            reason += " (a \\u escape of half a surrogate pair, which is not valid Unicode)"
+        raise ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {reason}") from None
     if not isinstance(raw, dict):
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object")
     kind = raw.get("type")
@@ -365,7 +369,15 @@ def request_id_of(line: bytes | str, *, partial: bool = False) -> str:
     try:
         raw = strictjson.loads(line) if not partial else from_json(line, allow_partial=True)
     except ValueError:
-        return ""
+        if partial:
+            return ""
+        # Python's own reader takes what the strict one refuses but a sender may still write
+        # (json.dumps gives a lone surrogate as "\ud800", NaN as NaN): the error then reaches the
+        # request waiting for it, instead of none.
+        try:
+            raw = json.loads(line)
+        except (ValueError, RecursionError):
+            return ""
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
         return str(raw["id"])  # a cut-off id is left out by the partial parse, never guessed
     return ""
