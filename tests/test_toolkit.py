@@ -1059,6 +1059,17 @@ def test_a_wrapper_of_something_unservable_names_itself_and_what_it_needs() -> N
         Prefixed(5, "p")  # type: ignore[arg-type]
 
 
+def test_an_unawaited_factory_is_named_and_closed(tmp_path: Path) -> None:
+    """create_toolkit is async: passing its coroutine says to await it, and closes it (no
+    "never awaited" warning later)."""
+    from toolmesh import create_toolkit
+
+    pending = create_toolkit(builtins=True, workspace=tmp_path)
+    with pytest.raises(ConfigError, match=r"await create_toolkit\(\.\.\.\) first"):
+        Toolkit(pending)  # type: ignore[arg-type]
+    assert pending.cr_frame is None  # closed
+
+
 def test_a_conflict_between_sources_of_one_name_tells_them_apart_by_place() -> None:
     """Two ``@tool`` functions named "a" are both source 'tool:a': the message says which one
     (by the place it was added) keeps the name."""

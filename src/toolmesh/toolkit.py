@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import fnmatch
 import hashlib
+import inspect
 import itertools
 import logging
 import operator
@@ -1116,6 +1117,12 @@ def as_source(item: Any) -> Source:
     if callable(item):
         made = function_tool(item)
         return ToolSet([made], name=f"function:{made.name}")
+    if inspect.iscoroutine(item):  # an async factory called without await
+        name = getattr(item, "__qualname__", "a coroutine function")
+        item.close()  # closed here, it warns of no coroutine "never awaited" later
+        raise ConfigError(
+            f"cannot serve a coroutine: await {name}(...) first (its result is the source)"
+        )
     raise ConfigError(
         f"cannot serve {item!r}: expected a ToolPlugin, Toolkit, Source, Tool, @tool function "
         "or a list of these"
