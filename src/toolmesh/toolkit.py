@@ -1119,7 +1119,7 @@ def as_source(item: Any) -> Source:
         return ToolSet([made], name=f"function:{made.name}")
     if inspect.iscoroutine(item):  # an async factory called without await
         name = getattr(item, "__qualname__", "a coroutine function")
-        item.close()  # closed here, it warns of no coroutine "never awaited" later
+        item.close()  # now, so that no "never awaited" warning follows later
         raise ConfigError(
             f"cannot serve a coroutine: await {name}(...) first (its result is the source)"
         )
